@@ -1,0 +1,75 @@
+"""agent_runtime: an async agent core that serves many concurrent conversations per event loop."""
+
+from __future__ import annotations
+
+from . import presets
+from .agent import (
+    AgentCore,
+    AgentResponse,
+    AgentRunConfig,
+    AgentRunContext,
+    AgentState,
+    ConversationStore,
+    InMemoryConversationStore,
+)
+from .bindings import ModelBinding, ModelBindings
+from .client import AgentClient, create_agent
+from .errors import (
+    AgentClosedError,
+    AgentRuntimeError,
+    ConfigurationError,
+    LoopAffinityError,
+    MaxIterationsError,
+    ProviderError,
+    RunCancelledError,
+    RunError,
+    RunTimeoutError,
+    SessionBusyError,
+    ToolErrorLimitError,
+)
+from .events import AgentEvent, AgentEventType, AgentPhase
+from .extensions.base import AgentExtension
+from .messages import AssistantMessage, ToolCall
+from .model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, Usage
+from .tools.base import Tool, ToolPolicy, current_tool_call_id, tool
+
+__all__ = [
+    "AgentClient",
+    "AgentClosedError",
+    "AgentCore",
+    "AgentEvent",
+    "AgentEventType",
+    "AgentExtension",
+    "AgentPhase",
+    "AgentResponse",
+    "AgentRunConfig",
+    "AgentRunContext",
+    "AgentRuntimeError",
+    "AgentState",
+    "AssistantMessage",
+    "ConfigurationError",
+    "ConversationStore",
+    "InMemoryConversationStore",
+    "LoopAffinityError",
+    "MaxIterationsError",
+    "ModelBinding",
+    "ModelBindings",
+    "ModelEvent",
+    "ModelRequest",
+    "ModelResponse",
+    "ProviderError",
+    "RetryOptions",
+    "RunCancelledError",
+    "RunError",
+    "RunTimeoutError",
+    "SessionBusyError",
+    "Tool",
+    "ToolCall",
+    "ToolErrorLimitError",
+    "ToolPolicy",
+    "Usage",
+    "create_agent",
+    "current_tool_call_id",
+    "presets",
+    "tool",
+]

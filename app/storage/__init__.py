@@ -1,0 +1,81 @@
+"""Where sessions, conversations and runs live: `open_store(url)` picks the backend."""
+
+from __future__ import annotations
+
+from app.storage.base import (
+    TERMINAL_STATUSES,
+    UNFINISHED_STATUSES,
+    JSONObject,
+    RunAlreadyExists,
+    RunNotFound,
+    RunRecord,
+    RunStatus,
+    SessionNotFound,
+    SessionOwnedByOther,
+    SessionRecord,
+    StorageConfigError,
+    StorageError,
+    StorageUnavailable,
+    Store,
+    StoredMessage,
+)
+from app.storage.postgres import PostgresStore, redact_url
+from app.storage.sqlite import SQLiteStore
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "UNFINISHED_STATUSES",
+    "JSONObject",
+    "PostgresStore",
+    "RunAlreadyExists",
+    "RunNotFound",
+    "RunRecord",
+    "RunStatus",
+    "SQLiteStore",
+    "SessionNotFound",
+    "SessionOwnedByOther",
+    "SessionRecord",
+    "StorageConfigError",
+    "StorageError",
+    "StorageUnavailable",
+    "Store",
+    "StoredMessage",
+    "open_store",
+    "sqlite_path",
+]
+
+_POSTGRES_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
+_EXAMPLES = "sqlite:///./var/agent.db, sqlite:////abs/path.db, sqlite:///:memory: or postgresql://user@host/db"
+
+
+def sqlite_path(url: str) -> str:
+    """The file path (or ":memory:") a sqlite:// URL names.
+
+    `sqlite:///rel/path.db` is relative to the working directory, `sqlite:////abs.db` is
+    absolute, as in SQLAlchemy; `sqlite://:memory:` and `sqlite:///:memory:` are in memory.
+    """
+    rest = url.partition("://")[2]
+    if rest in (":memory:", "/:memory:"):
+        return ":memory:"
+    if not rest.startswith("/") or rest == "/":
+        raise StorageConfigError(f"AGENT_DATABASE_URL {url!r} names no SQLite file; use {_EXAMPLES}")
+    return rest[1:]
+
+
+async def open_store(url: str) -> Store:
+    """Open and migrate the store AGENT_DATABASE_URL names.
+
+    Raises `StorageConfigError` (a ValueError) for a URL it cannot use and
+    `StorageUnavailable` when the database cannot be opened or reached.
+    """
+    scheme, separator, _ = url.partition("://")
+    scheme = scheme.lower()
+    if separator and scheme == "sqlite":
+        return await SQLiteStore.connect(sqlite_path(url))
+    if separator and scheme in _POSTGRES_SCHEMES:
+        return await PostgresStore.connect(url)
+    # Name the scheme only: the rest of the URL may hold a password.
+    shown = f"scheme {scheme!r}" if separator else "value"
+    raise StorageConfigError(
+        f"AGENT_DATABASE_URL has an unsupported {shown}; use {_EXAMPLES}"
+    )

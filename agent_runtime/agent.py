@@ -1,0 +1,982 @@
+"""AgentCore: one instance per event loop serves many concurrent runs.
+
+A run is one call of ``stream`` or ``chat``. It executes in a task of its own that pushes events
+into a bounded channel; ``stream`` reads that channel. Keeping the run in its own task lets an
+extension emit an event while it waits (a confirmation request), bounds the whole run with one
+deadline, and turns a consumer that closes its stream into a cancellation of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import logging
+import secrets
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+from .bindings import ModelBinding, ModelBindings
+from .channel import Channel, ChannelClosed
+from .errors import (
+    AgentClosedError,
+    ConfigurationError,
+    LoopAffinityError,
+    MaxIterationsError,
+    ProviderError,
+    RunCancelledError,
+    RunError,
+    RunTimeoutError,
+    SessionBusyError,
+    ToolErrorLimitError,
+)
+from .events import AgentEvent, AgentEventType, AgentPhase
+from .extensions.base import AgentExtension, ToolOutcome
+from .extensions.events import RunCancelledEvent
+from .messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from .model import Model, ModelEventKind, ModelRequest, ModelResponse, RetryOptions, Usage
+from .tools.base import Tool, ToolPolicy, tool
+from .tools.execution import ToolExecutor
+from .tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from .extensions.external import ExternalEvent
+
+__all__ = [
+    "AgentCore",
+    "AgentResponse",
+    "AgentRunConfig",
+    "AgentRunContext",
+    "AgentState",
+    "ConversationStore",
+    "InMemoryConversationStore",
+    "PermissionCallback",
+]
+
+logger = logging.getLogger("agent_runtime")
+
+PermissionCallback: TypeAlias = Callable[["AgentRunContext", ToolCall], "bool | Awaitable[bool]"]
+ModelLike: TypeAlias = "Model | ModelBinding | ModelBindings"
+
+DEFAULT_MAX_ITERATIONS = 50
+DEFAULT_TOOL_ERROR_LIMIT = 5
+_DEFAULT_RETRY = RetryOptions()
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+def new_id(prefix: str) -> str:
+    """A random id with 128 bits of entropy."""
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRunConfig:
+    """Routing identity of a run: its session, the caller's request id and an optional run id.
+
+    Without a ``session_id`` the run gets an anonymous session of its own.
+    """
+
+    session_id: str | None = None
+    request_id: str | None = None
+    run_id: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class AgentState:
+    """The state of one run. ``messages`` is the conversation as the model last saw it."""
+
+    run_id: str = ""
+    session_id: str = ""
+    phase: AgentPhase = AgentPhase.IDLE
+    messages: list[Message] = field(default_factory=list)
+    iteration: int = 0
+    usage: Usage = field(default_factory=Usage)
+    consecutive_tool_errors: int = 0
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class AgentResponse:
+    """The outcome of ``chat``: the final message, the run's id, usage and new messages."""
+
+    message: AssistantMessage
+    run_id: str
+    session_id: str
+    usage: Usage
+    messages: list[Message]
+
+    @property
+    def content(self) -> str:
+        """The final message's text."""
+        return self.message.content or ""
+
+
+class ConversationStore(Protocol):
+    """Where a session's conversation lives between runs."""
+
+    async def load(self, session_id: str) -> list[Message]:
+        """The session's messages, oldest first."""
+        ...
+
+    async def append(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Add one completed run's messages atomically."""
+        ...
+
+
+class InMemoryConversationStore:
+    """A ConversationStore in a dict; for scripts and tests."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, list[Message]] = {}
+
+    async def load(self, session_id: str) -> list[Message]:
+        return list(self._sessions.get(session_id, ()))
+
+    async def append(self, session_id: str, messages: Sequence[Message]) -> None:
+        self._sessions.setdefault(session_id, []).extend(messages)
+
+    def clear(self, session_id: str) -> None:
+        """Forget a session."""
+        self._sessions.pop(session_id, None)
+
+
+@dataclass(slots=True)
+class _RunOptions:
+    run_timeout: float | None
+    max_iterations: int
+    tool_timeout: float | None
+    parallel_tool_calls: bool
+    system_prompt: str | None
+    permission_callback: PermissionCallback | None
+    conversation: list[Message] | None
+    tools: dict[str, Tool]
+    params: dict[str, Any]
+    agent_name: str | None
+
+
+class AgentRunContext:
+    """Everything one run owns. Passed to every extension hook.
+
+    Compared and hashed by identity, so it is a safe key for request-local maps.
+    """
+
+    __slots__ = (
+        "_cancel_reason",
+        "_channel",
+        "_decisions",
+        "_options",
+        "_task",
+        "agent",
+        "config",
+        "run_id",
+        "session_id",
+        "state",
+    )
+
+    def __init__(
+        self,
+        agent: AgentCore,
+        config: AgentRunConfig,
+        run_id: str,
+        session_id: str,
+        options: _RunOptions,
+        channel: Channel[AgentEvent],
+    ) -> None:
+        self.agent = agent
+        self.config = config
+        self.run_id = run_id
+        self.session_id = session_id
+        self.state = AgentState(run_id=run_id, session_id=session_id)
+        self._options = options
+        self._channel = channel
+        self._decisions: dict[str, tuple[bool, str | None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._cancel_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<AgentRunContext run_id={self.run_id} session_id={self.session_id}>"
+
+    @property
+    def phase(self) -> AgentPhase:
+        """The run's current phase."""
+        return self.state.phase
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """The tools advertised to the model in this run (read once when it started)."""
+        return self._options.tools
+
+    async def emit(self, event: AgentEvent) -> None:
+        """Send an event to the run's consumer; run and session ids are filled in if empty."""
+        if not event.run_id:
+            event.run_id = self.run_id
+        if event.session_id is None:
+            event.session_id = self.session_id
+        await self._channel.put(event)
+
+    def register_tool(self, new_tool: Tool | Callable[..., Any]) -> Tool:
+        """Add a tool to this run only. A name already taken raises ConfigurationError."""
+        built = new_tool if isinstance(new_tool, Tool) else tool(new_tool)
+        if built.name in self._options.tools:
+            raise ConfigurationError(
+                f"tool {built.name!r} is already registered for this run; choose another name"
+            )
+        self._options.tools[built.name] = built
+        return built
+
+    def tool_policy(self, name: str) -> ToolPolicy:
+        """The policy that applies to a tool in this run."""
+        found = self._options.tools.get(name)
+        return self.agent.policy_for(name, found)
+
+    def set_tool_decision(
+        self, tool_call_id: str, approved: bool, reason: str | None = None
+    ) -> None:
+        """Record the approval or denial of an ``ask`` call (used by approval extensions)."""
+        self._decisions[tool_call_id] = (approved, reason)
+
+    def take_tool_decision(self, tool_call_id: str) -> tuple[bool, str | None] | None:
+        """Pop the recorded decision for a call, if any."""
+        return self._decisions.pop(tool_call_id, None)
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Mark the run as WAITING for an external answer for the duration of the block."""
+        previous = self.state.phase
+        self.state.phase = AgentPhase.WAITING
+        try:
+            yield
+        finally:
+            if self.state.phase is AgentPhase.WAITING:
+                self.state.phase = previous
+
+    def cancel(self, reason: str = "cancel_requested") -> bool:
+        """Cancel the run; False if it already finished."""
+        task = self._task
+        if task is None or task.done():
+            return False
+        if self._cancel_reason is None:
+            self._cancel_reason = reason
+        task.cancel()
+        return True
+
+
+class AgentCore:
+    """An agent: a model (or bindings), tools and extensions, serving concurrent runs.
+
+    One instance belongs to one event loop. It claims the loop of its first use; use from another
+    loop raises LoopAffinityError. After ``aclose()`` every entry point raises AgentClosedError.
+    """
+
+    def __init__(
+        self,
+        model: ModelLike,
+        *,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        extensions: Iterable[AgentExtension] = (),
+        config: AgentRunConfig | None = None,
+        system_prompt: str | None = None,
+        run_timeout: float | None = None,
+        max_iterations: int = DEFAULT_MAX_ITERATIONS,
+        tool_timeout: float | None = None,
+        parallel_tool_calls: bool = False,
+        tool_policies: Mapping[str, ToolPolicy | str] | None = None,
+        default_policy: ToolPolicy | str = ToolPolicy.ALLOW,
+        permission_callback: PermissionCallback | None = None,
+        conversation_store: ConversationStore | None = None,
+        tool_error_limit: int = DEFAULT_TOOL_ERROR_LIMIT,
+        name: str = "default",
+        model_params: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.bindings = _as_bindings(model)
+        self.registry = ToolRegistry()
+        for item in tools:
+            self.registry.register(item)
+        self._extensions: list[AgentExtension] = []
+        for extension in extensions:
+            self.add_extension(extension)
+        if max_iterations < 1:
+            raise ConfigurationError("max_iterations must be at least 1")
+        if run_timeout is not None and run_timeout <= 0:
+            raise ConfigurationError("run_timeout must be positive or None")
+        self.name = name
+        self.config = config
+        self.system_prompt = system_prompt
+        self.run_timeout = run_timeout
+        self.max_iterations = max_iterations
+        self.tool_timeout = tool_timeout
+        self.parallel_tool_calls = parallel_tool_calls
+        self.default_policy = ToolPolicy(default_policy)
+        self._exact_policies: dict[str, ToolPolicy] = {}
+        self._pattern_policies: list[tuple[str, ToolPolicy]] = []
+        for pattern, policy in (tool_policies or {}).items():
+            if any(ch in pattern for ch in "*?["):
+                self._pattern_policies.append((pattern, ToolPolicy(policy)))
+            else:
+                self._exact_policies[pattern] = ToolPolicy(policy)
+        self.permission_callback = permission_callback
+        self.conversation_store = conversation_store
+        self.tool_error_limit = tool_error_limit
+        self.model_params = dict(model_params or {})
+        self.state = AgentState()
+        self._executor = ToolExecutor()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._close_task: asyncio.Future[None] | None = None
+        self._runs: dict[str, AgentRunContext] = {}
+        self._sessions: dict[str, str] = {}
+
+    # construction helpers -----------------------------------------------------------------
+
+    @classmethod
+    async def create(cls, model: ModelLike, **kwargs: Any) -> AgentCore:
+        """Build an agent on the running loop (the async factory form)."""
+        agent = cls(model, **kwargs)
+        agent._claim_loop()
+        return agent
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, model: ModelLike, **kwargs: Any) -> AsyncIterator[AgentCore]:
+        """``async with AgentCore.open(...) as agent``: closes the agent on exit."""
+        agent = await cls.create(model, **kwargs)
+        try:
+            yield agent
+        finally:
+            await agent.aclose()
+
+    def add_extension(self, extension: AgentExtension) -> None:
+        """Register an extension; a second one with the same name raises ConfigurationError."""
+        if not isinstance(extension, AgentExtension):
+            raise ConfigurationError(f"{extension!r} is not an AgentExtension")
+        if any(existing.name == extension.name for existing in self._extensions):
+            raise ConfigurationError(
+                f"an extension named {extension.name!r} is already registered; "
+                "give each extension a unique name"
+            )
+        self._extensions.append(extension)
+        # sort is stable: equal priorities keep registration order
+        self._extensions.sort(key=lambda ext: -ext.priority)
+
+    @property
+    def extensions(self) -> tuple[AgentExtension, ...]:
+        """Extensions in the order their hooks run."""
+        return tuple(self._extensions)
+
+    @property
+    def active_runs(self) -> Mapping[str, AgentRunContext]:
+        """Runs in flight, by run id."""
+        return self._runs
+
+    @property
+    def active_sessions(self) -> Mapping[str, str]:
+        """Sessions with a run in flight, mapped to that run's id."""
+        return self._sessions
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose`` started."""
+        return self._closed
+
+    def policy_for(self, name: str, found: Tool | None = None) -> ToolPolicy:
+        """The policy of a tool: its own, else the policy table, else the default."""
+        if found is not None and found.policy is not None:
+            return found.policy
+        exact = self._exact_policies.get(name)
+        if exact is not None:
+            return exact
+        for pattern, policy in self._pattern_policies:
+            if fnmatch.fnmatchcase(name, pattern):
+                return policy
+        return self.default_policy
+
+    # entry points ---------------------------------------------------------------------------
+
+    async def chat(
+        self,
+        prompt: str,
+        *,
+        config: AgentRunConfig | None = None,
+        conversation: Sequence[Message] | None = None,
+        **options: Any,
+    ) -> AgentResponse:
+        """Run to completion and return the response; a failure raises its RunError."""
+        message: AssistantMessage | None = None
+        run_id = session_id = ""
+        usage = Usage()
+        new_messages: list[Message] = []
+        async for event in self._stream(prompt, config, conversation, options, raise_on_fail=True):
+            if event.type is AgentEventType.RUN_COMPLETED:
+                message = event.message
+                run_id = event.run_id
+                session_id = event.session_id or ""
+                usage = event.usage or Usage()
+                new_messages = list(event.messages or ())
+        if message is None:  # pragma: no cover - the stream always ends with a terminal event
+            raise RunError("run ended without a result")
+        return AgentResponse(message, run_id, session_id, usage, new_messages)
+
+    def stream(
+        self,
+        prompt: str,
+        *,
+        config: AgentRunConfig | None = None,
+        conversation: Sequence[Message] | None = None,
+        **options: Any,
+    ) -> AsyncIterator[AgentEvent]:
+        """Stream the run's events. The last one is terminal (``run.completed``/``run.failed``).
+
+        A failed run yields ``run.failed`` and then raises its RunError. Closing the stream early
+        cancels the run. Options override the agent's defaults for this run: ``run_timeout``,
+        ``max_iterations``, ``tool_timeout``, ``parallel_tool_calls``, ``system_prompt``,
+        ``permission_callback``, ``extra_tools``, ``tool_filter``, ``model_params``,
+        ``agent_name``.
+        """
+        self._check_usable()
+        return self._stream(prompt, config, conversation, options, raise_on_fail=True)
+
+    def emit_external_event(
+        self, event: ExternalEvent, *, config: AgentRunConfig | None = None
+    ) -> list[str]:
+        """Offer an external answer to the extensions; returns the names of those that took it.
+
+        Safe to call from any thread. An empty list means nobody was waiting for it: it was
+        stale, duplicate, unknown or for another request.
+        """
+        if self._closed:
+            raise AgentClosedError("the agent is closed")
+        target = config if config is not None else self.config
+        return [ext.name for ext in self._extensions if ext.accept(target, event)]
+
+    def cancel_run(self, run_id: str, reason: str = "cancel_requested") -> bool:
+        """Cancel a run in flight; False if no such run is active."""
+        context = self._runs.get(run_id)
+        return context.cancel(reason) if context is not None else False
+
+    async def arefresh_credentials(self) -> None:
+        """Rebuild every binding's provider with a fresh credential."""
+        self._check_usable()
+        for binding in self.bindings.llm:
+            await binding.arefresh()
+
+    async def aclose(self) -> None:
+        """Cancel runs still in flight, then close the providers the bindings built.
+
+        Idempotent; concurrent callers wait for the same close.
+        """
+        if self._close_task is None:
+            self._closed = True
+            self._close_task = asyncio.ensure_future(self._do_close())
+        await asyncio.shield(self._close_task)
+
+    async def _do_close(self) -> None:
+        contexts = list(self._runs.values())
+        for context in contexts:
+            context.cancel("shutdown")
+        tasks = [c._task for c in contexts if c._task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+        await self.bindings.aclose()
+        self._executor.shutdown()
+
+    # internals ------------------------------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise LoopAffinityError(
+                "this AgentCore belongs to another event loop; build one agent per loop",
+                owner_loop=self._loop,
+                current_loop=loop,
+            )
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise AgentClosedError("the agent is closed; build a new one")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no running loop yet: the loop is claimed at the first pull
+            return
+        self._claim_loop()
+
+    def _options(
+        self, options: Mapping[str, Any], conversation: Sequence[Message] | None
+    ) -> _RunOptions:
+        unknown = set(options) - _OPTION_NAMES
+        if unknown:
+            raise ConfigurationError(f"unknown run option(s): {', '.join(sorted(unknown))}")
+        max_iterations = options.get("max_iterations")
+        if max_iterations is None:
+            max_iterations = self.max_iterations
+        if max_iterations < 1:
+            raise ConfigurationError("max_iterations must be at least 1")
+        run_timeout = options.get("run_timeout", UNSET)
+        if run_timeout is UNSET:
+            run_timeout = self.run_timeout
+        if run_timeout is not None and run_timeout <= 0:
+            raise ConfigurationError("run_timeout must be positive or None")
+        tools = self.registry.snapshot()
+        for extra in options.get("extra_tools") or ():
+            built = extra if isinstance(extra, Tool) else tool(extra)
+            if built.name in tools:
+                raise ConfigurationError(
+                    f"extra tool {built.name!r} collides with a registered tool"
+                )
+            tools[built.name] = built
+        tool_filter = options.get("tool_filter")
+        if tool_filter is not None:
+            tools = {name: t for name, t in tools.items() if tool_filter(t)}
+        params = dict(self.model_params)
+        params.update(options.get("model_params") or {})
+        return _RunOptions(
+            run_timeout=run_timeout,
+            max_iterations=max_iterations,
+            tool_timeout=options.get("tool_timeout", self.tool_timeout),
+            parallel_tool_calls=options.get("parallel_tool_calls", self.parallel_tool_calls),
+            system_prompt=options.get("system_prompt", self.system_prompt),
+            permission_callback=options.get("permission_callback", self.permission_callback),
+            conversation=list(conversation) if conversation is not None else None,
+            tools=tools,
+            params=params,
+            agent_name=options.get("agent_name") or self.name,
+        )
+
+    async def _stream(
+        self,
+        prompt: str,
+        config: AgentRunConfig | None,
+        conversation: Sequence[Message] | None,
+        options: Mapping[str, Any],
+        *,
+        raise_on_fail: bool,
+    ) -> AsyncIterator[AgentEvent]:  # an async generator: aclose() cancels the run
+        self._check_usable()
+        self._claim_loop()
+        if not isinstance(prompt, str):
+            raise ConfigurationError("prompt must be a string")
+        run_options = self._options(options, conversation)
+        config = config if config is not None else (self.config or AgentRunConfig())
+        run_id = config.run_id or new_id("run")
+        session_id = config.session_id or new_id("anon")
+        active = self._sessions.get(session_id)
+        if active is not None:
+            raise SessionBusyError(session_id, active)
+        if run_id in self._runs:
+            raise ConfigurationError(f"run id {run_id!r} is already in use")
+        channel: Channel[AgentEvent] = Channel()
+        context = AgentRunContext(self, config, run_id, session_id, run_options, channel)
+        self._sessions[session_id] = run_id
+        self._runs[run_id] = context
+        self.state = context.state
+        task = asyncio.get_running_loop().create_task(self._execute(context, prompt))
+        context._task = task
+        failure: BaseException | None = None
+        try:
+            while True:
+                try:
+                    event = await channel.get()
+                except ChannelClosed:
+                    break
+                yield event
+            # the task closed the channel: it has finished or is about to
+            await asyncio.wait([task])
+            if not task.cancelled():
+                failure = task.exception()
+        finally:
+            if not task.done():
+                if context._cancel_reason is None:
+                    context._cancel_reason = "consumer_closed"
+                task.cancel()
+                # wait for the run's cleanup; our own cancellation still propagates from here
+                await asyncio.wait([task])
+            if task.done() and not task.cancelled():
+                task.exception()  # mark retrieved: the failure was reported as run.failed
+        if failure is not None and raise_on_fail:
+            raise failure
+        if task.cancelled():
+            # cancelled from elsewhere (cancel_run or aclose) while our consumer is still here:
+            # not the consumer's own cancellation, so not a CancelledError
+            raise RunCancelledError(context._cancel_reason or "cancelled", run_id=context.run_id)
+
+    async def _execute(self, context: AgentRunContext, prompt: str) -> None:
+        state = context.state
+        options = context._options
+        channel = context._channel
+        try:
+            try:
+                async with asyncio.timeout(options.run_timeout) as deadline:
+                    await self._run_loop(context, prompt)
+            except TimeoutError as exc:
+                if deadline.expired():
+                    raise RunTimeoutError(
+                        options.run_timeout or 0.0, run_id=context.run_id
+                    ) from exc
+                raise
+        except asyncio.CancelledError:
+            state.phase = AgentPhase.CANCELLED
+            reason = context._cancel_reason or "cancelled"
+            await self._notify_cancelled(context, reason)
+            channel.put_nowait(
+                AgentEvent(
+                    AgentEventType.RUN_CANCELLED,
+                    context.run_id,
+                    context.session_id,
+                    reason=reason,
+                )
+            )
+            channel.close()
+            raise
+        except Exception as error:
+            if isinstance(error, RunError) and error.run_id is None:
+                error.run_id = context.run_id
+            state.phase = AgentPhase.FAILED
+            state.error = error
+            await self._notify_error(context, error)
+            channel.put_nowait(
+                AgentEvent(
+                    AgentEventType.RUN_FAILED,
+                    context.run_id,
+                    context.session_id,
+                    error_code=getattr(error, "code", "internal"),
+                    error=str(error),
+                    usage=state.usage,
+                )
+            )
+            channel.close()
+            raise
+        else:
+            channel.close()
+        finally:
+            self._runs.pop(context.run_id, None)
+            if self._sessions.get(context.session_id) == context.run_id:
+                del self._sessions[context.session_id]
+
+    async def _run_loop(self, context: AgentRunContext, prompt: str) -> None:
+        state = context.state
+        options = context._options
+        channel = context._channel
+        state.phase = AgentPhase.STARTING
+        for extension in self._extensions:
+            await extension.before_run(context)
+        for extension in self._extensions:
+            await extension.on_tool(context)
+        if options.conversation is not None:
+            history = options.conversation
+        elif self.conversation_store is not None:
+            history = await self.conversation_store.load(context.session_id)
+        else:
+            history = []
+        user = UserMessage(prompt)
+        state.messages = [*history, user]
+        new_messages: list[Message] = [user]
+        primary = self.bindings.llm[0]
+        await channel.put(
+            AgentEvent(
+                AgentEventType.RUN_STARTED,
+                context.run_id,
+                context.session_id,
+                agent=options.agent_name,
+                model=primary.model,
+            )
+        )
+        specs = [t.spec for t in options.tools.values()]
+        while True:
+            if state.iteration >= options.max_iterations:
+                raise MaxIterationsError(
+                    f"the model was still calling tools after {options.max_iterations} model "
+                    "calls; raise max_iterations or check the tools' results",
+                    run_id=context.run_id,
+                )
+            state.iteration += 1
+            state.phase = AgentPhase.MODEL
+            request = ModelRequest(
+                messages=list(state.messages),
+                tools=specs,
+                system=options.system_prompt,
+                run_id=context.run_id,
+                session_id=context.session_id,
+                params=options.params,
+            )
+            response = await self._call_model(context, request)
+            message = response.message
+            state.messages.append(message)
+            new_messages.append(message)
+            if not message.tool_calls:
+                break
+            state.phase = AgentPhase.TOOLS
+            # tools have side effects: run them only once the consumer has seen the calls
+            # coming, so a consumer that already left cancels instead
+            await channel.wait_consumer_idle()
+            results = await self._run_tools(context, message.tool_calls)
+            state.messages.extend(results)
+            new_messages.extend(results)
+            if state.consecutive_tool_errors >= self.tool_error_limit:
+                raise ToolErrorLimitError(
+                    f"{state.consecutive_tool_errors} consecutive tool calls failed or were "
+                    "denied; the run was stopped",
+                    run_id=context.run_id,
+                )
+        # the run counts as completed only once its consumer has taken every event
+        await channel.wait_consumer_idle()
+        if self.conversation_store is not None and options.conversation is None:
+            await self.conversation_store.append(context.session_id, new_messages)
+        for extension in self._extensions:
+            await extension.on_success(context, message)
+        state.phase = AgentPhase.COMPLETED
+        channel.put_nowait(
+            AgentEvent(
+                AgentEventType.RUN_COMPLETED,
+                context.run_id,
+                context.session_id,
+                message=message,
+                usage=state.usage,
+                messages=new_messages,
+            )
+        )
+
+    async def _call_model(self, context: AgentRunContext, request: ModelRequest) -> ModelResponse:
+        """One model call, with retries on the same binding and failover to the next one."""
+        channel = context._channel
+        run_id = context.run_id
+        session_id = context.session_id
+        last_error: ProviderError | None = None
+        for binding in self.bindings.llm:
+            attempt = 0
+            while True:
+                model_call_id = new_id("mcall")
+                request.model_call_id = model_call_id
+                emitted = False
+                response: ModelResponse | None = None
+                retry = _DEFAULT_RETRY
+                try:
+                    async with binding.lease_provider() as provider:
+                        retry = getattr(provider, "retry", None) or _DEFAULT_RETRY
+                        stream = provider.stream(request)
+                        try:
+                            async for item in stream:
+                                kind = item.kind
+                                if kind is ModelEventKind.TEXT:
+                                    if item.delta:
+                                        emitted = True
+                                        await channel.put(
+                                            AgentEvent(
+                                                AgentEventType.TEXT_DELTA,
+                                                run_id,
+                                                session_id,
+                                                model_call_id,
+                                                delta=item.delta,
+                                            )
+                                        )
+                                elif kind is ModelEventKind.COMPLETED:
+                                    response = item.response
+                        finally:
+                            aclose = getattr(stream, "aclose", None)
+                            if aclose is not None:
+                                await aclose()
+                    if response is None:
+                        raise ProviderError(
+                            f"model {binding.model} ended its stream without a completed event"
+                        )
+                except ProviderError as exc:
+                    exc.run_id = run_id
+                    if emitted or not exc.retryable:
+                        raise
+                    last_error = exc
+                    attempt += 1
+                    if attempt <= retry.max_retries:
+                        await asyncio.sleep(retry.delay(attempt, exc.retry_after))
+                        continue
+                    logger.warning(
+                        "model binding failed, trying the next one",
+                        extra={"run_id": run_id, "model": binding.model, "status": exc.status_code},
+                    )
+                    break
+                if response.usage is not None:
+                    context.state.usage.add(response.usage)
+                    await channel.put(
+                        AgentEvent(
+                            AgentEventType.USAGE,
+                            run_id,
+                            session_id,
+                            model_call_id,
+                            usage=response.usage,
+                        )
+                    )
+                return response
+        assert last_error is not None
+        raise last_error
+
+    async def _run_tools(
+        self, context: AgentRunContext, calls: list[ToolCall]
+    ) -> list[ToolMessage]:
+        options = context._options
+        if options.parallel_tool_calls and len(calls) > 1:
+            # checks (hooks, permissions) stay sequential in call order; execution overlaps
+            prepared = [await self._prepare_call(context, call) for call in calls]
+            finished = await asyncio.gather(
+                *(
+                    self._finish_call(context, call, ready)
+                    for call, ready in zip(calls, prepared, strict=True)
+                )
+            )
+            results = list(finished)
+        else:
+            results = []
+            for call in calls:
+                ready = await self._prepare_call(context, call)
+                results.append(await self._finish_call(context, call, ready))
+        state = context.state
+        for result in results:
+            if result.is_error:
+                state.consecutive_tool_errors += 1
+            else:
+                state.consecutive_tool_errors = 0
+        return results
+
+    async def _prepare_call(self, context: AgentRunContext, call: ToolCall) -> Tool | str:
+        """Announce a call, run before_tool hooks and checks; a string is the refusal."""
+        await context._channel.put(
+            AgentEvent(
+                AgentEventType.TOOL_CALL_STARTED,
+                context.run_id,
+                context.session_id,
+                tool_call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+            )
+        )
+        found = context._options.tools.get(call.name)
+        if found is None:
+            return f"unknown tool {call.name!r}: it is not available in this run"
+        for extension in self._extensions:
+            await extension.before_tool(context, call)
+        policy = context.tool_policy(call.name)
+        if policy is ToolPolicy.DENY:
+            return f"tool {call.name!r} is not allowed by policy"
+        if policy is ToolPolicy.ASK:
+            approved, reason = await self._ask(context, call)
+            if not approved:
+                return reason or f"the call to {call.name!r} was denied"
+        return found
+
+    async def _ask(self, context: AgentRunContext, call: ToolCall) -> tuple[bool, str | None]:
+        decision = context.take_tool_decision(call.id)
+        if decision is not None:
+            return decision
+        callback = context._options.permission_callback
+        if callback is None:
+            return False, f"the call to {call.name!r} needs approval and no approver is configured"
+        try:
+            verdict = callback(context, call)
+            if asyncio.iscoroutine(verdict) or isinstance(verdict, Awaitable):
+                verdict = await verdict
+        except Exception as exc:  # a failing approver fails closed
+            logger.warning(
+                "permission callback raised; the call is denied",
+                extra={"run_id": context.run_id, "tool": call.name, "error": type(exc).__name__},
+            )
+            return False, f"the call to {call.name!r} was denied (approval check failed)"
+        if verdict is True:
+            return True, None
+        return False, f"the call to {call.name!r} was denied"
+
+    async def _finish_call(
+        self, context: AgentRunContext, call: ToolCall, ready: Tool | str
+    ) -> ToolMessage:
+        if isinstance(ready, str):
+            outcome_error: str | None = ready
+            result: Any = None
+        else:
+            timeout = ready.timeout if ready.timeout is not None else context._options.tool_timeout
+            result, outcome_error = await self._executor.execute(ready, call, timeout)
+        outcome = ToolOutcome(result, outcome_error)
+        for extension in self._extensions:
+            await extension.after_tool(context, call, outcome)
+        is_error = outcome_error is not None
+        await context._channel.put(
+            AgentEvent(
+                AgentEventType.TOOL_CALL_COMPLETED,
+                context.run_id,
+                context.session_id,
+                tool_call_id=call.id,
+                name=call.name,
+                result=None if is_error else result,
+                error=outcome_error,
+                is_error=is_error,
+            )
+        )
+        content = f"Error: {outcome_error}" if is_error else self._executor.render(result)
+        return ToolMessage(call.id, call.name, content, is_error)
+
+    async def _notify_cancelled(self, context: AgentRunContext, reason: str) -> None:
+        notice = RunCancelledEvent(reason)
+        for extension in self._extensions:
+            try:
+                await extension.on_event(context, notice)
+            except Exception:
+                logger.exception(
+                    "extension %s failed while handling cancellation",
+                    extension.name,
+                    extra={"run_id": context.run_id},
+                )
+
+    async def _notify_error(self, context: AgentRunContext, error: Exception) -> None:
+        for extension in self._extensions:
+            try:
+                await extension.on_error(context, error)
+            except Exception:
+                logger.exception(
+                    "extension %s failed in on_error",
+                    extension.name,
+                    extra={"run_id": context.run_id},
+                )
+
+
+_OPTION_NAMES = frozenset(
+    {
+        "run_timeout",
+        "max_iterations",
+        "tool_timeout",
+        "parallel_tool_calls",
+        "system_prompt",
+        "permission_callback",
+        "extra_tools",
+        "tool_filter",
+        "model_params",
+        "agent_name",
+    }
+)
+
+
+def _as_bindings(model: ModelLike) -> ModelBindings:
+    if isinstance(model, ModelBindings):
+        return model
+    if isinstance(model, ModelBinding):
+        return ModelBindings(llm=[model])
+    if callable(getattr(model, "stream", None)):
+        return ModelBindings(llm=[ModelBinding(provider=model)])
+    raise ConfigurationError(
+        f"{model!r} is not a model: pass an object with stream(request), a ModelBinding or "
+        "ModelBindings"
+    )

@@ -1,0 +1,184 @@
+"""Exceptions raised by the agent runtime.
+
+Every exception the runtime raises on purpose derives from ``AgentRuntimeError``. A user's
+misuse of the API is kept apart from a run that failed::
+
+    AgentRuntimeError
+    ├── ConfigurationError (also ValueError)    bad setup: duplicate names, collisions, bad options
+    ├── AgentClosedError (also RuntimeError)    an entry point called after aclose()
+    ├── LoopAffinityError (also RuntimeError)   an agent or binding used from a second event loop
+    ├── SessionBusyError                        a second run on a session that has one active
+    └── RunError                                a run ended in failure; carries .code and .run_id
+        ├── RunTimeoutError (also TimeoutError) the run's deadline expired
+        ├── MaxIterationsError                  the model kept calling tools past max_iterations
+        ├── ToolErrorLimitError                 too many consecutive tool errors or denials
+        ├── RunCancelledError                   the run was cancelled by cancel_run or aclose
+        └── ProviderError                       the model provider failed; .retryable says if
+            │                                   another attempt or binding may succeed
+            ├── ProviderStatusError             the upstream answered with an error status
+            ├── ProviderTimeoutError            the upstream did not answer in time
+            └── ProviderConnectionError         the connection failed or dropped
+
+A caller's own cancellation is never converted: it stays ``asyncio.CancelledError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+__all__ = [
+    "AgentClosedError",
+    "AgentRuntimeError",
+    "ConfigurationError",
+    "LoopAffinityError",
+    "MaxIterationsError",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderStatusError",
+    "ProviderTimeoutError",
+    "RunCancelledError",
+    "RunError",
+    "RunTimeoutError",
+    "SessionBusyError",
+    "ToolErrorLimitError",
+]
+
+
+class AgentRuntimeError(Exception):
+    """Base class of every exception the runtime raises on purpose."""
+
+
+class ConfigurationError(AgentRuntimeError, ValueError):
+    """The agent, a tool, an extension or a binding was set up wrongly."""
+
+
+class AgentClosedError(AgentRuntimeError, RuntimeError):
+    """The agent was closed; build a new one."""
+
+
+class LoopAffinityError(AgentRuntimeError, RuntimeError):
+    """An object bound to one event loop was used from another.
+
+    ``owner_loop`` is the loop that claimed the object, ``current_loop`` the loop that tried to
+    use it, ``model`` the model name when a binding raised it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        owner_loop: asyncio.AbstractEventLoop | None,
+        current_loop: asyncio.AbstractEventLoop | None,
+        model: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.owner_loop = owner_loop
+        self.current_loop = current_loop
+        self.model = model
+
+
+class SessionBusyError(AgentRuntimeError):
+    """A run is already active on this session; wait for it or cancel it."""
+
+    def __init__(self, session_id: str, active_run_id: str) -> None:
+        super().__init__(
+            f"session {session_id!r} already has an active run ({active_run_id}); "
+            "wait for it to finish or cancel it"
+        )
+        self.session_id = session_id
+        self.active_run_id = active_run_id
+
+
+class RunError(AgentRuntimeError):
+    """A run ended in failure. ``code`` is the stable failure code of the SSE contract."""
+
+    code: str = "internal"
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class RunTimeoutError(RunError, TimeoutError):
+    """The run's whole-run deadline (``run_timeout``) expired."""
+
+    code = "run_timeout"
+
+    def __init__(self, timeout: float, *, run_id: str | None = None) -> None:
+        super().__init__(f"run exceeded its run_timeout of {timeout:g} s", run_id=run_id)
+        self.timeout = timeout
+
+
+class MaxIterationsError(RunError):
+    """The model was still calling tools after ``max_iterations`` model calls."""
+
+    code = "max_iterations"
+
+
+class ToolErrorLimitError(RunError):
+    """Too many consecutive tool calls failed or were denied."""
+
+    code = "tool_error_limit"
+
+
+class RunCancelledError(RunError):
+    """The run was cancelled from outside its consumer (``cancel_run``, ``aclose``).
+
+    ``reason`` is the reason given to the cancellation. Not a CancelledError: the consumer's
+    own task was not cancelled.
+    """
+
+    code = "cancelled"
+
+    def __init__(self, reason: str, *, run_id: str | None = None) -> None:
+        super().__init__(f"the run was cancelled ({reason})", run_id=run_id)
+        self.reason = reason
+
+
+class ProviderError(RunError):
+    """A model provider failed.
+
+    ``retryable`` is true for failures another attempt may not repeat (429, 5xx, 529, timeouts,
+    connection errors). ``retry_after`` is the upstream's Retry-After in seconds, when it sent one.
+    """
+
+    code = "provider_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        provider: str | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(message, run_id=run_id)
+        self.retryable = retryable
+        self.status_code = status_code
+        self.retry_after = retry_after
+        self.provider = provider
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_provider_error, (type(self), str(self), self.__dict__))
+
+
+def _rebuild_provider_error(cls: type[ProviderError], message: str, state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
+class ProviderStatusError(ProviderError):
+    """The upstream answered with an error status."""
+
+
+class ProviderTimeoutError(ProviderError):
+    """The upstream did not answer within the client timeout."""
+
+
+class ProviderConnectionError(ProviderError):
+    """The connection to the upstream failed or dropped."""

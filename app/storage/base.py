@@ -1,0 +1,309 @@
+"""What the service stores, and the `Store` protocol every backend implements.
+
+Errors form one tree::
+
+    StorageError
+     ├── StorageUnavailable     the database cannot be reached, or the store is closed
+     ├── StorageConfigError     a bad AGENT_DATABASE_URL (also a ValueError)
+     ├── SessionNotFound        a write into a session that does not exist
+     ├── SessionOwnedByOther    the session id belongs to another principal (HTTP: 404)
+     ├── RunNotFound            an update of a run that does not exist
+     └── RunAlreadyExists       a second run with the same id
+
+Misuse of the API with bad values (a message without a "role", a value JSON cannot encode,
+a naive datetime) raises the built-in `TypeError` / `ValueError`, as Python code does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, Protocol, get_args
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "UNFINISHED_STATUSES",
+    "JSONObject",
+    "RunAlreadyExists",
+    "RunNotFound",
+    "RunRecord",
+    "RunStatus",
+    "SessionNotFound",
+    "SessionOwnedByOther",
+    "SessionRecord",
+    "StorageConfigError",
+    "StorageError",
+    "StorageUnavailable",
+    "Store",
+    "StoredMessage",
+]
+
+JSONObject = dict[str, Any]
+RunStatus = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
+
+RUN_STATUSES: Final[frozenset[str]] = frozenset(get_args(RunStatus))
+TERMINAL_STATUSES: Final[frozenset[RunStatus]] = frozenset({"completed", "failed", "cancelled"})
+UNFINISHED_STATUSES: Final[frozenset[RunStatus]] = frozenset({"queued", "running", "waiting"})
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class StorageError(Exception):
+    """Base of every error the storage layer raises on purpose."""
+
+
+class StorageUnavailable(StorageError):
+    """The database cannot be reached, the connection was lost, or the store is closed.
+
+    Transient from the caller's point of view: the HTTP layer answers 503.
+    """
+
+
+class StorageConfigError(StorageError, ValueError):
+    """AGENT_DATABASE_URL cannot be used (unsupported scheme, empty path...)."""
+
+
+class SessionNotFound(StorageError):
+    """A write named a session that does not exist."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} does not exist")
+        self.session_id = session_id
+
+
+class SessionOwnedByOther(StorageError):
+    """The session exists and belongs to another principal.
+
+    Never show this to the caller as such: to them, the session does not exist (404).
+    """
+
+    def __init__(self, session_id: str) -> None:
+        # The owner is deliberately not part of the message: it may end up in a log or answer.
+        super().__init__(f"session {session_id!r} belongs to another principal")
+        self.session_id = session_id
+
+
+class RunNotFound(StorageError):
+    """An update named a run that does not exist."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} does not exist")
+        self.run_id = run_id
+
+
+class RunAlreadyExists(StorageError):
+    """`create_run` was given a run id that is already stored."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} already exists")
+        self.run_id = run_id
+
+
+# --- records ------------------------------------------------------------------------------
+
+
+def utcnow() -> datetime:
+    """The current time as a timezone-aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def require_aware(name: str, value: datetime | None) -> None:
+    """Reject naive datetimes: the backends would each guess a different zone."""
+    if value is not None and value.utcoffset() is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime, got {value!r}")
+
+
+def require_status(status: str) -> None:
+    if status not in RUN_STATUSES:
+        raise ValueError(f"unknown run status {status!r}; expected one of {sorted(RUN_STATUSES)}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRecord:
+    """One conversation, owned by one principal."""
+
+    id: str
+    principal: str
+    created_at: datetime
+    updated_at: datetime
+    message_count: int = 0
+    last_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredMessage:
+    """One message of a session's conversation; `position` counts from 0 across all runs."""
+
+    session_id: str
+    run_id: str
+    position: int
+    role: str
+    message: JSONObject
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """One run: what was asked, where it stands, and how it ended.
+
+    `error` is `{"code": ..., "message": ...}` for a failed run.
+    """
+
+    run_id: str
+    session_id: str
+    principal: str
+    agent: str
+    input: str
+    status: RunStatus = "queued"
+    created_at: datetime = field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    output: JSONObject | None = None
+    error: JSONObject | None = None
+    usage: JSONObject | None = None
+    metadata: JSONObject = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require_status(self.status)
+        require_aware("created_at", self.created_at)
+        require_aware("started_at", self.started_at)
+        require_aware("finished_at", self.finished_at)
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether the run reached a terminal status."""
+        return self.status in TERMINAL_STATUSES
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+
+def encode_json(value: Mapping[str, Any]) -> str:
+    """Encode for storage; both backends store exactly this text's meaning.
+
+    NaN and infinities are refused because they are not JSON (PostgreSQL's jsonb rejects
+    them, and so would a browser's JSON.parse).
+    """
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def encode_optional_json(value: Mapping[str, Any] | None) -> str | None:
+    return None if value is None else encode_json(value)
+
+
+def decode_json(text: str) -> JSONObject:
+    value = json.loads(text)
+    if not isinstance(value, dict):  # pragma: no cover - only if someone edits the database
+        raise StorageError(f"stored JSON is not an object: {text[:80]!r}")
+    return value
+
+
+def decode_optional_json(text: str | None) -> JSONObject | None:
+    return None if text is None else decode_json(text)
+
+
+def message_role(index: int, message: Mapping[str, Any]) -> str:
+    """The `role` of a message about to be stored; a message without one is a caller bug."""
+    if not isinstance(message, Mapping):
+        raise TypeError(f"message {index} is a {type(message).__name__}, not a mapping")
+    role = message.get("role")
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"message {index} has no string 'role'")
+    return role
+
+
+# --- the protocol -------------------------------------------------------------------------
+
+
+class Store(Protocol):
+    """Sessions, their conversations and their runs.
+
+    Every method may raise `StorageUnavailable`. Implementations are safe to share between
+    the tasks of one event loop.
+    """
+
+    async def close(self) -> None:
+        """Release the connection(s). Idempotent; later calls raise `StorageUnavailable`."""
+        ...
+
+    async def ping(self) -> None:
+        """Round-trip to the database, for readiness checks; raises `StorageUnavailable`."""
+        ...
+
+    # sessions
+
+    async def get_or_create_session(self, session_id: str, principal: str) -> SessionRecord:
+        """Return the session, creating it for `principal` on first use.
+
+        Raises `SessionOwnedByOther` if it exists and belongs to another principal.
+        """
+        ...
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or None. The caller checks `principal`."""
+        ...
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session with its messages and runs; False if it did not exist."""
+        ...
+
+    # messages
+
+    async def list_messages(self, session_id: str) -> list[StoredMessage]:
+        """The conversation in order (by `position`); empty for an unknown session."""
+        ...
+
+    async def append_messages(
+        self, session_id: str, run_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Append one run's messages in one transaction: all are stored, or none.
+
+        Also sets the session's `last_run_id`, `message_count` and `updated_at`.
+        Raises `SessionNotFound`; `TypeError`/`ValueError` for a message without a string
+        "role" or one JSON cannot encode (nothing is written then).
+        """
+        ...
+
+    # runs
+
+    async def create_run(self, run: RunRecord) -> None:
+        """Store a new run of an existing session owned by `run.principal`.
+
+        Raises `SessionNotFound`, `SessionOwnedByOther` or `RunAlreadyExists`.
+        """
+        ...
+
+    async def update_run(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus,
+        output: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        usage: Mapping[str, Any] | None = None,
+        started_at: datetime | None = None,
+        finished_at: datetime | None = None,
+    ) -> RunRecord:
+        """Move a run to `status` and return the run as stored afterwards.
+
+        Arguments left as None keep their stored value. `started_at` defaults to now on the
+        first move to running/waiting, `finished_at` to now on a terminal status. A finished
+        run is final: the update is ignored and the stored run returned, so compare the
+        returned `status` to learn whether this call won a race. Raises `RunNotFound`.
+        """
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or None. The caller checks `principal`."""
+        ...
+
+    async def list_runs(self, session_id: str, limit: int = 20) -> list[RunRecord]:
+        """The session's most recent runs, newest first."""
+        ...
+
+    async def list_unfinished_runs(self) -> list[RunRecord]:
+        """Runs still queued, running or waiting, oldest first (for crash recovery)."""
+        ...

@@ -1,0 +1,503 @@
+"""The PostgreSQL backend, on an asyncpg pool, with JSONB columns.
+
+Every statement runs through `PostgresStore._connection`, the one place where asyncpg's and
+the socket's errors become `StorageUnavailable`. Messages never carry the URL's password:
+`redact_url` and `_scrub` see to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+
+from app.storage.base import (
+    TERMINAL_STATUSES,
+    RunAlreadyExists,
+    RunNotFound,
+    RunRecord,
+    RunStatus,
+    SessionNotFound,
+    SessionOwnedByOther,
+    SessionRecord,
+    StorageConfigError,
+    StorageError,
+    StorageUnavailable,
+    StoredMessage,
+    decode_json,
+    decode_optional_json,
+    encode_json,
+    encode_optional_json,
+    message_role,
+    require_aware,
+    require_status,
+    utcnow,
+)
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "redact_url"]
+
+# Each entry is one schema version; never edit a shipped entry, append a new one.
+_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        """CREATE TABLE sessions (
+            id text PRIMARY KEY,
+            principal text NOT NULL,
+            created_at timestamptz NOT NULL,
+            updated_at timestamptz NOT NULL,
+            message_count integer NOT NULL DEFAULT 0,
+            last_run_id text
+        )""",
+        """CREATE TABLE messages (
+            session_id text NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            position integer NOT NULL,
+            run_id text NOT NULL,
+            role text NOT NULL,
+            message jsonb NOT NULL,
+            created_at timestamptz NOT NULL,
+            PRIMARY KEY (session_id, position)
+        )""",
+        """CREATE TABLE runs (
+            run_id text PRIMARY KEY,
+            session_id text NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            principal text NOT NULL,
+            agent text NOT NULL,
+            status text NOT NULL,
+            created_at timestamptz NOT NULL,
+            started_at timestamptz,
+            finished_at timestamptz,
+            input text NOT NULL,
+            output jsonb,
+            error jsonb,
+            usage jsonb,
+            metadata jsonb NOT NULL
+        )""",
+        "CREATE INDEX runs_by_session ON runs (session_id, created_at)",
+        """CREATE INDEX runs_unfinished ON runs (created_at)
+            WHERE status IN ('queued', 'running', 'waiting')""",
+    ),
+)
+SCHEMA_VERSION: Final = len(_MIGRATIONS)
+
+# Any fixed number works; it only has to differ from other applications' advisory locks
+# in the same database. Taken inside the migration transaction, it is released at commit.
+_MIGRATION_LOCK_KEY: Final = 0x6167_656E_7473_746F  # "agentsto"
+
+_SESSION_COLUMNS: Final = "id, principal, created_at, updated_at, message_count, last_run_id"
+_MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
+_RUN_COLUMNS: Final = (
+    "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
+    " input, output, error, usage, metadata"
+)
+_TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
+
+# What a lost or refused connection looks like. DataError is an InterfaceError too, but it
+# means a bad argument value (a caller bug), so `_connection` lets it through first.
+_UNAVAILABLE: Final[tuple[type[BaseException], ...]] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.InsufficientResourcesError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+)
+# At open, any refusal by the server (bad password, no such database) is also "unavailable".
+_OPEN_FAILURES: Final[tuple[type[BaseException], ...]] = (*_UNAVAILABLE, asyncpg.PostgresError)
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password (in the user part or the query) replaced by `***`."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            userinfo, _, hostinfo = netloc.rpartition("@")
+            netloc = f"{userinfo.partition(':')[0]}:***@{hostinfo}"
+        query = urlencode(
+            [
+                (key, "***" if key == "password" else value)
+                for key, value in parse_qsl(parts.query, keep_blank_values=True)
+            ],
+            safe="*",
+        )
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
+    except ValueError:
+        return "<unparseable URL>"
+
+
+def _secrets(url: str) -> list[str]:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    found = [parts.password] if parts.password else []
+    found += [v for k, v in parse_qsl(parts.query) if k == "password" and v]
+    return [s for secret in found for s in {secret, unquote(secret)}]
+
+
+def _scrub(text: str, secrets: Sequence[str]) -> str:
+    # Belt and braces: asyncpg's messages do not echo passwords today; make sure they never do.
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def _session(row: asyncpg.Record) -> SessionRecord:
+    return SessionRecord(
+        id=row["id"],
+        principal=row["principal"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        message_count=row["message_count"],
+        last_run_id=row["last_run_id"],
+    )
+
+
+def _message(row: asyncpg.Record) -> StoredMessage:
+    return StoredMessage(
+        session_id=row["session_id"],
+        run_id=row["run_id"],
+        position=row["position"],
+        role=row["role"],
+        message=decode_json(row["message"]),
+        created_at=row["created_at"],
+    )
+
+
+def _run(row: asyncpg.Record) -> RunRecord:
+    return RunRecord(
+        run_id=row["run_id"],
+        session_id=row["session_id"],
+        principal=row["principal"],
+        agent=row["agent"],
+        status=row["status"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        input=row["input"],
+        output=decode_optional_json(row["output"]),
+        error=decode_optional_json(row["error"]),
+        usage=decode_optional_json(row["usage"]),
+        metadata=decode_json(row["metadata"]),
+    )
+
+
+class PostgresStore:
+    """A `Store` in PostgreSQL. Open it with `await PostgresStore.connect(url)`."""
+
+    def __init__(self, pool: asyncpg.Pool, safe_url: str, *, timeout: float) -> None:
+        self._pool = pool
+        self._safe_url = safe_url
+        self._timeout = timeout
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._safe_url!r})"
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        operation_timeout: float = 30.0,
+        server_settings: Mapping[str, str] | None = None,
+    ) -> PostgresStore:
+        """Open a pool on `url` (postgresql:// or postgres://) and migrate the schema.
+
+        Query parameters asyncpg does not know become server settings, so
+        `?search_path=myschema` selects a schema. `operation_timeout` bounds connecting, each
+        statement and the wait for a pooled connection. Raises `StorageUnavailable` when the
+        server cannot be reached or refuses us, `StorageConfigError` for a malformed URL.
+        """
+        safe_url, secrets = redact_url(url), _secrets(url)
+        dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
+        try:
+            pool = await asyncpg.create_pool(
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=operation_timeout,
+                command_timeout=operation_timeout,
+                server_settings=dict(server_settings) if server_settings else None,
+            )
+        # `from None`: the original exception's text is scrubbed into ours instead, so a
+        # traceback cannot carry the password either.
+        except (asyncpg.ClientConfigurationError, ValueError) as exc:
+            message = _scrub(str(exc), secrets)
+            raise StorageConfigError(
+                f"AGENT_DATABASE_URL {safe_url} is not a valid PostgreSQL URL: {message}"
+            ) from None
+        except _OPEN_FAILURES as exc:
+            message = _scrub(f"{type(exc).__name__}: {exc}", secrets)
+            raise StorageUnavailable(
+                f"cannot connect to PostgreSQL at {safe_url}: {message}"
+            ) from None
+        store = cls(pool, safe_url, timeout=operation_timeout)
+        try:
+            await store.migrate()
+        except BaseException:
+            pool.terminate()
+            raise
+        return store
+
+    async def close(self) -> None:
+        """Close the pool, waiting up to the timeout for connections in use. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.wait_for(self._pool.close(), self._timeout)
+        except TimeoutError:
+            self._pool.terminate()
+
+    async def migrate(self) -> int:
+        """Bring the schema up to date (idempotent, safe from many workers at once).
+
+        Returns the schema version.
+        """
+        async with self._connection() as conn, conn.transaction():
+            # Serialise concurrent migrators first: even CREATE TABLE IF NOT EXISTS races
+            # with itself in PostgreSQL (a duplicate key in pg_type).
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK_KEY)
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version"
+                " (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            current: int = await conn.fetchval(
+                "SELECT COALESCE(max(version), 0) FROM schema_version"
+            )
+            if current > SCHEMA_VERSION:
+                raise StorageError(
+                    f"the database at {self._safe_url} has schema version {current}, newer"
+                    f" than this code's {SCHEMA_VERSION}: upgrade the service"
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version - 1]:
+                    await conn.execute(statement)
+                await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", version)
+        return max(current, SCHEMA_VERSION)
+
+    async def ping(self) -> None:
+        """Run a trivial query; raises `StorageUnavailable`."""
+        async with self._connection() as conn:
+            await conn.fetchval("SELECT 1")
+
+    # --- sessions -------------------------------------------------------------------------
+
+    async def get_or_create_session(self, session_id: str, principal: str) -> SessionRecord:
+        """Return the session, creating it for `principal` on first use."""
+        async with self._connection() as conn:
+            # Two statements, not one: a row inserted by a concurrent transaction is skipped
+            # by ON CONFLICT yet invisible to a SELECT in the same statement. The loop covers
+            # a delete that lands between them.
+            for _ in range(3):
+                now = utcnow()
+                row = await conn.fetchrow(
+                    "INSERT INTO sessions (id, principal, created_at, updated_at)"
+                    " VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO NOTHING"
+                    f" RETURNING {_SESSION_COLUMNS}",
+                    session_id,
+                    principal,
+                    now,
+                )
+                if row is None:
+                    row = await conn.fetchrow(
+                        f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = $1", session_id
+                    )
+                if row is not None:
+                    break
+            else:
+                raise StorageUnavailable(f"session {session_id!r} keeps being deleted")
+        record = _session(row)
+        if record.principal != principal:
+            raise SessionOwnedByOther(session_id)
+        return record
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or None."""
+        async with self._connection() as conn:
+            row = await conn.fetchrow(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = $1", session_id
+            )
+        return None if row is None else _session(row)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session, its messages and runs (by ON DELETE CASCADE)."""
+        async with self._connection() as conn:
+            deleted = await conn.fetchval(
+                "DELETE FROM sessions WHERE id = $1 RETURNING id", session_id
+            )
+        return deleted is not None
+
+    # --- messages -------------------------------------------------------------------------
+
+    async def list_messages(self, session_id: str) -> list[StoredMessage]:
+        """The conversation in order."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 ORDER BY position",
+                session_id,
+            )
+        return [_message(row) for row in rows]
+
+    async def append_messages(
+        self, session_id: str, run_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Append one run's messages atomically; an empty sequence changes nothing."""
+        if not messages:
+            return
+        now = utcnow()
+        async with self._connection() as conn, conn.transaction():
+            # The UPDATE locks the session row, so concurrent appends to one session queue
+            # up instead of colliding on positions.
+            start: int | None = await conn.fetchval(
+                "UPDATE sessions SET message_count = message_count + $2, last_run_id = $3,"
+                " updated_at = $4 WHERE id = $1 RETURNING message_count - $2",
+                session_id,
+                len(messages),
+                run_id,
+                now,
+            )
+            if start is None:
+                raise SessionNotFound(session_id)
+            # Encoding happens inside the transaction: a bad message rolls back the
+            # session update above, leaving nothing half-written.
+            rows = [
+                (session_id, run_id, start + i, message_role(i, m), encode_json(m), now)
+                for i, m in enumerate(messages)
+            ]
+            await conn.executemany(
+                f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)",
+                rows,
+            )
+
+    # --- runs -----------------------------------------------------------------------------
+
+    async def create_run(self, run: RunRecord) -> None:
+        """Store a new run of an existing session owned by `run.principal`."""
+        async with self._connection() as conn, conn.transaction():
+            # FOR KEY SHARE keeps the session from being deleted before the INSERT.
+            owner: str | None = await conn.fetchval(
+                "SELECT principal FROM sessions WHERE id = $1 FOR KEY SHARE", run.session_id
+            )
+            if owner is None:
+                raise SessionNotFound(run.session_id)
+            if owner != run.principal:
+                raise SessionOwnedByOther(run.session_id)
+            try:
+                await conn.execute(
+                    f"INSERT INTO runs ({_RUN_COLUMNS})"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                    run.run_id,
+                    run.session_id,
+                    run.principal,
+                    run.agent,
+                    run.status,
+                    run.created_at,
+                    run.started_at,
+                    run.finished_at,
+                    run.input,
+                    encode_optional_json(run.output),
+                    encode_optional_json(run.error),
+                    encode_optional_json(run.usage),
+                    encode_json(run.metadata),
+                )
+            except asyncpg.UniqueViolationError as exc:
+                raise RunAlreadyExists(run.run_id) from exc
+
+    async def update_run(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus,
+        output: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        usage: Mapping[str, Any] | None = None,
+        started_at: datetime | None = None,
+        finished_at: datetime | None = None,
+    ) -> RunRecord:
+        """Move a run to `status`; see `Store.update_run`."""
+        require_status(status)
+        require_aware("started_at", started_at)
+        require_aware("finished_at", finished_at)
+        now = utcnow()
+        auto_started = now if status in ("running", "waiting") else None
+        auto_finished = now if status in TERMINAL_STATUSES else None
+        async with self._connection() as conn:
+            row = await conn.fetchrow(
+                "UPDATE runs SET status = $2, output = COALESCE($3::jsonb, output),"
+                " error = COALESCE($4::jsonb, error), usage = COALESCE($5::jsonb, usage),"
+                " started_at = COALESCE($6::timestamptz, started_at, $7::timestamptz),"
+                " finished_at = COALESCE($8::timestamptz, finished_at, $9::timestamptz)"
+                f" WHERE run_id = $1 AND status NOT IN ({_TERMINAL_SQL})"
+                f" RETURNING {_RUN_COLUMNS}",
+                run_id,
+                status,
+                encode_optional_json(output),
+                encode_optional_json(error),
+                encode_optional_json(usage),
+                started_at,
+                auto_started,
+                finished_at,
+                auto_finished,
+            )
+            if row is None:  # finished already, or unknown
+                row = await conn.fetchrow(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = $1", run_id
+                )
+        if row is None:
+            raise RunNotFound(run_id)
+        return _run(row)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or None."""
+        async with self._connection() as conn:
+            row = await conn.fetchrow(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = $1", run_id)
+        return None if row is None else _run(row)
+
+    async def list_runs(self, session_id: str, limit: int = 20) -> list[RunRecord]:
+        """The session's most recent runs, newest first."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = $1"
+                " ORDER BY created_at DESC, run_id DESC LIMIT $2",
+                session_id,
+                limit,
+            )
+        return [_run(row) for row in rows]
+
+    async def list_unfinished_runs(self) -> list[RunRecord]:
+        """Runs still queued, running or waiting, oldest first."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                f"SELECT {_RUN_COLUMNS} FROM runs"
+                " WHERE status IN ('queued', 'running', 'waiting') ORDER BY created_at, run_id"
+            )
+        return [_run(row) for row in rows]
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy]:
+        """A pooled connection; the one place connection failures become ours."""
+        if self._closed:
+            raise StorageUnavailable(f"the PostgreSQL store for {self._safe_url} is closed")
+        try:
+            async with self._pool.acquire(timeout=self._timeout) as conn:
+                yield conn
+        except asyncpg.DataError:
+            raise
+        except _UNAVAILABLE as exc:
+            raise StorageUnavailable(
+                f"PostgreSQL at {self._safe_url} is unavailable: {type(exc).__name__}: {exc}"
+            ) from exc
