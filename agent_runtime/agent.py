@@ -886,7 +886,10 @@ class AgentCore:
             return decision
         callback = context._options.permission_callback
         if callback is None:
-            return False, f"the call to {call.name!r} needs approval and no approver is configured"
+            return False, (
+                f"the call to {call.name!r} was denied: it needs approval and no approver "
+                "is configured"
+            )
         try:
             verdict = callback(context, call)
             if asyncio.iscoroutine(verdict) or isinstance(verdict, Awaitable):

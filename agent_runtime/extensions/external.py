@@ -1,16 +1,424 @@
-"""External event envelopes and the request-response extension base (in progress)."""
+"""Answers from outside a run, and the base class of extensions that pause a run for one.
+
+Some runs cannot go on until somebody outside them answers: a person approves a tool call, a
+front end returns a choice. ``ExternalEvent`` is the answer's envelope; ``ExternalEventExtension``
+does the bookkeeping every such extension needs, so a subclass only says what to ask and what
+to do with the reply::
+
+    run task (event loop)                         any thread
+    ─────────────────────                         ──────────
+    async with self._wait_for_external_event(context, call.id):
+        │ 1. the wait is registered under (session, call id)
+        │ 2. body: context.emit(question) ───────► UI shows the question
+        │                                            │
+        │                                            ▼
+        │                                 agent.emit_external_event(answer, config=...)
+        │                                   └─ accept(): match, claim once (lock),
+        │ ◄──────── result set on the run's loop ─── wake the waiter on its own loop
+        │ 3. leaving the body: await the answer (phase WAITING), stage it
+    tool runs ── self._take_external_event(context) pops the staged answer
+
+Registering before the body runs means an answer that arrives before the question's event has
+even reached the consumer still finds its waiter.
+
+Every way a wait can end removes its entry: the answer, expiry, the run's cancellation, the
+run's failure and an exception in the body. ``pending_count()`` and ``staged_count()`` let
+tests check it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import enum
+import functools
+import threading
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ExternalEvent"]
+from ..errors import AgentRuntimeError
+from ..messages import AssistantMessage, ToolCall
+from ..tools.base import current_tool_call_id
+from .base import AgentExtension, ToolOutcome
+from .events import ExtensionEvent, RunCancelledEvent
+
+if TYPE_CHECKING:
+    from ..agent import AgentRunConfig, AgentRunContext
+
+__all__ = [
+    "ExternalEvent",
+    "ExternalEventExpiredError",
+    "ExternalEventExtension",
+    "ExternalWait",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class ExternalEvent:
-    """An answer from outside the run (a person, a front end) addressed to an extension."""
+    """An answer addressed to a waiting run: a ``name`` and a JSON-like ``payload``.
+
+    What the payload must hold is up to the extension that receives it. The payload is copied
+    (shallowly) on construction, so later changes to the caller's dict do not reach it.
+    """
 
     name: str
     payload: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"ExternalEvent.name must be a str, got {type(self.name).__name__}")
+        if not self.name.strip():
+            raise ValueError("ExternalEvent.name must not be empty or blank")
+        if not isinstance(self.payload, dict):
+            raise TypeError(
+                f"ExternalEvent.payload must be a dict, got {type(self.payload).__name__}"
+            )
+        bad = [key for key in self.payload if not isinstance(key, str)]
+        if bad:
+            raise TypeError(f"ExternalEvent.payload keys must be strings; found {bad[0]!r}")
+        object.__setattr__(self, "payload", dict(self.payload))
+
+
+class ExternalEventExpiredError(AgentRuntimeError, TimeoutError):
+    """Nobody answered before the wait's ``timeout`` ran out; a later answer is refused."""
+
+    def __init__(self, correlation_id: str, timeout: float) -> None:
+        super().__init__(f"no answer for {correlation_id!r} arrived within {timeout:g} s")
+        self.correlation_id = correlation_id
+        self.timeout = timeout
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalWait:
+    """What ``_wait_for_external_event`` yields: the wait's id and when it expires (UTC)."""
+
+    correlation_id: str
+    expires_at: datetime | None
+
+
+class _State(enum.Enum):
+    OPEN = "open"  # registered, nobody answered yet
+    CLAIMED = "claimed"  # an answer won; its delivery to the loop is scheduled
+    CLOSED = "closed"  # over: answered and staged, expired, cancelled or failed
+
+
+class _Wait:
+    """One registered wait. ``state`` only changes under the extension's lock."""
+
+    __slots__ = ("context", "correlation_id", "deadline", "future", "names", "state", "timeout")
+
+    def __init__(
+        self,
+        context: AgentRunContext,
+        correlation_id: str,
+        names: frozenset[str],
+        future: asyncio.Future[ExternalEvent],
+        timeout: float | None,
+        deadline: float | None,
+    ) -> None:
+        self.context = context
+        self.correlation_id = correlation_id
+        self.names = names
+        self.future = future
+        self.timeout = timeout
+        self.deadline = deadline
+        self.state = _State.OPEN
+
+
+def _resolve(future: asyncio.Future[ExternalEvent], event: ExternalEvent) -> None:
+    if not future.done():
+        future.set_result(event)
+
+
+def _abort(future: asyncio.Future[ExternalEvent], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.cancel()
+    else:
+        future.set_exception(error)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    """Run ``callback`` now if we are on ``loop``'s thread, else hand it to that loop.
+
+    Futures are not thread-safe: only their own loop may complete them. Raises RuntimeError if
+    the loop is already closed.
+    """
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        callback()
+    else:
+        loop.call_soon_threadsafe(callback)
+
+
+def _utc_deadline(timeout: float) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=timeout)
+
+
+class ExternalEventExtension(AgentExtension):
+    """Base for extensions that pause a run until an ``ExternalEvent`` answers it.
+
+    Args:
+        response_event_name: the event name (or names) this extension accepts.
+        correlation_field: the payload key whose value names the wait an answer is for,
+            usually ``"tool_call_id"``; it must equal the id given to the wait helper.
+
+    Answers are matched on the session of the ``config`` given to ``accept`` plus the
+    correlation id, so two sessions may use the same id without seeing each other's answers.
+    When ``config.request_id`` is set it must also equal the waiting run's own request id.
+
+    A subclass owns the question (the event it emits), the answer's business rules
+    (``_is_valid_answer``) and what the answer means. This base owns registration, matching,
+    exactly-once claiming from any thread, waking the run on its own loop, expiry and cleanup.
+    Subclasses that override ``after_tool``, ``on_event``, ``on_error`` or ``on_success``
+    must call ``super()`` so the cleanup still happens.
+
+    One run handles one wait at a time per correlation id, and tools are expected to consume
+    their answer in call order (the runtime checks calls one after another).
+    """
+
+    def __init__(
+        self, *, response_event_name: str | Collection[str], correlation_field: str
+    ) -> None:
+        if isinstance(response_event_name, str):
+            names: tuple[object, ...] = (response_event_name,)
+        else:
+            names = tuple(response_event_name)
+        if not names:
+            raise ValueError("response_event_name needs at least one event name")
+        for name in names:
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"response event names must be non-empty strings, got {name!r}")
+        if not isinstance(correlation_field, str) or not correlation_field.strip():
+            raise ValueError("correlation_field must be a non-empty string such as 'tool_call_id'")
+        self._names = frozenset(str(name) for name in names)
+        self._field = correlation_field
+        # guards _waits and every _Wait.state: accept() runs on arbitrary threads
+        self._lock = threading.Lock()
+        self._waits: dict[tuple[str, str], _Wait] = {}
+        # only touched on the loop thread, by the run that owns the context
+        self._staged: dict[tuple[AgentRunContext, str], ExternalEvent] = {}
+
+    # introspection --------------------------------------------------------------------------
+
+    @property
+    def response_event_names(self) -> frozenset[str]:
+        """The event names this extension accepts."""
+        return self._names
+
+    @property
+    def correlation_field(self) -> str:
+        """The payload key that carries the correlation id."""
+        return self._field
+
+    def pending_count(self, session_id: str | None = None) -> int:
+        """How many waits are registered (in one session, if given)."""
+        with self._lock:
+            if session_id is None:
+                return len(self._waits)
+            return sum(1 for key in self._waits if key[0] == session_id)
+
+    def staged_count(self) -> int:
+        """How many accepted answers are staged and not yet taken by their tool."""
+        return len(self._staged)
+
+    def is_waiting(self, session_id: str, correlation_id: str) -> bool:
+        """True while a wait for this id in this session can still accept an answer."""
+        with self._lock:
+            wait = self._waits.get((session_id, correlation_id))
+            return wait is not None and wait.state is _State.OPEN
+
+    # the wait --------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _wait_for_external_event(
+        self,
+        context: AgentRunContext,
+        correlation_id: str,
+        *,
+        response_event_name: str | None = None,
+        # the expiry of the question, not a bound on this call: asyncio.timeout cannot replace it
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> AsyncIterator[ExternalWait]:
+        """Register a wait, run the body, then wait for the answer and stage it.
+
+        Emit the question inside the body: the wait exists already, so even an answer that
+        comes back at once is matched. Leaving the body suspends this task (the run's phase
+        reads WAITING) until an answer is claimed; then it is staged for
+        ``_take_external_event``. ``response_event_name`` narrows the accepted names to one of
+        the configured ones. With ``timeout`` (seconds) the wait ends with
+        ``ExternalEventExpiredError`` if nobody answered in time, and later answers are
+        refused. The wait's entry is removed however the block ends.
+        """
+        if not isinstance(correlation_id, str) or not correlation_id.strip():
+            raise ValueError("correlation_id must be a non-empty string")
+        names = self._names
+        if response_event_name is not None:
+            if response_event_name not in self._names:
+                raise ValueError(
+                    f"{response_event_name!r} is not one of this extension's response event "
+                    f"names {sorted(self._names)}"
+                )
+            names = frozenset((response_event_name,))
+        if timeout is not None and not timeout > 0:  # also refuses NaN
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        wait = _Wait(context, correlation_id, names, loop.create_future(), timeout, deadline)
+        handle = ExternalWait(correlation_id, None if timeout is None else _utc_deadline(timeout))
+        key = (context.session_id, correlation_id)
+        with self._lock:
+            if key in self._waits:
+                raise RuntimeError(
+                    f"session {context.session_id!r} is already waiting for an answer to "
+                    f"{correlation_id!r}; one wait per id at a time"
+                )
+            self._waits[key] = wait
+        try:
+            yield handle
+            with context.waiting():
+                answer = await self._answer_of(wait)
+            self._staged[(context, correlation_id)] = answer
+        finally:
+            with self._lock:
+                if self._waits.get(key) is wait:
+                    del self._waits[key]
+                wait.state = _State.CLOSED
+            future = wait.future
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()  # mark an unused error as retrieved (no GC warning)
+
+    async def _answer_of(self, wait: _Wait) -> ExternalEvent:
+        future = wait.future
+        if wait.deadline is not None:
+            remaining = wait.deadline - future.get_loop().time()
+            if remaining > 0:
+                # asyncio.wait leaves the future alone on timeout, unlike wait_for
+                await asyncio.wait((future,), timeout=remaining)
+            if not future.done():
+                with self._lock:
+                    expired = wait.state is _State.OPEN
+                    if expired:
+                        wait.state = _State.CLOSED
+                        key = (wait.context.session_id, wait.correlation_id)
+                        if self._waits.get(key) is wait:
+                            del self._waits[key]
+                if expired:
+                    raise ExternalEventExpiredError(wait.correlation_id, wait.timeout or 0.0)
+                # an answer was claimed just before expiry: accept() told its sender True, so
+                # it counts; its delivery is already queued on this loop
+        return await future
+
+    def _take_external_event(
+        self, context: AgentRunContext, correlation_id: str | None = None
+    ) -> ExternalEvent:
+        """Pop the staged answer, once. Call it inside the tool the wait was for.
+
+        Without ``correlation_id`` the executing tool call's id (``current_tool_call_id()``)
+        selects the answer. Raises RuntimeError when no answer is staged for it.
+        """
+        key_id = correlation_id if correlation_id is not None else current_tool_call_id()
+        if key_id is None:
+            raise RuntimeError(
+                "no tool call is executing here: call _take_external_event inside the tool or "
+                "pass correlation_id"
+            )
+        answer = self._staged.pop((context, key_id), None)
+        if answer is None:
+            raise RuntimeError(
+                f"no external answer is staged for {key_id!r}: it was never accepted, or it "
+                "was already taken"
+            )
+        return answer
+
+    # delivery ---------------------------------------------------------------------------------
+
+    def _is_valid_answer(self, event: ExternalEvent) -> bool:
+        """Business check of an answer's payload, run before it can claim a wait.
+
+        Return False to refuse it; a refused answer leaves the wait open for a valid one.
+        """
+        return True
+
+    def accept(self, config: AgentRunConfig | None, event: ExternalEvent) -> bool:
+        """Claim ``event`` for the wait it names; True at most once per wait.
+
+        Safe from any thread. False means not for us: wrong name, no config or session,
+        unknown or finished wait (stale, duplicate, late, expired), another request id, or a
+        payload ``_is_valid_answer`` refused. True means the answer was claimed and handed to
+        the run's loop, not that the tool has run.
+        """
+        if config is None or event.name not in self._names:
+            return False
+        session_id = config.session_id
+        correlation_id = event.payload.get(self._field)
+        if not isinstance(session_id, str) or not session_id:
+            return False
+        if not isinstance(correlation_id, str) or not correlation_id:
+            return False
+        if not self._is_valid_answer(event):
+            return False
+        with self._lock:
+            wait = self._waits.get((session_id, correlation_id))
+            if wait is None or wait.state is not _State.OPEN or event.name not in wait.names:
+                return False
+            request_id = config.request_id
+            if request_id is not None and request_id != wait.context.config.request_id:
+                return False
+            loop = wait.future.get_loop()
+            if wait.deadline is not None and loop.time() >= wait.deadline:
+                return False  # expired; the waiter will notice on its next turn
+            try:
+                _on_loop(loop, functools.partial(_resolve, wait.future, event))
+            except RuntimeError:  # the loop is closed: nobody can take the answer any more
+                wait.state = _State.CLOSED
+                del self._waits[(session_id, correlation_id)]
+                return False
+            wait.state = _State.CLAIMED
+        return True
+
+    # cleanup ----------------------------------------------------------------------------------
+
+    async def after_tool(
+        self, context: AgentRunContext, call: ToolCall, outcome: ToolOutcome
+    ) -> None:
+        """Drop an answer its tool never took (the call was refused or its arguments invalid)."""
+        self._staged.pop((context, call.id), None)
+
+    async def on_event(self, context: AgentRunContext, event: ExtensionEvent) -> None:
+        """On cancellation, drop the run's staged answers and cancel its waits."""
+        if isinstance(event, RunCancelledEvent):
+            self._drop_staged(context)
+            self._end_waits(context, None)
+
+    async def on_error(self, context: AgentRunContext, error: Exception) -> None:
+        """On failure, drop the run's staged answers and wake its waits with ``error``."""
+        self._drop_staged(context)
+        self._end_waits(context, error)
+
+    async def on_success(self, context: AgentRunContext, result: AssistantMessage) -> None:
+        """On success, drop anything the run left behind."""
+        self._drop_staged(context)
+        self._end_waits(context, None)
+
+    def _drop_staged(self, context: AgentRunContext) -> None:
+        for key in [key for key in self._staged if key[0] is context]:
+            self._staged.pop(key, None)
+
+    def _end_waits(self, context: AgentRunContext, error: BaseException | None) -> None:
+        with self._lock:
+            ended = [(key, wait) for key, wait in self._waits.items() if wait.context is context]
+            for key, wait in ended:
+                del self._waits[key]
+                wait.state = _State.CLOSED
+        for _, wait in ended:
+            with contextlib.suppress(RuntimeError):  # a closed loop has no waiter left
+                _on_loop(wait.future.get_loop(), functools.partial(_abort, wait.future, error))

@@ -1,0 +1,134 @@
+"""Human approval of tool calls whose policy is ``ask``.
+
+Before such a call runs, ``ConfirmationExtension`` emits a ``custom`` event named
+``confirmation_requested`` and pauses the run until a ``confirmation_response`` answers it
+through ``AgentCore.emit_external_event``, or until it expires. It then records the decision
+with ``context.set_tool_decision``; the runtime runs the call it already holds (an answer cannot
+change the tool or its arguments) or returns the denial to the model.
+
+See ``docs/confirmations.md`` for the payloads and the flow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigurationError
+from ..events import AgentEvent, AgentEventType
+from ..messages import ToolCall
+from ..tools.base import ToolPolicy
+from .external import ExternalEvent, ExternalEventExpiredError, ExternalEventExtension
+
+if TYPE_CHECKING:
+    from ..agent import AgentRunContext
+
+__all__ = [
+    "CONFIRMATION_REQUESTED",
+    "CONFIRMATION_RESPONSE",
+    "ConfirmationExtension",
+    "format_expiry",
+]
+
+CONFIRMATION_REQUESTED = "confirmation_requested"
+"""Name of the ``custom`` event that asks for a decision."""
+
+CONFIRMATION_RESPONSE = "confirmation_response"
+"""Name of the external event that carries the decision."""
+
+
+def format_expiry(moment: datetime) -> str:
+    """An aware datetime as ISO 8601 in UTC with milliseconds and a ``Z`` suffix."""
+    if moment.tzinfo is None:
+        raise ValueError("format_expiry needs an aware datetime (one with a time zone)")
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _default_question(call: ToolCall) -> str:
+    shown = json.dumps(call.arguments, ensure_ascii=False, sort_keys=True, default=str)
+    return f"Allow the tool {call.name!r} to run with the arguments {shown}?"
+
+
+class ConfirmationExtension(ExternalEventExtension):
+    """Ask a person before each ``ask``-policy tool call runs.
+
+    Args:
+        timeout: seconds a request stays open. Past it the call counts as denied and a late
+            answer is refused (``emit_external_event`` returns ``[]``).
+        question: builds the question shown to the person from the call; the default names the
+            tool and its arguments.
+
+    The request's payload holds ``tool_call_id``, ``tool``, ``arguments``, ``question``,
+    ``response_event`` (``"confirmation_response"``) and ``expires_at`` (ISO 8601, UTC). An
+    answer's payload is ``{"tool_call_id": str, "approved": bool}``; other keys are ignored and
+    a non-boolean ``approved`` is refused without using up the request.
+
+    Several ``ask`` calls in one model turn are confirmed one after another, in call order:
+    the second request is emitted only once the first is decided.
+    """
+
+    def __init__(
+        self, *, timeout: float = 300.0, question: Callable[[ToolCall], str] | None = None
+    ) -> None:
+        super().__init__(
+            response_event_name=CONFIRMATION_RESPONSE, correlation_field="tool_call_id"
+        )
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise ConfigurationError(f"timeout must be a number of seconds, got {timeout!r}")
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ConfigurationError(f"timeout must be a positive, finite number, got {timeout}")
+        self.timeout = float(timeout)
+        self._question = question if question is not None else _default_question
+
+    def _is_valid_answer(self, event: ExternalEvent) -> bool:
+        return isinstance(event.payload.get("approved"), bool)
+
+    async def before_tool(self, context: AgentRunContext, call: ToolCall) -> None:
+        """Hold an ``ask`` call until it is approved, denied or expired."""
+        await super().before_tool(context, call)
+        if context.tool_policy(call.name) is not ToolPolicy.ASK:
+            return
+        if not call.id:
+            context.set_tool_decision(
+                call.id, False, f"the call to {call.name!r} has no id, so it cannot be confirmed"
+            )
+            return
+        expires = ""
+        try:
+            async with self._wait_for_external_event(
+                context, call.id, timeout=self.timeout
+            ) as wait:
+                assert wait.expires_at is not None  # a timeout was given
+                expires = format_expiry(wait.expires_at)
+                await context.emit(
+                    AgentEvent(
+                        AgentEventType.CUSTOM,
+                        name=CONFIRMATION_REQUESTED,
+                        payload={
+                            "tool_call_id": call.id,
+                            "tool": call.name,
+                            "arguments": dict(call.arguments),
+                            "question": self._question(call),
+                            "response_event": CONFIRMATION_RESPONSE,
+                            "expires_at": expires,
+                        },
+                    )
+                )
+        except ExternalEventExpiredError:
+            context.set_tool_decision(
+                call.id,
+                False,
+                f"the call to {call.name!r} was denied: its confirmation expired at {expires} "
+                "without an answer",
+            )
+            return
+        answer = self._take_external_event(context, call.id)
+        if answer.payload["approved"] is True:
+            context.set_tool_decision(call.id, True)
+        else:
+            context.set_tool_decision(
+                call.id, False, f"the call to {call.name!r} was denied by the user"
+            )
