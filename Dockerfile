@@ -1,0 +1,27 @@
+# syntax=docker/dockerfile:1.7
+# Build stage: resolve and install the locked dependencies into a virtual environment.
+FROM python:3.11-slim-bookworm AS build
+COPY --from=ghcr.io/astral-sh/uv:0.5 /uv /usr/local/bin/uv
+ENV UV_COMPILE_BYTECODE=1 UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never
+WORKDIR /srv
+COPY pyproject.toml uv.lock README.md ./
+RUN --mount=type=cache,target=/root/.cache/uv uv sync --locked --no-dev --no-install-project
+COPY agent_runtime ./agent_runtime
+COPY app ./app
+RUN --mount=type=cache,target=/root/.cache/uv uv sync --locked --no-dev
+
+# Runtime stage: the environment and the code, run by an unprivileged user.
+FROM python:3.11-slim-bookworm
+RUN groupadd --system agent && useradd --system --gid agent --home /srv agent \
+    && mkdir -p /srv/var && chown agent:agent /srv/var
+WORKDIR /srv
+COPY --from=build --chown=agent:agent /srv /srv
+ENV PATH="/srv/.venv/bin:$PATH" PYTHONUNBUFFERED=1
+USER agent
+EXPOSE 8000
+# readiness, not liveness: a draining or warming worker reports unhealthy and gets no traffic
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+    CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2).status != 200)"
+# SIGTERM starts the drain; give it AGENT_DRAIN_TIMEOUT plus a margin (docker stop -t / stop_grace_period)
+STOPSIGNAL SIGTERM
+CMD ["agent-server", "--host", "0.0.0.0", "--port", "8000"]
