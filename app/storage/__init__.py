@@ -41,6 +41,7 @@ __all__ = [
     "Store",
     "StoredMessage",
     "open_store",
+    "redact_url",
     "sqlite_path",
 ]
 
@@ -58,7 +59,9 @@ def sqlite_path(url: str) -> str:
     if rest in (":memory:", "/:memory:"):
         return ":memory:"
     if not rest.startswith("/") or rest == "/":
-        raise StorageConfigError(f"AGENT_DATABASE_URL {url!r} names no SQLite file; use {_EXAMPLES}")
+        raise StorageConfigError(
+            f"AGENT_DATABASE_URL {url!r} names no SQLite file; use {_EXAMPLES}"
+        )
     return rest[1:]
 
 
@@ -76,6 +79,4 @@ async def open_store(url: str) -> Store:
         return await PostgresStore.connect(url)
     # Name the scheme only: the rest of the URL may hold a password.
     shown = f"scheme {scheme!r}" if separator else "value"
-    raise StorageConfigError(
-        f"AGENT_DATABASE_URL has an unsupported {shown}; use {_EXAMPLES}"
-    )
+    raise StorageConfigError(f"AGENT_DATABASE_URL has an unsupported {shown}; use {_EXAMPLES}")

@@ -16,11 +16,14 @@ a naive datetime) raises the built-in `TypeError` / `ValueError`, as Python code
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, Literal, Protocol, get_args
+from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol, TypeVar, get_args
 
 __all__ = [
     "TERMINAL_STATUSES",
@@ -215,6 +218,66 @@ def message_role(index: int, message: Mapping[str, Any]) -> str:
     return role
 
 
+# --- cancellation -------------------------------------------------------------------------
+
+_log = logging.getLogger("app.storage")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class BackgroundOperations:
+    """Book-keeping for `finish_on_cancel`: the operations in flight, and whether closing."""
+
+    def __init__(self) -> None:
+        self._operations: set[asyncio.Task[Any]] = set()
+        self._closing = False
+
+    async def _finish_operations(self) -> None:
+        """Refuse new operations and wait for those in flight (without cancelling them)."""
+        self._closing = True
+        if self._operations:
+            await asyncio.wait(set(self._operations))
+
+
+S = TypeVar("S", bound=BackgroundOperations)
+
+
+def finish_on_cancel(
+    method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """Run a store operation in its own task: a cancelled caller stops waiting, the work does not.
+
+    Interrupting a statement half-way buys nothing, since every write is one transaction
+    and atomic either way, and it costs: asyncpg then sends a cancel request on a second
+    connection (which can fail noisily) and resets or drops the pooled one. So the caller's
+    CancelledError propagates at once while the operation commits or rolls back on its own;
+    `close()` waits for it.
+    """
+
+    async def run(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if self._closing:
+            raise StorageUnavailable(f"{self!r} is closed")
+        task = asyncio.get_running_loop().create_task(method(self, *args, **kwargs))
+        self._operations.add(task)
+        task.add_done_callback(self._operations.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # Nobody is left to see a failure, so say it here.
+            task.add_done_callback(functools.partial(_log_orphan_failure, method.__name__))
+            raise
+
+    # update_wrapper rather than @wraps: mypy loses the Concatenate signature through @wraps.
+    functools.update_wrapper(run, method)
+    return run
+
+
+def _log_orphan_failure(name: str, task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        _log.error("storage operation %s failed after its caller was cancelled", name, exc_info=exc)
+
+
 # --- the protocol -------------------------------------------------------------------------
 
 
@@ -222,11 +285,16 @@ class Store(Protocol):
     """Sessions, their conversations and their runs.
 
     Every method may raise `StorageUnavailable`. Implementations are safe to share between
-    the tasks of one event loop.
+    the tasks of one event loop. Cancelling a caller does not interrupt its operation: the
+    caller gets its CancelledError at once, the operation commits (or rolls back) on its own,
+    and `close()` waits for it.
     """
 
     async def close(self) -> None:
-        """Release the connection(s). Idempotent; later calls raise `StorageUnavailable`."""
+        """Let operations in flight finish, then release the connection(s).
+
+        Idempotent; later calls raise `StorageUnavailable`.
+        """
         ...
 
     async def ping(self) -> None:

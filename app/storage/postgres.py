@@ -18,6 +18,7 @@ import asyncpg
 
 from app.storage.base import (
     TERMINAL_STATUSES,
+    BackgroundOperations,
     RunAlreadyExists,
     RunNotFound,
     RunRecord,
@@ -33,6 +34,7 @@ from app.storage.base import (
     decode_optional_json,
     encode_json,
     encode_optional_json,
+    finish_on_cancel,
     message_role,
     require_aware,
     require_status,
@@ -188,10 +190,11 @@ def _run(row: asyncpg.Record) -> RunRecord:
     )
 
 
-class PostgresStore:
+class PostgresStore(BackgroundOperations):
     """A `Store` in PostgreSQL. Open it with `await PostgresStore.connect(url)`."""
 
     def __init__(self, pool: asyncpg.Pool, safe_url: str, *, timeout: float) -> None:
+        super().__init__()
         self._pool = pool
         self._safe_url = safe_url
         self._timeout = timeout
@@ -244,12 +247,13 @@ class PostgresStore:
         try:
             await store.migrate()
         except BaseException:
-            pool.terminate()
+            await store.close()
             raise
         return store
 
     async def close(self) -> None:
-        """Close the pool, waiting up to the timeout for connections in use. Idempotent."""
+        """Refuse new calls, let those in flight finish, then close the pool. Idempotent."""
+        await self._finish_operations()
         if self._closed:
             return
         self._closed = True
@@ -258,6 +262,7 @@ class PostgresStore:
         except TimeoutError:
             self._pool.terminate()
 
+    @finish_on_cancel
     async def migrate(self) -> int:
         """Bring the schema up to date (idempotent, safe from many workers at once).
 
@@ -285,6 +290,7 @@ class PostgresStore:
                 await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", version)
         return max(current, SCHEMA_VERSION)
 
+    @finish_on_cancel
     async def ping(self) -> None:
         """Run a trivial query; raises `StorageUnavailable`."""
         async with self._connection() as conn:
@@ -292,6 +298,7 @@ class PostgresStore:
 
     # --- sessions -------------------------------------------------------------------------
 
+    @finish_on_cancel
     async def get_or_create_session(self, session_id: str, principal: str) -> SessionRecord:
         """Return the session, creating it for `principal` on first use."""
         async with self._connection() as conn:
@@ -321,6 +328,7 @@ class PostgresStore:
             raise SessionOwnedByOther(session_id)
         return record
 
+    @finish_on_cancel
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None."""
         async with self._connection() as conn:
@@ -329,6 +337,7 @@ class PostgresStore:
             )
         return None if row is None else _session(row)
 
+    @finish_on_cancel
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its messages and runs (by ON DELETE CASCADE)."""
         async with self._connection() as conn:
@@ -339,6 +348,7 @@ class PostgresStore:
 
     # --- messages -------------------------------------------------------------------------
 
+    @finish_on_cancel
     async def list_messages(self, session_id: str) -> list[StoredMessage]:
         """The conversation in order."""
         async with self._connection() as conn:
@@ -348,6 +358,7 @@ class PostgresStore:
             )
         return [_message(row) for row in rows]
 
+    @finish_on_cancel
     async def append_messages(
         self, session_id: str, run_id: str, messages: Sequence[Mapping[str, Any]]
     ) -> None:
@@ -381,6 +392,7 @@ class PostgresStore:
 
     # --- runs -----------------------------------------------------------------------------
 
+    @finish_on_cancel
     async def create_run(self, run: RunRecord) -> None:
         """Store a new run of an existing session owned by `run.principal`."""
         async with self._connection() as conn, conn.transaction():
@@ -413,6 +425,7 @@ class PostgresStore:
             except asyncpg.UniqueViolationError as exc:
                 raise RunAlreadyExists(run.run_id) from exc
 
+    @finish_on_cancel
     async def update_run(
         self,
         run_id: str,
@@ -457,12 +470,14 @@ class PostgresStore:
             raise RunNotFound(run_id)
         return _run(row)
 
+    @finish_on_cancel
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or None."""
         async with self._connection() as conn:
             row = await conn.fetchrow(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = $1", run_id)
         return None if row is None else _run(row)
 
+    @finish_on_cancel
     async def list_runs(self, session_id: str, limit: int = 20) -> list[RunRecord]:
         """The session's most recent runs, newest first."""
         if limit < 1:
@@ -476,6 +491,7 @@ class PostgresStore:
             )
         return [_run(row) for row in rows]
 
+    @finish_on_cancel
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs still queued, running or waiting, oldest first."""
         async with self._connection() as conn:
@@ -490,8 +506,6 @@ class PostgresStore:
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy]:
         """A pooled connection; the one place connection failures become ours."""
-        if self._closed:
-            raise StorageUnavailable(f"the PostgreSQL store for {self._safe_url} is closed")
         try:
             async with self._pool.acquire(timeout=self._timeout) as conn:
                 yield conn

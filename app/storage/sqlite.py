@@ -20,6 +20,7 @@ import aiosqlite
 
 from app.storage.base import (
     TERMINAL_STATUSES,
+    BackgroundOperations,
     RunAlreadyExists,
     RunNotFound,
     RunRecord,
@@ -34,6 +35,7 @@ from app.storage.base import (
     decode_optional_json,
     encode_json,
     encode_optional_json,
+    finish_on_cancel,
     message_role,
     require_aware,
     require_status,
@@ -157,10 +159,11 @@ def _make_parent_dirs(path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-class SQLiteStore:
+class SQLiteStore(BackgroundOperations):
     """A `Store` in one SQLite file (or in memory). Open it with `await SQLiteStore.connect()`."""
 
     def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
+        super().__init__()
         self._conn: aiosqlite.Connection | None = conn
         self._path = path
         self._lock = asyncio.Lock()
@@ -200,12 +203,14 @@ class SQLiteStore:
         return store
 
     async def close(self) -> None:
-        """Close the connection once pending statements are done. Idempotent."""
+        """Refuse new calls, let those in flight finish, then close. Idempotent."""
+        await self._finish_operations()
         async with self._lock:
             conn, self._conn = self._conn, None
             if conn is not None:
                 await conn.close()
 
+    @finish_on_cancel
     async def migrate(self) -> int:
         """Bring the schema up to date (idempotent); return its version."""
         async with self._transaction() as conn:
@@ -231,6 +236,7 @@ class SQLiteStore:
                 )
         return max(current, SCHEMA_VERSION)
 
+    @finish_on_cancel
     async def ping(self) -> None:
         """Run a trivial query; raises `StorageUnavailable`."""
         async with self._connection() as conn:
@@ -238,6 +244,7 @@ class SQLiteStore:
 
     # --- sessions -------------------------------------------------------------------------
 
+    @finish_on_cancel
     async def get_or_create_session(self, session_id: str, principal: str) -> SessionRecord:
         """Return the session, creating it for `principal` on first use."""
         now = _ts(utcnow())
@@ -256,6 +263,7 @@ class SQLiteStore:
             raise SessionOwnedByOther(session_id)
         return record
 
+    @finish_on_cancel
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None."""
         async with self._connection() as conn:
@@ -264,6 +272,7 @@ class SQLiteStore:
             )
         return None if row is None else _session(row)
 
+    @finish_on_cancel
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its messages and runs (by ON DELETE CASCADE)."""
         async with self._transaction() as conn:
@@ -272,6 +281,7 @@ class SQLiteStore:
 
     # --- messages -------------------------------------------------------------------------
 
+    @finish_on_cancel
     async def list_messages(self, session_id: str) -> list[StoredMessage]:
         """The conversation in order."""
         async with self._connection() as conn:
@@ -281,6 +291,7 @@ class SQLiteStore:
             )
         return [_message(row) for row in rows]
 
+    @finish_on_cancel
     async def append_messages(
         self, session_id: str, run_id: str, messages: Sequence[Mapping[str, Any]]
     ) -> None:
@@ -301,7 +312,7 @@ class SQLiteStore:
             # Encoding happens inside the transaction: a bad message rolls back the
             # session update above along with any rows, leaving nothing half-written.
             rows = [
-                (session_id, start + i, run_id, message_role(i, m), encode_json(m), now)
+                (session_id, run_id, start + i, message_role(i, m), encode_json(m), now)
                 for i, m in enumerate(messages)
             ]
             await conn.executemany(
@@ -310,6 +321,7 @@ class SQLiteStore:
 
     # --- runs -----------------------------------------------------------------------------
 
+    @finish_on_cancel
     async def create_run(self, run: RunRecord) -> None:
         """Store a new run of an existing session owned by `run.principal`."""
         async with self._transaction() as conn:
@@ -341,6 +353,7 @@ class SQLiteStore:
             except sqlite3.IntegrityError as exc:
                 raise RunAlreadyExists(run.run_id) from exc
 
+    @finish_on_cancel
     async def update_run(
         self,
         run_id: str,
@@ -383,12 +396,14 @@ class SQLiteStore:
             raise RunNotFound(run_id)
         return _run(row)
 
+    @finish_on_cancel
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or None."""
         async with self._connection() as conn:
             row = await _one(conn, f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
         return None if row is None else _run(row)
 
+    @finish_on_cancel
     async def list_runs(self, session_id: str, limit: int = 20) -> list[RunRecord]:
         """The session's most recent runs, newest first."""
         if limit < 1:
@@ -401,6 +416,7 @@ class SQLiteStore:
             )
         return [_run(row) for row in rows]
 
+    @finish_on_cancel
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs still queued, running or waiting, oldest first."""
         async with self._connection() as conn:

@@ -1,0 +1,487 @@
+"""The storage contract, run against SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from app.storage import (
+    PostgresStore,
+    RunAlreadyExists,
+    RunNotFound,
+    RunRecord,
+    SessionNotFound,
+    SessionOwnedByOther,
+    SQLiteStore,
+    StorageConfigError,
+    StorageUnavailable,
+    Store,
+    open_store,
+    redact_url,
+    sqlite_path,
+)
+from app.storage import postgres as pg_backend
+from app.storage import sqlite as sqlite_backend
+from tests.app.storage_fixtures import (
+    POSTGRES_URL,
+    OpenStore,
+    TcpProxy,
+    open_backend_fixture,  # noqa: F401 - provides the fixture open_backend
+    postgres_schema,
+    store_fixture,  # noqa: F401 - provides the fixture store
+    with_port,
+    with_query,
+)
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def _run(run_id: str, session_id: str = "s1", principal: str = "alice", **kw: Any) -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        session_id=session_id,
+        principal=principal,
+        agent="default",
+        input=f"input of {run_id}",
+        **kw,
+    )
+
+
+def _messages(run: str, n: int) -> list[dict[str, Any]]:
+    roles = ["user", "assistant", "tool"]
+    return [{"role": roles[i % 3], "content": f"{run} #{i}"} for i in range(n)]
+
+
+def _is_utc(value: datetime) -> bool:
+    return value.utcoffset() == timedelta(0)
+
+
+# --- sessions -----------------------------------------------------------------------------
+
+
+async def test_session_is_created_once_and_owned(store: Store) -> None:
+    assert await store.get_session("s1") is None
+
+    created = await store.get_or_create_session("s1", "alice")
+    assert (created.id, created.principal, created.message_count) == ("s1", "alice", 0)
+    assert created.last_run_id is None
+    assert _is_utc(created.created_at)
+    assert created.updated_at == created.created_at
+
+    again = await store.get_or_create_session("s1", "alice")
+    assert again == created
+    assert await store.get_session("s1") == created
+
+    with pytest.raises(SessionOwnedByOther) as caught:
+        await store.get_or_create_session("s1", "mallory")
+    assert "alice" not in str(caught.value)
+    assert await store.get_session("s1") == created
+
+
+async def test_concurrent_first_use_creates_one_session(store: Store) -> None:
+    records = await asyncio.gather(*(store.get_or_create_session("s1", "alice") for _ in range(10)))
+    assert len({r.created_at for r in records}) == 1
+
+
+# --- messages -----------------------------------------------------------------------------
+
+
+async def test_messages_keep_their_order_across_runs(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    runs = {"r1": 2, "r2": 3, "r3": 1}
+    for run_id, count in runs.items():
+        await store.append_messages("s1", run_id, _messages(run_id, count))
+    await store.append_messages("s1", "r4", [])  # changes nothing
+
+    stored = await store.list_messages("s1")
+    expected = [m for run_id, count in runs.items() for m in _messages(run_id, count)]
+    assert [m.message for m in stored] == expected
+    assert [m.position for m in stored] == list(range(6))
+    assert [m.run_id for m in stored] == ["r1", "r1", "r2", "r2", "r2", "r3"]
+    assert [m.role for m in stored] == [m["role"] for m in expected]
+    assert all(m.session_id == "s1" and _is_utc(m.created_at) for m in stored)
+
+    session = await store.get_session("s1")
+    assert session is not None
+    assert (session.message_count, session.last_run_id) == (6, "r3")
+    assert session.updated_at > session.created_at
+    assert await store.list_messages("unknown") == []
+
+
+async def test_message_json_round_trips(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": 'héllo ✓ 日本 \n"quoted"'}],
+        "tool_calls": [{"id": "c1", "arguments": {"n": 1, "x": 2.5, "ok": True, "none": None}}],
+        "big": 2**53 + 1,
+        "empty": {},
+    }
+    await store.append_messages("s1", "r1", [message])
+    (stored,) = await store.list_messages("s1")
+    assert stored.message == message
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"role": "assistant", "content": object()}, TypeError),
+        ({"role": "assistant", "score": float("nan")}, ValueError),
+        ({"content": "no role"}, ValueError),
+    ],
+    ids=["not-json", "nan", "no-role"],
+)
+async def test_failed_append_writes_nothing(
+    store: Store, bad: dict[str, Any], error: type[Exception]
+) -> None:
+    await store.get_or_create_session("s1", "alice")
+    await store.append_messages("s1", "r1", _messages("r1", 2))
+    before = await store.get_session("s1")
+
+    # The bad message comes last, after the session row was updated inside the transaction:
+    # only a real rollback leaves both the rows and the session untouched.
+    with pytest.raises(error):
+        await store.append_messages("s1", "r2", [*_messages("r2", 3), bad])
+
+    assert [m.run_id for m in await store.list_messages("s1")] == ["r1", "r1"]
+    assert await store.get_session("s1") == before
+    await store.append_messages("s1", "r3", _messages("r3", 1))  # the store still works
+    assert [m.position for m in await store.list_messages("s1")] == [0, 1, 2]
+
+
+async def test_append_to_unknown_session_fails(store: Store) -> None:
+    with pytest.raises(SessionNotFound):
+        await store.append_messages("nope", "r1", _messages("r1", 1))
+
+
+async def test_cancelled_callers_do_not_interrupt_writes(open_backend: OpenStore) -> None:
+    store = await open_backend()
+    await store.get_or_create_session("s1", "alice")
+    # Cancel after a growing number of loop turns, to land at every await of the write.
+    for turns in range(1, 25):
+        task = asyncio.create_task(store.append_messages("s1", f"r{turns}", _messages("x", 3)))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    await store.close()  # waits for the writes the cancelled callers started
+
+    reopened = await open_backend()
+    stored = await reopened.list_messages("s1")
+    assert [m.position for m in stored] == list(range(24 * 3))
+    # The writes overlapped (in any order on PostgreSQL), but no run's messages interleave.
+    runs = [m.run_id for m in stored]
+    assert runs == [run_id for run_id in runs[::3] for _ in range(3)]
+    assert sorted(runs[::3]) == sorted(f"r{turns}" for turns in range(1, 25))
+    session = await reopened.get_session("s1")
+    assert session is not None
+    assert session.message_count == 24 * 3
+    with pytest.raises(StorageUnavailable, match="closed"):
+        await store.get_session("s1")
+
+
+async def test_concurrent_appends_to_one_session_do_not_collide(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    await asyncio.gather(
+        *(store.append_messages("s1", f"r{i}", _messages(f"r{i}", 3)) for i in range(8))
+    )
+    stored = await store.list_messages("s1")
+    assert [m.position for m in stored] == list(range(24))
+    # Each run's messages stay together.
+    assert [stored[i].run_id for i in range(0, 24, 3)] == [
+        stored[i].run_id for i in range(2, 24, 3)
+    ]
+
+
+# --- deletion -----------------------------------------------------------------------------
+
+
+async def test_delete_removes_session_messages_and_runs(store: Store) -> None:
+    for session_id in ("s1", "s2"):
+        await store.get_or_create_session(session_id, "alice")
+        await store.create_run(_run(f"{session_id}-run", session_id))
+        await store.append_messages(session_id, f"{session_id}-run", _messages("m", 2))
+
+    assert await store.delete_session("s1") is True
+    assert await store.get_session("s1") is None
+    assert await store.list_messages("s1") == []
+    assert await store.get_run("s1-run") is None
+    assert await store.list_runs("s1") == []
+    assert await store.delete_session("s1") is False
+
+    assert len(await store.list_messages("s2")) == 2
+    assert await store.get_run("s2-run") is not None
+    # The id is free again, for anyone.
+    assert (await store.get_or_create_session("s1", "bob")).principal == "bob"
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+
+async def test_run_lifecycle(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    run = _run("r1", created_at=T0, metadata={"client": "test", "n": [1, 2]})
+    await store.create_run(run)
+    assert await store.get_run("r1") == run
+    assert await store.list_unfinished_runs() == [run]
+
+    running = await store.update_run("r1", status="running")
+    assert running.status == "running"
+    assert running.started_at is not None
+    assert _is_utc(running.started_at)
+    assert running.finished_at is None
+
+    waiting = await store.update_run("r1", status="waiting")
+    assert waiting.started_at == running.started_at  # set once, on the first start
+
+    output = {"content": "You said: hi"}
+    usage = {"input_tokens": 3, "output_tokens": 4}
+    done = await store.update_run("r1", status="completed", output=output, usage=usage)
+    assert (done.status, done.output, done.usage, done.error) == ("completed", output, usage, None)
+    assert done.finished_at is not None
+    assert _is_utc(done.finished_at)
+    assert done.finished_at >= running.started_at
+    assert (done.input, done.metadata, done.created_at) == (run.input, run.metadata, T0)
+    assert done.is_finished
+    assert await store.get_run("r1") == done
+    assert await store.list_unfinished_runs() == []
+
+    # The first terminal status wins: a late update changes nothing and says so.
+    late = await store.update_run(
+        "r1", status="failed", error={"code": "worker_lost", "message": "lease expired"}
+    )
+    assert late == done
+
+
+async def test_failed_run_keeps_error_and_explicit_times(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    await store.create_run(_run("r1", created_at=T0))
+    started, finished = T0 + timedelta(seconds=1), T0 + timedelta(seconds=2)
+    await store.update_run("r1", status="running", started_at=started)
+    error = {"code": "run_timeout", "message": "run exceeded 300 s"}
+    failed = await store.update_run("r1", status="failed", error=error, finished_at=finished)
+    assert (failed.status, failed.error, failed.output) == ("failed", error, None)
+    assert (failed.started_at, failed.finished_at) == (started, finished)
+
+
+async def test_run_cancelled_while_queued_never_started(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    await store.create_run(_run("r1"))
+    cancelled = await store.update_run("r1", status="cancelled")
+    assert cancelled.started_at is None
+    assert cancelled.finished_at is not None
+
+
+async def test_run_errors(store: Store) -> None:
+    with pytest.raises(SessionNotFound):
+        await store.create_run(_run("r1"))
+    await store.get_or_create_session("s1", "alice")
+    with pytest.raises(SessionOwnedByOther):
+        await store.create_run(_run("r1", principal="mallory"))
+    await store.create_run(_run("r1"))
+    with pytest.raises(RunAlreadyExists):
+        await store.create_run(_run("r1"))
+    with pytest.raises(RunNotFound):
+        await store.update_run("nope", status="running")
+    with pytest.raises(ValueError, match="timezone-aware"):
+        await store.update_run("r1", status="completed", finished_at=datetime(2026, 1, 1))
+    with pytest.raises(ValueError, match="unknown run status"):
+        await store.update_run("r1", status="done")  # type: ignore[arg-type]
+    assert await store.get_run("nope") is None
+
+
+def test_run_record_validates() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        _run("r1", created_at=datetime(2026, 1, 1))
+    with pytest.raises(ValueError, match="unknown run status"):
+        _run("r1", status="done")
+    assert _is_utc(_run("r1").created_at)
+
+
+async def test_list_runs_newest_first(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    await store.get_or_create_session("s2", "alice")
+    for i in range(5):
+        await store.create_run(_run(f"r{i}", created_at=T0 + timedelta(seconds=i)))
+    await store.create_run(_run("other", "s2", created_at=T0 + timedelta(milliseconds=500)))
+    await store.update_run("r1", status="completed")
+    await store.update_run("r3", status="running")
+
+    assert [r.run_id for r in await store.list_runs("s1", 3)] == ["r4", "r3", "r2"]
+    assert [r.run_id for r in await store.list_runs("s1", 100)] == ["r4", "r3", "r2", "r1", "r0"]
+    unfinished = [r.run_id for r in await store.list_unfinished_runs()]
+    assert unfinished == ["r0", "other", "r2", "r3", "r4"]
+    with pytest.raises(ValueError, match="limit"):
+        await store.list_runs("s1", 0)
+
+
+# --- lifecycle ----------------------------------------------------------------------------
+
+
+async def test_data_survives_close_and_reopen(open_backend: OpenStore) -> None:
+    first = await open_backend()
+    await first.get_or_create_session("s1", "alice")
+    await first.create_run(_run("r1", created_at=T0))
+    await first.append_messages("s1", "r1", _messages("r1", 2))
+    await first.update_run("r1", status="completed", output={"content": "ok"})
+    session, messages, run = (
+        await first.get_session("s1"),
+        await first.list_messages("s1"),
+        await first.get_run("r1"),
+    )
+    await first.close()
+    await first.close()  # idempotent
+
+    second = await open_backend()
+    assert await second.get_session("s1") == session
+    assert await second.list_messages("s1") == messages
+    assert await second.get_run("r1") == run
+
+
+async def test_closed_store_is_unavailable(store: Store) -> None:
+    await store.ping()
+    await store.close()
+    with pytest.raises(StorageUnavailable, match="closed"):
+        await store.get_session("s1")
+    with pytest.raises(StorageUnavailable):
+        await store.ping()
+
+
+async def test_many_stores_opening_at_once_migrate_once(open_backend: OpenStore) -> None:
+    stores = await asyncio.gather(*(open_backend() for _ in range(8)))
+    for s in stores:
+        assert isinstance(s, SQLiteStore | PostgresStore)
+        expected = (
+            sqlite_backend.SCHEMA_VERSION
+            if isinstance(s, SQLiteStore)
+            else pg_backend.SCHEMA_VERSION
+        )
+        assert await s.migrate() == expected  # idempotent, and the schema is complete
+    await stores[0].get_or_create_session("s1", "alice")
+    assert await stores[7].get_session("s1") is not None
+
+
+# --- URLs ---------------------------------------------------------------------------------
+
+
+async def test_sqlite_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    absolute = tmp_path / "abs" / "deeper" / "agent.db"
+    for url, path in [
+        ("sqlite:///./var/agent.db", tmp_path / "var" / "agent.db"),
+        (f"sqlite:///{absolute}", absolute),
+    ]:
+        s = await open_store(url)
+        try:
+            assert isinstance(s, SQLiteStore)
+            await s.get_or_create_session("s1", "alice")
+        finally:
+            await s.close()
+        assert path.is_file()
+
+    for url in ("sqlite://:memory:", "sqlite:///:memory:"):
+        s = await open_store(url)
+        try:
+            await s.get_or_create_session("s1", "alice")
+            assert await s.get_session("s1") is not None
+        finally:
+            await s.close()
+
+
+def test_sqlite_path_parsing() -> None:
+    assert sqlite_path("sqlite:///./var/agent.db") == "./var/agent.db"
+    assert sqlite_path("sqlite:///var/agent.db") == "var/agent.db"
+    assert sqlite_path("sqlite:////abs/agent.db") == "/abs/agent.db"
+    assert sqlite_path("sqlite://:memory:") == ":memory:"
+    assert sqlite_path("sqlite:///:memory:") == ":memory:"
+    for bad in ("sqlite://", "sqlite:///", "sqlite://host/x.db"):
+        with pytest.raises(StorageConfigError, match="AGENT_DATABASE_URL"):
+            sqlite_path(bad)
+
+
+@pytest.mark.parametrize(
+    "url", ["mysql://root:hunter2@db/app", "redis://:hunter2@localhost", "hunter2", ""]
+)
+async def test_unsupported_url_is_a_clear_value_error(url: str) -> None:
+    with pytest.raises(ValueError, match="AGENT_DATABASE_URL") as caught:
+        await open_store(url)
+    assert isinstance(caught.value, StorageConfigError)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_redact_url() -> None:
+    assert redact_url("postgresql://u:p%40ss@h:5432/db?sslmode=require") == (
+        "postgresql://u:***@h:5432/db?sslmode=require"
+    )
+    assert redact_url("postgresql://h/db?user=u&password=secret") == (
+        "postgresql://h/db?user=u&password=***"
+    )
+    assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+# --- PostgreSQL failures ------------------------------------------------------------------
+
+
+def _everything_said(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc)) + repr(exc)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres:s3cret-Pa55@127.0.0.1:1/test",
+        "postgres://postgres@127.0.0.1:1/test?password=s3cret-Pa55",
+    ],
+)
+async def test_unreachable_postgres_is_unavailable_without_password(url: str) -> None:
+    with pytest.raises(StorageUnavailable, match="cannot connect to PostgreSQL") as caught:
+        await open_store(url)
+    said = _everything_said(caught.value)
+    assert "s3cret-Pa55" not in said
+    assert "127.0.0.1:1" in said
+
+
+@pytest.mark.postgres
+async def test_lost_postgres_is_unavailable_then_recovers() -> None:
+    proxy = TcpProxy(target_port=urlsplit(POSTGRES_URL).port or 5432)
+    await proxy.start()
+    async with postgres_schema() as (url, _):
+        store = await PostgresStore.connect(with_port(url, proxy.port), operation_timeout=5)
+        try:
+            await store.get_or_create_session("s1", "alice")
+
+            await proxy.cut()
+            with pytest.raises(StorageUnavailable, match="unavailable") as caught:
+                await store.get_session("s1")
+            assert "s3cret" not in _everything_said(caught.value)
+            with pytest.raises(StorageUnavailable):
+                await store.ping()
+
+            await proxy.start()  # same port: the database is back
+            assert await store.get_session("s1") is not None
+        finally:
+            await store.close()
+            await proxy.cut()
+
+
+@pytest.mark.postgres
+async def test_postgres_server_settings_in_url_select_the_schema() -> None:
+    async with postgres_schema() as (url, schema):
+        store = await PostgresStore.connect(url)
+        try:
+            await store.get_or_create_session("s1", "alice")
+        finally:
+            await store.close()
+        other = await PostgresStore.connect(POSTGRES_URL, server_settings={"search_path": schema})
+        try:
+            assert await other.get_session("s1") is not None
+        finally:
+            await other.close()
+    assert with_query("postgresql://h/db?a=1", b="2") == "postgresql://h/db?a=1&b=2"
