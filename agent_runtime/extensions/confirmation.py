@@ -101,8 +101,8 @@ class ConfirmationExtension(ExternalEventExtension):
             async with self._wait_for_external_event(
                 context, call.id, timeout=self.timeout
             ) as wait:
-                assert wait.expires_at is not None  # a timeout was given
-                expires = format_expiry(wait.expires_at)
+                if wait.expires_at is not None:  # always set: a timeout was given
+                    expires = format_expiry(wait.expires_at)
                 await context.emit(
                     AgentEvent(
                         AgentEventType.CUSTOM,

@@ -7,7 +7,7 @@ to do with the reply::
 
     run task (event loop)                         any thread
     ─────────────────────                         ──────────
-    async with self._wait_for_external_event(context, call.id):
+    async with self._wait_for_external_event(context, call.id) as wait:
         │ 1. the wait is registered under (session, call id)
         │ 2. body: context.emit(question) ───────► UI shows the question
         │                                            │
@@ -256,7 +256,7 @@ class ExternalEventExtension(AgentExtension):
         ``ExternalEventExpiredError`` if nobody answered in time, and later answers are
         refused. The wait's entry is removed however the block ends.
         """
-        if not isinstance(correlation_id, str) or not correlation_id.strip():
+        if not (isinstance(correlation_id, str) and correlation_id.strip()):
             raise ValueError("correlation_id must be a non-empty string")
         names = self._names
         if response_event_name is not None:
@@ -272,14 +272,14 @@ class ExternalEventExtension(AgentExtension):
         deadline = None if timeout is None else loop.time() + timeout
         wait = _Wait(context, correlation_id, names, loop.create_future(), timeout, deadline)
         handle = ExternalWait(correlation_id, None if timeout is None else _utc_deadline(timeout))
-        key = (context.session_id, correlation_id)
+        slot = (context.session_id, correlation_id)
         with self._lock:
-            if key in self._waits:
+            if slot in self._waits:
                 raise RuntimeError(
                     f"session {context.session_id!r} is already waiting for an answer to "
                     f"{correlation_id!r}; one wait per id at a time"
                 )
-            self._waits[key] = wait
+            self._waits[slot] = wait
         try:
             yield handle
             with context.waiting():
@@ -287,8 +287,8 @@ class ExternalEventExtension(AgentExtension):
             self._staged[(context, correlation_id)] = answer
         finally:
             with self._lock:
-                if self._waits.get(key) is wait:
-                    del self._waits[key]
+                if self._waits.get(slot) is wait:
+                    del self._waits[slot]
                 wait.state = _State.CLOSED
             future = wait.future
             if not future.done():
