@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from .bindings import ModelBinding, ModelBindings
 from .channel import Channel, ChannelClosed
+from .compaction import DEFAULT_MAX_HISTORY_MESSAGES, ContextCompactor, prepare_context
 from .errors import (
     AgentClosedError,
     ConfigurationError,
@@ -50,6 +51,7 @@ from .tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from .extensions.external import ExternalEvent
+    from .mcp import MCPClient
 
 __all__ = [
     "AgentCore",
@@ -171,6 +173,7 @@ class _RunOptions:
     tools: dict[str, Tool]
     params: dict[str, Any]
     agent_name: str | None
+    context_compactor: ContextCompactor | None = None
 
 
 class AgentRunContext:
@@ -306,6 +309,8 @@ class AgentCore:
         tool_error_limit: int = DEFAULT_TOOL_ERROR_LIMIT,
         name: str = "default",
         model_params: Mapping[str, Any] | None = None,
+        context_compactor: ContextCompactor | None = None,
+        max_history_messages: int | None = DEFAULT_MAX_HISTORY_MESSAGES,
     ) -> None:
         self.bindings = _as_bindings(model)
         self.registry = ToolRegistry()
@@ -337,6 +342,11 @@ class AgentCore:
         self.conversation_store = conversation_store
         self.tool_error_limit = tool_error_limit
         self.model_params = dict(model_params or {})
+        if max_history_messages is not None and max_history_messages < 1:
+            raise ConfigurationError("max_history_messages must be at least 1 or None")
+        # compaction runs before each model call; the bound then trims the oldest whole turns
+        self.context_compactor = context_compactor
+        self.max_history_messages = max_history_messages
         self.state = AgentState()
         self._executor = ToolExecutor()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -348,11 +358,36 @@ class AgentCore:
     # construction helpers -----------------------------------------------------------------
 
     @classmethod
-    async def create(cls, model: ModelLike, **kwargs: Any) -> AgentCore:
-        """Build an agent on the running loop (the async factory form)."""
+    async def create(
+        cls, model: ModelLike, *, mcp_client: MCPClient | None = None, **kwargs: Any
+    ) -> AgentCore:
+        """Build an agent on the running loop (the async factory form).
+
+        ``mcp_client`` is started and its tools registered (see ``add_mcp_client``).
+        """
         agent = cls(model, **kwargs)
         agent._claim_loop()
+        if mcp_client is not None:
+            try:
+                await agent.add_mcp_client(mcp_client)
+            except BaseException:
+                await agent.aclose()
+                raise
         return agent
+
+    async def add_mcp_client(self, client: MCPClient) -> None:
+        """Start an MCP client (idempotent) and register its tools, named ``server__tool``.
+
+        The agent does not own the client: ``aclose`` leaves it open. Close it yourself once
+        the runs using it have finished.
+        """
+        await client.start()
+        found = client.tools()
+        taken = sorted(t.name for t in found if t.name in self.registry)
+        if taken:
+            raise ConfigurationError(f"MCP tool names already registered: {', '.join(taken)}")
+        for item in found:
+            self.registry.register(item)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -449,7 +484,7 @@ class AgentCore:
         cancels the run. Options override the agent's defaults for this run: ``run_timeout``,
         ``max_iterations``, ``tool_timeout``, ``parallel_tool_calls``, ``system_prompt``,
         ``permission_callback``, ``extra_tools``, ``tool_filter``, ``model_params``,
-        ``agent_name``.
+        ``agent_name``, ``context_compactor``.
         """
         self._check_usable()
         return self._stream(prompt, config, conversation, options, raise_on_fail=True)
@@ -560,6 +595,7 @@ class AgentCore:
             tools=tools,
             params=params,
             agent_name=options.get("agent_name") or self.name,
+            context_compactor=options.get("context_compactor", self.context_compactor),
         )
 
     async def _stream(
@@ -710,6 +746,12 @@ class AgentCore:
                 )
             state.iteration += 1
             state.phase = AgentPhase.MODEL
+            state.messages = await prepare_context(
+                state.messages,
+                compactor=options.context_compactor,
+                max_messages=self.max_history_messages,
+                run_id=context.run_id,
+            )
             request = ModelRequest(
                 messages=list(state.messages),
                 tools=specs,
@@ -968,6 +1010,7 @@ _OPTION_NAMES = frozenset(
         "tool_filter",
         "model_params",
         "agent_name",
+        "context_compactor",
     }
 )
 
