@@ -1,0 +1,300 @@
+"""Anthropic Messages, streamed, through ``anthropic.AsyncAnthropic``.
+
+The raw event stream of ``messages.create(stream=True)`` is folded into ModelEvents:
+``text_delta`` becomes a text event; a ``tool_use`` block collects its ``input_json_delta``
+fragments and becomes a tool call at its ``content_block_stop``. Input tokens come from
+``message_start``, output tokens from the last ``message_delta``.
+
+Tool results travel back as ``tool_result`` blocks of a user turn. The Messages API wants user
+and assistant turns to alternate, so consecutive messages of one role are merged into one turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from anthropic import NOT_GIVEN, AnthropicError, AsyncAnthropic, AsyncStream, omit
+from anthropic.types import (
+    RawContentBlockDeltaEvent,
+    RawContentBlockStartEvent,
+    RawContentBlockStopEvent,
+    RawMessageDeltaEvent,
+    RawMessageStartEvent,
+    RawMessageStreamEvent,
+)
+
+from ..errors import ProviderError
+from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ..model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, ToolSpec, Usage
+from .errors import configuration_error, redact, translate_errors
+from .openai import parse_arguments
+
+__all__ = ["DEFAULT_MAX_TOKENS", "AnthropicModel"]
+
+#: ``max_tokens`` is required by the Messages API; this is sent unless params give one.
+DEFAULT_MAX_TOKENS = 4096
+
+_SDK_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+
+# imported lazily by a first call (asyncio backend of anyio, HTTP/1.1 machinery, SDK helpers)
+_FIRST_CALL_MODULES = (
+    "anyio._backends._asyncio",
+    "h11",
+    "httpcore2._async.http11",
+    "httpcore2._backends.anyio",
+)
+
+
+@dataclass(slots=True)
+class _PartialToolUse:
+    id: str
+    name: str
+    fragments: list[str] = field(default_factory=list)
+
+
+class AnthropicModel:
+    """A Claude model behind the Anthropic Messages API (or a compatible endpoint).
+
+    Options mirror ``OpenAIModel``: ``timeout``/``max_retries`` configure the SDK client,
+    ``params`` go into every request (``max_tokens`` defaults to ``max_tokens``), ``retry`` is
+    the runtime's own retry on top of the SDK's (none by default).
+    """
+
+    retry: RetryOptions
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        params: Mapping[str, Any] | None = None,
+        retry: RetryOptions | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        provider_name: str = "anthropic",
+        default_headers: Mapping[str, str] | None = None,
+        client: AsyncAnthropic | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("model must be a non-empty string")
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        self._model = model
+        self.provider_name = provider_name
+        self.params = dict(params or {})
+        self.max_tokens = max_tokens
+        self.retry = retry if retry is not None else RetryOptions(max_retries=0)
+        self._owns_client = client is None
+        if client is None:
+            options: dict[str, Any] = {}
+            if timeout is not None:
+                options["timeout"] = timeout
+            if max_retries is not None:
+                options["max_retries"] = max_retries
+            try:
+                client = AsyncAnthropic(
+                    api_key=api_key, base_url=base_url, default_headers=default_headers, **options
+                )
+            except (AnthropicError, ValueError, TypeError) as exc:
+                raise configuration_error(
+                    exc,
+                    what=f"could not build the {provider_name} client for model {model!r}",
+                    secrets=[api_key] if api_key else [],
+                ) from exc
+        self._client = client
+        self._secrets: tuple[str, ...] = tuple(
+            key
+            for key in (api_key, client.api_key, client.auth_token)
+            if isinstance(key, str) and key
+        )
+        self._closed = False
+
+    def __repr__(self) -> str:
+        base_url = redact(str(self._client.base_url), self._secrets)
+        return (
+            f"AnthropicModel(model={self._model!r}, base_url={base_url!r}, closed={self._closed})"
+        )
+
+    @property
+    def model_name(self) -> str:
+        """The model the requests name."""
+        return self._model
+
+    @property
+    def client(self) -> AsyncAnthropic:
+        """The SDK client."""
+        return self._client
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose`` ran."""
+        return self._closed
+
+    def prepare(self) -> None:
+        """Do the one-time work of a first call now: the SDK and its HTTP stack import modules
+        lazily on first use. Needs no loop; the bindings call it in a worker thread."""
+        self._client.messages  # noqa: B018 - the property imports the resource modules
+        for name in _FIRST_CALL_MODULES:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
+
+    async def aclose(self) -> None:
+        """Close the SDK client if this model built it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            await self._client.close()
+
+    # requests ---------------------------------------------------------------------------------
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        return {**self.params, **request.params}
+
+    async def _open(self, request: ModelRequest) -> AsyncStream[RawMessageStreamEvent]:
+        params = self._params(request)
+        options = {key: params.pop(key) for key in list(params) if key in _SDK_OPTIONS}
+        extra_body: dict[str, Any] = dict(options.get("extra_body") or {})
+        max_tokens = int(params.pop("max_tokens", self.max_tokens))
+        extra_body.update(params)
+        system, messages = _messages(request.system, request.messages)
+        return await self._client.messages.create(
+            model=self._model,
+            max_tokens=max_tokens,
+            messages=cast(Any, messages),
+            system=system if system else omit,
+            tools=cast(Any, _tools(request.tools)) if request.tools else omit,
+            stream=True,
+            extra_body=extra_body or None,
+            extra_headers=options.get("extra_headers"),
+            extra_query=options.get("extra_query"),
+            timeout=options.get("timeout", NOT_GIVEN),
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream one Messages call as ModelEvents."""
+        if self._closed:
+            raise ProviderError(
+                f"the provider for model {self._model!r} is closed", provider=self.provider_name
+            )
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        open_tools: dict[int, _PartialToolUse] = {}
+        input_tokens: int | None = None
+        output_tokens: int | None = None
+        stop_reason: str | None = None
+        with translate_errors(
+            provider=self.provider_name, model=self._model, secrets=self._secrets
+        ):
+            events = await self._open(request)
+            try:
+                async for event in events:
+                    if isinstance(event, RawContentBlockDeltaEvent):
+                        delta = event.delta
+                        if delta.type == "text_delta":
+                            if delta.text:
+                                text.append(delta.text)
+                                yield ModelEvent.text(delta.text)
+                        elif delta.type == "input_json_delta":
+                            partial = open_tools.get(event.index)
+                            if partial is not None:
+                                partial.fragments.append(delta.partial_json)
+                    elif isinstance(event, RawContentBlockStartEvent):
+                        block = event.content_block
+                        if block.type == "tool_use":
+                            open_tools[event.index] = _PartialToolUse(block.id, block.name)
+                        elif block.type == "text" and block.text:
+                            text.append(block.text)
+                            yield ModelEvent.text(block.text)
+                    elif isinstance(event, RawContentBlockStopEvent):
+                        finished = open_tools.pop(event.index, None)
+                        if finished is not None:
+                            call = self._complete(finished)
+                            calls.append(call)
+                            yield ModelEvent.tool_call(call)
+                    elif isinstance(event, RawMessageStartEvent):
+                        usage = event.message.usage
+                        input_tokens = (
+                            (usage.input_tokens or 0)
+                            + (usage.cache_creation_input_tokens or 0)
+                            + (usage.cache_read_input_tokens or 0)
+                        )
+                        output_tokens = usage.output_tokens or None
+                    elif isinstance(event, RawMessageDeltaEvent):
+                        output_tokens = event.usage.output_tokens
+                        if event.usage.input_tokens is not None and input_tokens is None:
+                            input_tokens = event.usage.input_tokens
+                        if event.delta.stop_reason is not None:
+                            stop_reason = event.delta.stop_reason
+            finally:
+                await events.close()
+        for index in sorted(open_tools):  # a block the stream never closed
+            call = self._complete(open_tools[index])
+            calls.append(call)
+            yield ModelEvent.tool_call(call)
+        usage_total = (
+            Usage(input_tokens or 0, output_tokens or 0)
+            if input_tokens is not None or output_tokens is not None
+            else None
+        )
+        message = AssistantMessage("".join(text) or None, calls)
+        yield ModelEvent.completed(ModelResponse(message, usage_total, stop_reason))
+
+    def _complete(self, partial: _PartialToolUse) -> ToolCall:
+        arguments = parse_arguments(
+            "".join(partial.fragments), partial.name, self._model, self.provider_name
+        )
+        return ToolCall(partial.id, partial.name, arguments)
+
+
+def _messages(system: str | None, messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """The system prompt and the alternating turns of the Messages API."""
+    system_parts = [system] if system else []
+    turns: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            if message.content:
+                system_parts.append(message.content)
+        elif isinstance(message, UserMessage):
+            add("user", [{"type": "text", "text": message.content}] if message.content else [])
+        elif isinstance(message, AssistantMessage):
+            blocks: list[dict[str, Any]] = []
+            if message.content:
+                blocks.append({"type": "text", "text": message.content})
+            blocks.extend(
+                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+                for call in message.tool_calls
+            )
+            add("assistant", blocks)
+        elif isinstance(message, ToolMessage):
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id,
+                "content": message.content,
+            }
+            if message.is_error:
+                result["is_error"] = True
+            add("user", [result])
+    return "\n\n".join(system_parts), turns
+
+
+def _tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
+        for spec in tools
+    ]

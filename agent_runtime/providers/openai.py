@@ -1,0 +1,308 @@
+"""OpenAI Chat Completions, streamed, for api.openai.com and any compatible endpoint.
+
+``OpenAIModel`` speaks the Chat Completions wire protocol through ``openai.AsyncOpenAI``, so it
+serves every host that implements it (DeepSeek, Groq, Together, OpenRouter, Ollama, vLLM, ...)
+given a ``base_url``. One request per model call, ``stream=True`` with usage requested in the
+final chunk. Tool-call arguments arrive as string fragments keyed by the call's index; each call
+is yielded once the stream says the calls are finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import secrets
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from openai import NOT_GIVEN, AsyncOpenAI, AsyncStream, OpenAIError, omit
+from openai.types.chat import ChatCompletionChunk
+
+from ..errors import ProviderError
+from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ..model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, ToolSpec, Usage
+from .errors import configuration_error, redact, translate_errors
+
+__all__ = ["OpenAIModel"]
+
+# request options the SDK takes as arguments of create(); every other param goes in the body
+_SDK_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+
+# imported lazily by a first call (asyncio backend of anyio, HTTP/1.1 machinery, SDK helpers)
+_FIRST_CALL_MODULES = (
+    "anyio._backends._asyncio",
+    "h11",
+    "httpcore2._async.http11",
+    "httpcore2._backends.anyio",
+    "openai.lib.streaming.chat",
+)
+
+
+@dataclass(slots=True)
+class _PartialCall:
+    id: str
+    name: str = ""
+    fragments: list[str] = field(default_factory=list)
+
+
+class OpenAIModel:
+    """A model behind an OpenAI-compatible Chat Completions endpoint.
+
+    ``timeout`` and ``max_retries`` configure the SDK client (None keeps the SDK's defaults:
+    600 s read timeout, 2 retries). ``params`` are sent with every request (``temperature``,
+    ``max_tokens``, ...); a request's own params win. ``retry`` is how often the runtime repeats
+    a failed call on top of the SDK's retries: none by default, because the SDK already retried
+    and the next binding is the better next step. Pass ``client`` to use a client you own; it is
+    then yours to close.
+    """
+
+    retry: RetryOptions
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        params: Mapping[str, Any] | None = None,
+        retry: RetryOptions | None = None,
+        provider_name: str = "openai",
+        default_headers: Mapping[str, str] | None = None,
+        client: AsyncOpenAI | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("model must be a non-empty string")
+        self._model = model
+        self.provider_name = provider_name
+        self.params = dict(params or {})
+        self.retry = retry if retry is not None else RetryOptions(max_retries=0)
+        self._owns_client = client is None
+        if client is None:
+            options: dict[str, Any] = {}
+            if timeout is not None:
+                options["timeout"] = timeout
+            if max_retries is not None:
+                options["max_retries"] = max_retries
+            try:
+                client = AsyncOpenAI(
+                    api_key=api_key, base_url=base_url, default_headers=default_headers, **options
+                )
+            except (OpenAIError, ValueError, TypeError) as exc:
+                raise configuration_error(
+                    exc,
+                    what=f"could not build the {provider_name} client for model {model!r}",
+                    secrets=[api_key] if api_key else [],
+                ) from exc
+        self._client = client
+        self._secrets: tuple[str, ...] = tuple(
+            key for key in (api_key, client.api_key) if isinstance(key, str) and key
+        )
+        self._closed = False
+
+    def __repr__(self) -> str:
+        base_url = redact(str(self._client.base_url), self._secrets)
+        return f"OpenAIModel(model={self._model!r}, base_url={base_url!r}, closed={self._closed})"
+
+    @property
+    def model_name(self) -> str:
+        """The model the requests name."""
+        return self._model
+
+    @property
+    def client(self) -> AsyncOpenAI:
+        """The SDK client."""
+        return self._client
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose`` ran."""
+        return self._closed
+
+    def prepare(self) -> None:
+        """Do the one-time work of a first call now: the SDK and its HTTP stack import modules
+        lazily on first use. Needs no loop; the bindings call it in a worker thread."""
+        self._client.chat.completions  # noqa: B018 - the property imports the resource modules
+        for name in _FIRST_CALL_MODULES:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
+
+    async def aclose(self) -> None:
+        """Close the SDK client if this model built it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            await self._client.close()
+
+    # requests ---------------------------------------------------------------------------------
+
+    async def _open(self, request: ModelRequest) -> AsyncStream[ChatCompletionChunk]:
+        params = {**self.params, **request.params}
+        options = {key: params.pop(key) for key in list(params) if key in _SDK_OPTIONS}
+        extra_body: dict[str, Any] = dict(options.get("extra_body") or {})
+        stream_options = params.pop("stream_options", {"include_usage": True})
+        extra_body.update(params)
+        return await self._client.chat.completions.create(
+            model=self._model,
+            messages=cast(Any, _messages(request.system, request.messages)),
+            stream=True,
+            stream_options=stream_options if stream_options is not None else omit,
+            tools=cast(Any, _tools(request.tools)) if request.tools else omit,
+            extra_body=extra_body or None,
+            extra_headers=options.get("extra_headers"),
+            extra_query=options.get("extra_query"),
+            timeout=options.get("timeout", NOT_GIVEN),
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream one Chat Completions call as ModelEvents."""
+        if self._closed:
+            raise ProviderError(
+                f"the provider for model {self._model!r} is closed", provider=self.provider_name
+            )
+        text: list[str] = []
+        calls: dict[int, _PartialCall] = {}
+        usage: Usage | None = None
+        finish_reason: str | None = None
+        done: list[ToolCall] | None = None
+        with translate_errors(
+            provider=self.provider_name, model=self._model, secrets=self._secrets
+        ):
+            chunks = await self._open(request)
+            try:
+                async for chunk in chunks:
+                    if chunk.usage is not None:
+                        usage = Usage(
+                            chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0
+                        )
+                    for choice in chunk.choices:
+                        if choice.index != 0:
+                            continue
+                        delta = choice.delta
+                        piece = delta.content or delta.refusal
+                        if piece:
+                            text.append(piece)
+                            yield ModelEvent.text(piece)
+                        for fragment in delta.tool_calls or ():
+                            partial = calls.get(fragment.index)
+                            if partial is None:
+                                partial = _PartialCall(
+                                    fragment.id or f"call_{secrets.token_hex(12)}"
+                                )
+                                calls[fragment.index] = partial
+                            elif fragment.id:
+                                partial.id = fragment.id
+                            function = fragment.function
+                            if function is not None:
+                                if function.name:
+                                    partial.name += function.name
+                                if function.arguments:
+                                    partial.fragments.append(function.arguments)
+                        if choice.finish_reason is not None:
+                            finish_reason = choice.finish_reason
+                    if finish_reason is not None and done is None and calls:
+                        # the calls are complete: yield them now, usage may still follow
+                        done = self._complete(calls)
+                        for call in done:
+                            yield ModelEvent.tool_call(call)
+            finally:
+                await chunks.close()
+        if done is None:
+            done = self._complete(calls)
+            for call in done:
+                yield ModelEvent.tool_call(call)
+        message = AssistantMessage("".join(text) or None, done)
+        yield ModelEvent.completed(ModelResponse(message, usage, finish_reason))
+
+    def _complete(self, calls: Mapping[int, _PartialCall]) -> list[ToolCall]:
+        finished: list[ToolCall] = []
+        for index in sorted(calls):
+            partial = calls[index]
+            if not partial.name:
+                raise ProviderError(
+                    f"model {self._model!r} sent a tool call without a name",
+                    provider=self.provider_name,
+                )
+            finished.append(
+                ToolCall(
+                    partial.id,
+                    partial.name,
+                    parse_arguments("".join(partial.fragments), partial.name, self._model),
+                )
+            )
+        return finished
+
+
+def parse_arguments(raw: str, name: str, model: str, provider: str = "openai") -> dict[str, Any]:
+    """Decode a tool call's JSON arguments; an empty string is no arguments."""
+    if not raw.strip():
+        return {}
+    problem: str | None = None
+    try:
+        decoded = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        problem = f"{exc.msg} at character {exc.pos}"
+    if problem is not None:
+        # raised outside the handler so that nothing chains the decoder error: it keeps the
+        # raw text, which is the model's and may echo anything
+        raise ProviderError(
+            f"model {model!r} sent arguments for tool {name!r} that are not valid JSON ({problem})",
+            provider=provider,
+        )
+    if not isinstance(decoded, dict):
+        raise ProviderError(
+            f"model {model!r} sent arguments for tool {name!r} that are not a JSON object",
+            provider=provider,
+        )
+    return cast(dict[str, Any], decoded)
+
+
+def _messages(system: str | None, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    wire: list[dict[str, Any]] = []
+    if system:
+        wire.append({"role": "system", "content": system})
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            wire.append({"role": "system", "content": message.content})
+        elif isinstance(message, UserMessage):
+            wire.append({"role": "user", "content": message.content})
+        elif isinstance(message, AssistantMessage):
+            item: dict[str, Any] = {"role": "assistant", "content": message.content}
+            if message.tool_calls:
+                item["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {
+                            "name": call.name,
+                            "arguments": json.dumps(call.arguments, ensure_ascii=False),
+                        },
+                    }
+                    for call in message.tool_calls
+                ]
+            elif item["content"] is None:
+                item["content"] = ""
+            wire.append(item)
+        elif isinstance(message, ToolMessage):
+            wire.append(
+                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+            )
+    return wire
+
+
+def _tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": spec.parameters,
+            },
+        }
+        for spec in tools
+    ]
