@@ -12,7 +12,13 @@ from .agent import (
     ConversationStore,
     InMemoryConversationStore,
 )
-from .bindings import ModelBinding, ModelBindings
+from .bindings import (
+    ModelBinding,
+    ModelBindings,
+    PreflightError,
+    binding_from_spec,
+    bindings_from_spec,
+)
 from .client import AgentClient, create_agent
 from .errors import (
     AgentClosedError,
@@ -57,6 +63,7 @@ __all__ = [
     "ModelEvent",
     "ModelRequest",
     "ModelResponse",
+    "PreflightError",
     "ProviderError",
     "RetryOptions",
     "RunCancelledError",
@@ -68,6 +75,8 @@ __all__ = [
     "ToolErrorLimitError",
     "ToolPolicy",
     "Usage",
+    "binding_from_spec",
+    "bindings_from_spec",
     "create_agent",
     "current_tool_call_id",
     "presets",
