@@ -1,0 +1,218 @@
+"""Every error the service answers is ``application/problem+json`` (RFC 9457).
+
+``{"type", "title", "status", "detail", "code"}``; ``code`` is a stable public literal. The
+service raises ``ProblemError`` (or a subclass) anywhere below a route; FastAPI's own errors
+(validation, unknown route, wrong method) and unexpected exceptions are mapped here too, so
+no answer ever carries a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.storage.base import StorageUnavailable
+
+__all__ = [
+    "PROBLEM_CONTENT_TYPE",
+    "ProblemError",
+    "install_error_handlers",
+    "problem_body",
+    "problem_response",
+]
+
+logger = logging.getLogger("app.errors")
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+_TITLES: dict[str, str] = {
+    "session_busy": "Session busy",
+    "overloaded": "Overloaded",
+    "draining": "Draining",
+    "not_found": "Not found",
+    "unauthorized": "Unauthorized",
+    "payload_too_large": "Payload too large",
+    "validation_error": "Validation error",
+    "not_accepted": "Not accepted",
+    "method_not_allowed": "Method not allowed",
+    "bad_request": "Bad request",
+    "unavailable": "Service unavailable",
+    "starting": "Starting",
+    "internal": "Internal error",
+}
+
+_CODE_BY_STATUS: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "session_busy",
+    413: "payload_too_large",
+    422: "validation_error",
+    429: "overloaded",
+    503: "unavailable",
+}
+
+
+class ProblemError(Exception):
+    """An error answer: raise it from a route or a dependency.
+
+    ``extra`` adds members to the problem object (``active_run_id``, ``accepted_by``...);
+    ``headers`` adds response headers (``Retry-After``, ``WWW-Authenticate``).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = dict(headers or {})
+        self.extra = dict(extra or {})
+
+    def response(self) -> Response:
+        """The problem as a response."""
+        return problem_response(
+            self.status, self.code, self.detail, headers=self.headers, extra=self.extra
+        )
+
+
+def problem_body(
+    status: int, code: str, detail: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The problem object."""
+    body: dict[str, Any] = {
+        "type": f"urn:agent-runtime:problem:{code}",
+        "title": _TITLES.get(code, code.replace("_", " ").capitalize()),
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    if extra:
+        body.update(extra)
+    return body
+
+
+def problem_response(
+    status: int,
+    code: str,
+    detail: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Response:
+    """A problem+json response."""
+    return JSONResponse(
+        problem_body(status, code, detail, extra),
+        status_code=status,
+        headers=dict(headers or {}),
+        media_type=PROBLEM_CONTENT_TYPE,
+    )
+
+
+def _location(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+async def _on_problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProblemError)
+    return exc.response()
+
+
+async def _on_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _CODE_BY_STATUS.get(exc.status_code, "internal" if exc.status_code >= 500 else "error")
+    if exc.status_code == 404:
+        detail = f"nothing is served at {request.url.path}"
+    elif exc.status_code == 405:
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    else:
+        detail = str(exc.detail)
+    return problem_response(exc.status_code, code, detail, headers=exc.headers)
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    # only location, message and type: pydantic's "input" would echo the request (a prompt)
+    errors = [
+        {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": err.get("type")}
+        for err in exc.errors()
+    ]
+    if errors:
+        first = errors[0]
+        detail = f"{_location(first['loc'])}: {first['msg']}"
+        if len(errors) > 1:
+            detail += f" (and {len(errors) - 1} more)"
+    else:  # pragma: no cover - pydantic always reports at least one error
+        detail = "the request is not valid"
+    return problem_response(422, "validation_error", detail, extra={"errors": errors})
+
+
+async def _on_storage_unavailable(request: Request, exc: Exception) -> Response:
+    logger.warning("storage unavailable: %s", exc)
+    return problem_response(
+        503,
+        "unavailable",
+        "the database cannot be reached right now; retry shortly",
+        headers={"Retry-After": "2"},
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every error to problem+json."""
+    app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(StorageUnavailable, _on_storage_unavailable)
+    app.add_exception_handler(StarletteHTTPException, _on_http_exception)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+
+
+class CatchAllMiddleware:
+    """Innermost guard: an unexpected exception becomes a 500 ``internal`` problem.
+
+    Starlette's ServerErrorMiddleware would answer too, but then re-raise (the server logs the
+    traceback twice) and its answer is plain text. The exception is logged here, once, and
+    the client gets no traceback.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            logger.exception(
+                "unhandled error answering %s %s", scope.get("method"), scope.get("path")
+            )
+            if started:
+                # the answer is under way: all that is left is to end it
+                return
+            response = problem_response(
+                500, "internal", "the server failed to answer this request; it was logged"
+            )
+            await response(scope, receive, send)

@@ -1,0 +1,60 @@
+"""Health, readiness, metrics and (when enabled) debug introspection."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from starlette.responses import JSONResponse, Response
+
+from app.api.errors import problem_response
+from app.auth import principal_of
+from app.metrics import CONTENT_TYPE_LATEST
+from app.services import ServicesDep
+
+__all__ = ["debug_router", "router"]
+
+router = APIRouter(tags=["operations"])
+debug_router = APIRouter(tags=["debug"])
+
+
+@router.get("/healthz", summary="The process is alive")
+async def healthz() -> dict[str, str]:
+    """Always 200 while the process serves HTTP."""
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    summary="Ready to take runs",
+    responses={503: {"description": "Starting or draining"}},
+)
+async def readyz(services: ServicesDep) -> Response:
+    """200 once preflight and warm-up are done, 503 before that and while draining."""
+    if services.manager.draining:
+        return problem_response(
+            503, "draining", "the server is shutting down", headers={"Retry-After": "5"}
+        )
+    if not services.ready:
+        return problem_response(
+            503,
+            "starting",
+            f"the server is not ready: {services.readiness_problem}",
+            headers={"Retry-After": "1"},
+        )
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/metrics", summary="Prometheus metrics of this worker")
+async def metrics(services: ServicesDep) -> Response:
+    """Prometheus text format. With several workers, each answers for itself."""
+    return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@debug_router.get("/debug/state", summary="Counts of live runs and what they hold")
+async def debug_state(
+    services: ServicesDep, principal: Annotated[str, Depends(principal_of)]
+) -> dict[str, Any]:
+    """Runs, tasks, locks, subscribers, the agent's active runs and extension waits (only
+    with AGENT_DEBUG_ENDPOINTS=1)."""
+    return services.manager.debug_state()

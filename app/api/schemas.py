@@ -1,0 +1,166 @@
+"""Request and response bodies of the HTTP API (pydantic, at the edge only)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import Path
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "SESSION_ID_PATTERN",
+    "AcceptedBy",
+    "BackgroundAccepted",
+    "CancelAnswer",
+    "ExternalEventRequest",
+    "MessagesView",
+    "Problem",
+    "RunRequest",
+    "RunResult",
+    "RunView",
+    "SessionId",
+    "SessionView",
+]
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+
+SessionId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=128,
+        pattern=SESSION_ID_PATTERN,
+        description="1 to 128 characters of A-Z a-z 0-9 . _ : -",
+    ),
+]
+
+
+class RunRequest(BaseModel):
+    """``POST /v1/sessions/{session_id}/runs``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str = Field(description="The user's message.")
+    agent: str = Field("default", description="Name of a configured agent.")
+    stream: bool = Field(True, description="Answer text/event-stream (else JSON when done).")
+    background: bool = Field(False, description="Answer 202 at once; read events separately.")
+    on_disconnect: Literal["cancel", "continue"] = Field(
+        "cancel", description="What a streaming or blocking client's disconnect does to the run."
+    )
+    run_timeout: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="Seconds for the whole run."
+    )
+    max_iterations: int | None = Field(None, ge=1, le=1000, description="Model calls at most.")
+    metadata: dict[str, Any] | None = Field(None, description="Stored with the run.")
+
+
+class ExternalEventRequest(BaseModel):
+    """``POST /external-events``: a front end's answer to a waiting run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str = Field(min_length=1, max_length=128, pattern=SESSION_ID_PATTERN)
+    run_id: str | None = Field(None, max_length=128)
+    name: str = Field(min_length=1, max_length=200, pattern=r"\S")
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class Usage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+
+
+class Output(BaseModel):
+    content: str
+
+
+class RunError(BaseModel):
+    code: str
+    message: str
+
+
+RunStatusName = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
+
+
+class RunResult(BaseModel):
+    """A blocking run's answer."""
+
+    run_id: str
+    session_id: str
+    status: RunStatusName
+    output: Output | None
+    error: RunError | None
+    usage: Usage | None
+
+
+class RunView(RunResult):
+    """``GET /v1/runs/{run_id}``."""
+
+    agent: str
+    created_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    metadata: dict[str, Any]
+    events_url: str
+
+
+class BackgroundAccepted(BaseModel):
+    """``202`` for ``background: true``."""
+
+    run_id: str
+    status: RunStatusName
+    events_url: str
+
+
+class CancelAnswer(BaseModel):
+    """``POST /v1/runs/{run_id}/cancel``."""
+
+    run_id: str
+    status: str
+
+
+class AcceptedBy(BaseModel):
+    """``202`` of ``POST /external-events``."""
+
+    accepted_by: list[str]
+
+
+class SessionView(BaseModel):
+    """``GET /v1/sessions/{session_id}``."""
+
+    session_id: str
+    created_at: str
+    updated_at: str
+    message_count: int
+    last_run_id: str | None
+    active_run_id: str | None
+
+
+class MessageView(BaseModel):
+    """One stored message: its JSON form (``role``, ``content``...) and where it came from."""
+
+    model_config = ConfigDict(extra="allow")
+
+    position: int
+    run_id: str
+    created_at: str
+    role: str
+
+
+class MessagesView(BaseModel):
+    """``GET /v1/sessions/{session_id}/messages``."""
+
+    session_id: str
+    messages: list[MessageView]
+
+
+class Problem(BaseModel):
+    """``application/problem+json``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str

@@ -1,0 +1,205 @@
+"""The two responses that outlive their handler: an SSE stream of a run's log, and a blocking
+run's JSON result.
+
+Both are small ASGI responses written here rather than sse-starlette's ``EventSourceResponse``:
+that one ends every stream as soon as the server is told to stop, while a drain must let each
+stream deliver its run's terminal event (the drain is ours to control). Each response:
+
+- reads the run's log from its own cursor (replay, then live): ``Subscription.next()`` hands
+  over every event already there, so a burst goes out as one write;
+- watches ``receive()`` for the client's disconnect in one small task;
+- bounds each write by ``send_timeout``: a client that stops reading counts as gone;
+- sends ``: ping`` after ``ping`` seconds of silence;
+- on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from app.api.errors import problem_response
+from app.bus.base import EventLog, LogNotFound, Subscription
+from app.wire import PING_FRAME
+
+if TYPE_CHECKING:
+    from app.runs import RunHandle, RunManager
+
+__all__ = ["EventStreamResponse", "RunResultResponse"]
+
+
+async def _reap(task: asyncio.Task[None]) -> None:
+    """Wait for a cancelled helper task; its own failure (a broken receive) is not ours."""
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class EventStreamResponse(Response):
+    """``text/event-stream`` of one run's events after ``after``, until its terminal event."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        *,
+        events: EventLog,
+        run_id: str,
+        after: int = 0,
+        headers: Mapping[str, str] | None = None,
+        ping: float = 15.0,
+        send_timeout: float = 30.0,
+        on_gone: Callable[[], object] | None = None,
+        manager: RunManager | None = None,
+    ) -> None:
+        self.status_code = 200
+        self.background = None
+        self._events = events
+        self._run_id = run_id
+        self._after = after
+        self._ping = ping
+        self._send_timeout = send_timeout
+        self._on_gone = on_gone
+        self._manager = manager
+        self.init_headers(
+            {"cache-control": "no-store", "x-accel-buffering": "no", **(headers or {})}
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            subscription = await self._events.subscribe(self._run_id, self._after)
+        except LogNotFound:
+            response = problem_response(
+                404, "not_found", f"the events of run {self._run_id!r} are no longer kept"
+            )
+            await response(scope, receive, send)
+            return
+        manager = self._manager
+        if manager is not None:
+            manager.stream_opened()
+        try:
+            await self._stream(subscription, receive, send)
+        finally:
+            if manager is not None:
+                manager.stream_closed()
+
+    async def _stream(self, subscription: Subscription, receive: Receive, send: Send) -> None:
+        loop = asyncio.get_running_loop()
+        gone = False
+        completed = False
+        last_send = loop.time()
+        ticker: asyncio.TimerHandle | None = None
+        ping = self._ping
+        send_timeout = self._send_timeout
+
+        def on_disconnect(_: asyncio.Task[None]) -> None:
+            nonlocal gone
+            gone = True
+            subscription.interrupt()
+
+        def tick() -> None:
+            nonlocal ticker
+            idle = loop.time() - last_send
+            if idle >= ping:
+                subscription.interrupt()
+                ticker = loop.call_later(ping, tick)
+            else:
+                ticker = loop.call_later(ping - idle, tick)
+
+        watcher = loop.create_task(_wait_disconnect(receive))
+        watcher.add_done_callback(on_disconnect)
+        ticker = loop.call_later(ping, tick)
+        try:
+            async with asyncio.timeout(send_timeout):
+                await send(
+                    {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+                )
+            while True:
+                batch = await subscription.next()
+                if gone:
+                    break
+                if batch:
+                    body = batch[0].frame if len(batch) == 1 else b"".join(e.frame for e in batch)
+                elif subscription.finished:
+                    body = b""
+                else:
+                    body = PING_FRAME
+                more = not subscription.finished
+                # most writes complete without waiting; the deadline only bites when the
+                # client stopped reading and the server's buffers are full
+                async with asyncio.timeout(send_timeout):
+                    await send({"type": "http.response.body", "body": body, "more_body": more})
+                if not more:
+                    completed = True
+                    break
+                last_send = loop.time()
+        except TimeoutError:
+            gone = True  # a write blocked for send_timeout: the client is not reading
+        except OSError:
+            gone = True  # servers implementing ASGI 2.4 raise it for a closed connection
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+            watcher.remove_done_callback(on_disconnect)
+            watcher.cancel()
+            await _reap(watcher)
+            await subscription.aclose()
+            if gone and not completed and self._on_gone is not None:
+                self._on_gone()
+
+
+class RunResultResponse(Response):
+    """A blocking run's JSON result, sent when the run ends.
+
+    A client that disconnects first calls ``on_gone`` (the run's disconnect policy).
+    """
+
+    media_type = "application/json"
+
+    def __init__(
+        self,
+        *,
+        manager: RunManager,
+        handle: RunHandle,
+        headers: Mapping[str, str] | None = None,
+        on_gone: Callable[[], object] | None = None,
+    ) -> None:
+        self.status_code = 200
+        self.background = None
+        self._manager = manager
+        self._handle = handle
+        self._on_gone = on_gone
+        self._extra_headers = dict(headers or {})
+        self.init_headers(self._extra_headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handle = self._handle
+        manager = self._manager
+        manager.open_waiters += 1
+        watcher = asyncio.get_running_loop().create_task(_wait_disconnect(receive))
+        try:
+            await asyncio.wait([handle.finished, watcher], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            manager.open_waiters -= 1
+            watcher.cancel()
+            await _reap(watcher)
+        if not handle.done:
+            if self._on_gone is not None:
+                self._on_gone()
+            return
+        encoded = json.dumps(handle.result(), ensure_ascii=False, separators=(",", ":")).encode()
+        headers = [*self.raw_headers, (b"content-length", str(len(encoded)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": encoded})

@@ -1,0 +1,253 @@
+"""What workers share: each run's event log, the session locks, and command routing.
+
+Three Protocols, implemented in-process by ``app.bus.local`` (one worker) and across workers
+by a Redis implementation (streams for the logs, leases for the locks, pub/sub for commands)::
+
+    Bus
+     ├── events: EventLog      per-run append-only log: create, append, subscribe from a cursor
+     │                          (replay, then follow), sealed by the terminal event, kept TTL
+     ├── locks: SessionLocks    one active run per session: a renewable lease carrying a
+     │                          fencing token that only grows
+     └── router: Router         cancel a run / deliver an external answer on whichever worker
+                                holds it, with that worker's reply
+
+Only the worker that holds a run's lease appends to its log, so ``seq`` is assigned by that
+writer: 1 for the first event, +1 for each next one. The writer passes its lease's fencing
+token with every append. A log accepts a token at least as high as the highest it has seen
+and refuses a lower one: when a worker's lease lapses, whoever declares its runs lost takes
+the session's lock (a higher token), appends the terminal ``run.failed`` (``worker_lost``)
+with it, and the lost worker, should it come back, can no longer write.
+
+Errors::
+
+    BusError
+     ├── LogNotFound    the log does not exist (never created, or expired)
+     └── LeaseLost      an append or renewal with a lease that is no longer held
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "TERMINAL_TYPES",
+    "Bus",
+    "BusError",
+    "CommandHandler",
+    "EventLog",
+    "Lease",
+    "LeaseLost",
+    "LogNotFound",
+    "Router",
+    "SessionLocks",
+    "Subscription",
+    "WireEvent",
+]
+
+TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
+
+
+class BusError(Exception):
+    """Base of the bus's errors."""
+
+
+class LogNotFound(BusError):
+    """No log for this run: it never existed here, or it expired."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no event log for run {run_id!r} (unknown or expired)")
+        self.run_id = run_id
+
+
+class LeaseLost(BusError):
+    """The lease is no longer held by its bearer (expired, or taken over)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WireEvent:
+    """One event as it goes on the wire: its ``seq``, SSE ``type`` and the encoded SSE frame.
+
+    ``frame`` is the complete frame (``id:``, ``event:``, ``data:`` lines and the blank line),
+    encoded once when the event is created; subscribers send it as is.
+    """
+
+    seq: int
+    type: str
+    frame: bytes
+
+    @property
+    def terminal(self) -> bool:
+        """True for run.completed, run.failed and run.cancelled."""
+        return self.type in TERMINAL_TYPES
+
+    @property
+    def document(self) -> dict[str, Any]:
+        """The decoded ``data:`` JSON object (for tests and tools, not the hot path)."""
+        for line in self.frame.decode("utf-8").split("\n"):
+            if line.startswith("data: "):
+                value = json.loads(line[6:])
+                assert isinstance(value, dict)
+                return value
+        raise ValueError("frame without a data line")  # pragma: no cover
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A held session lock. ``token`` is the fencing token: it grows with every acquisition."""
+
+    session_id: str
+    holder: str
+    token: int
+
+
+class Subscription(Protocol):
+    """One reader of one run's log, from its own cursor. Close it (``aclose``) when done."""
+
+    @property
+    def cursor(self) -> int:
+        """The seq of the last event returned (0 before the first)."""
+        ...
+
+    @property
+    def finished(self) -> bool:
+        """True once the terminal event was returned: nothing more will come."""
+        ...
+
+    async def next(self) -> Sequence[WireEvent]:
+        """The events after the cursor, waiting until there is at least one.
+
+        Returns an empty sequence when ``interrupt`` was called while it waited, or when the
+        log is finished and everything was returned.
+        """
+        ...
+
+    def interrupt(self) -> None:
+        """Wake a pending ``next`` (it returns empty). Safe to call at any time."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop reading; idempotent."""
+        ...
+
+
+class EventLog(Protocol):
+    """Per-run, append-only, bounded event logs."""
+
+    async def create(self, run_id: str, *, session_id: str, fence: int) -> None:
+        """Start an empty log for a new run, writable with the lease token ``fence``."""
+        ...
+
+    async def append(self, run_id: str, event: WireEvent, *, fence: int) -> None:
+        """Append the next event (``seq`` = previous + 1).
+
+        A terminal event seals the log; it is kept for the configured TTL, then expires.
+        Raises ``LogNotFound``, or ``LeaseLost`` for a ``fence`` lower than one already used.
+        """
+        ...
+
+    async def last_seq(self, run_id: str) -> int | None:
+        """The seq of the log's last event (0 if empty); None if there is no such log."""
+        ...
+
+    async def subscribe(self, run_id: str, after: int = 0) -> Subscription:
+        """A reader that replays the events with ``seq > after`` and then follows live.
+
+        Raises ``LogNotFound``.
+        """
+        ...
+
+    async def exists(self, run_id: str) -> bool:
+        """Whether the run's log is available."""
+        ...
+
+
+class SessionLocks(Protocol):
+    """One active run per session, as renewable leases with fencing tokens."""
+
+    async def acquire(self, session_id: str, holder: str, ttl: float) -> Lease | None:
+        """Take the session's lock for ``holder`` (a run id) for ``ttl`` seconds.
+
+        None if another holder has it.
+        """
+        ...
+
+    async def renew(self, lease: Lease, ttl: float) -> None:
+        """Extend a held lease by ``ttl`` seconds from now; raises ``LeaseLost``."""
+        ...
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lock back if this lease still holds it; idempotent."""
+        ...
+
+    async def holder(self, session_id: str) -> str | None:
+        """The current holder of the session's lock, or None."""
+        ...
+
+
+class CommandHandler(Protocol):
+    """What a worker does with commands addressed to runs it holds (the run manager)."""
+
+    def cancel_local(self, run_id: str, reason: str) -> bool:
+        """Cancel a run held by this worker; False if it holds no such unfinished run."""
+        ...
+
+    def deliver_local(
+        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+    ) -> list[str]:
+        """Offer an external answer to this worker's agent; the names that accepted it."""
+        ...
+
+
+class Router(Protocol):
+    """Routes commands to the worker holding a run, and brings its answer back."""
+
+    def bind(self, handler: CommandHandler) -> None:
+        """Set this worker's handler (once, before serving)."""
+        ...
+
+    async def register(self, run_id: str, session_id: str) -> None:
+        """This worker now holds the run."""
+        ...
+
+    async def unregister(self, run_id: str) -> None:
+        """This worker no longer holds the run."""
+        ...
+
+    async def cancel(self, run_id: str, reason: str) -> bool:
+        """Cancel the run wherever it runs; False if no worker holds it unfinished."""
+        ...
+
+    async def deliver_external(
+        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+    ) -> list[str]:
+        """Deliver an answer to whichever worker accepts it; the accepting extensions' names."""
+        ...
+
+
+class Bus(Protocol):
+    """The three shared services of one worker, and their lifetime."""
+
+    @property
+    def events(self) -> EventLog: ...
+
+    @property
+    def locks(self) -> SessionLocks: ...
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def shared(self) -> bool:
+        """True when other worker processes see the same state (Redis)."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """Counts for leak checks: logs, subscribers, locks, routed runs."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and timers; idempotent."""
+        ...

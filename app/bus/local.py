@@ -1,0 +1,336 @@
+"""The in-process bus: everything lives in this worker's memory, on its event loop.
+
+Right for one worker (the default). With several workers and no Redis, each worker has its
+own: a run's events, cancellation and answers are reachable only on the worker that runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from app.bus.base import (
+    BusError,
+    CommandHandler,
+    Lease,
+    LeaseLost,
+    LogNotFound,
+    WireEvent,
+)
+
+__all__ = ["LocalBus", "LocalEventLog", "LocalRouter", "LocalSessionLocks"]
+
+_EMPTY: tuple[WireEvent, ...] = ()
+
+
+class _RunLog:
+    __slots__ = (
+        "events",
+        "expiry",
+        "fence",
+        "first_seq",
+        "last_seq",
+        "run_id",
+        "sealed",
+        "session_id",
+        "waiters",
+    )
+
+    def __init__(self, run_id: str, session_id: str, fence: int) -> None:
+        self.run_id = run_id
+        self.session_id = session_id
+        self.fence = fence
+        self.events: list[WireEvent] = []
+        self.first_seq = 1  # seq of events[0]
+        self.last_seq = 0
+        self.sealed = False
+        self.waiters: set[_LocalSubscription] = set()
+        self.expiry: asyncio.TimerHandle | None = None
+
+    def wake(self) -> None:
+        waiters = self.waiters
+        if waiters:
+            self.waiters = set()
+            for subscription in waiters:
+                waiter = subscription._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
+
+
+class _LocalSubscription:
+    __slots__ = ("_closed", "_cursor", "_finished", "_interrupted", "_log", "_owner", "_waiter")
+
+    def __init__(self, owner: LocalEventLog, log: _RunLog, after: int) -> None:
+        self._owner = owner
+        self._log = log
+        self._cursor = after
+        self._finished = False
+        self._interrupted = False
+        self._closed = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def cursor(self) -> int:
+        return self._cursor
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    async def next(self) -> Sequence[WireEvent]:
+        log = self._log
+        while not self._closed:
+            events = log.events
+            index = self._cursor + 1 - log.first_seq
+            if index < 0:  # older events were dropped (bounded log): resume at the oldest kept
+                index = 0
+            if index < len(events):
+                batch = events[index:]
+                self._cursor = batch[-1].seq
+                if log.sealed and self._cursor >= log.last_seq:
+                    self._finished = True
+                return batch
+            if log.sealed:
+                self._finished = True
+                return _EMPTY
+            if self._interrupted:
+                self._interrupted = False
+                return _EMPTY
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            log.waiters.add(self)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                log.waiters.discard(self)
+            if self._take_interrupt() and self._cursor >= log.last_seq:
+                return _EMPTY
+        return _EMPTY
+
+    def _take_interrupt(self) -> bool:
+        interrupted, self._interrupted = self._interrupted, False
+        return interrupted
+
+    def interrupt(self) -> None:
+        self._interrupted = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._log.waiters.discard(self)
+            self._owner._subscribers -= 1
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+
+class LocalEventLog:
+    """Event logs in a dict. ``ttl``: seconds a sealed log is kept; ``max_events`` per run."""
+
+    def __init__(
+        self, *, ttl: float = 600.0, max_events: int = 100_000, max_retained: int = 1_000_000
+    ) -> None:
+        self.ttl = ttl
+        self.max_events = max_events
+        # finished logs kept for replay hold at most this many events in total: past it the
+        # oldest finished logs go before their TTL (memory stays bounded under load)
+        self.max_retained = max_retained
+        self._sealed: dict[str, int] = {}  # run id -> events, in sealing order
+        self._retained = 0
+        # trim in steps, so that a long run does not shift its list at every event
+        self._trim_slack = max(16, max_events // 8)
+        self._logs: dict[str, _RunLog] = {}
+        self._subscribers = 0
+
+    async def create(self, run_id: str, *, session_id: str, fence: int) -> None:
+        if run_id in self._logs:
+            raise BusError(f"run {run_id!r} already has an event log")
+        self._logs[run_id] = _RunLog(run_id, session_id, fence)
+
+    async def append(self, run_id: str, event: WireEvent, *, fence: int) -> None:
+        self.append_nowait(run_id, event, fence=fence)
+
+    def append_nowait(self, run_id: str, event: WireEvent, *, fence: int) -> None:
+        """``append`` without a coroutine: the local log never waits."""
+        log = self._logs.get(run_id)
+        if log is None:
+            raise LogNotFound(run_id)
+        if fence < log.fence:
+            raise LeaseLost(f"stale fencing token for run {run_id!r}")
+        log.fence = fence
+        if log.sealed:
+            raise BusError(f"the log of run {run_id!r} is sealed: its terminal event was sent")
+        if event.seq != log.last_seq + 1:
+            raise BusError(f"run {run_id!r}: event seq {event.seq} does not follow {log.last_seq}")
+        events = log.events
+        events.append(event)
+        log.last_seq = event.seq
+        if len(events) > self.max_events + self._trim_slack:
+            drop = len(events) - self.max_events
+            del events[:drop]
+            log.first_seq += drop
+        if event.terminal:
+            log.sealed = True
+            log.expiry = asyncio.get_running_loop().call_later(self.ttl, self._expire, run_id)
+            self._sealed[run_id] = len(events)
+            self._retained += len(events)
+            while self._retained > self.max_retained and len(self._sealed) > 1:
+                self._expire(next(iter(self._sealed)))
+        log.wake()
+
+    async def subscribe(self, run_id: str, after: int = 0) -> _LocalSubscription:
+        log = self._logs.get(run_id)
+        if log is None:
+            raise LogNotFound(run_id)
+        self._subscribers += 1
+        return _LocalSubscription(self, log, max(0, after))
+
+    async def exists(self, run_id: str) -> bool:
+        return run_id in self._logs
+
+    async def last_seq(self, run_id: str) -> int | None:
+        log = self._logs.get(run_id)
+        return None if log is None else log.last_seq
+
+    def _expire(self, run_id: str) -> None:
+        log = self._logs.pop(run_id, None)
+        if log is not None and log.expiry is not None:
+            log.expiry.cancel()
+        self._retained -= self._sealed.pop(run_id, 0)
+
+    def discard(self, run_id: str) -> None:
+        """Forget a log at once (a run that never started)."""
+        self._expire(run_id)
+
+    @property
+    def subscribers(self) -> int:
+        """Open subscriptions."""
+        return self._subscribers
+
+    @property
+    def logs(self) -> int:
+        """Logs held (live and sealed)."""
+        return len(self._logs)
+
+    @property
+    def live_logs(self) -> int:
+        """Logs not yet sealed."""
+        return sum(1 for log in self._logs.values() if not log.sealed)
+
+    def close(self) -> None:
+        """Drop every log and its expiry timer."""
+        for log in self._logs.values():
+            if log.expiry is not None:
+                log.expiry.cancel()
+            log.wake()
+        self._logs.clear()
+        self._sealed.clear()
+        self._retained = 0
+
+
+class LocalSessionLocks:
+    """Session locks in a dict. A lease held in-process cannot outlive its holder, so the
+    ``ttl`` is not enforced; tokens still grow with every acquisition."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, Lease] = {}
+        self._token = 0
+
+    async def acquire(self, session_id: str, holder: str, ttl: float) -> Lease | None:
+        if session_id in self._held:
+            return None
+        self._token += 1
+        lease = Lease(session_id, holder, self._token)
+        self._held[session_id] = lease
+        return lease
+
+    async def renew(self, lease: Lease, ttl: float) -> None:
+        if self._held.get(lease.session_id) != lease:
+            raise LeaseLost(f"the lock of session {lease.session_id!r} is not held by this lease")
+
+    async def release(self, lease: Lease) -> None:
+        if self._held.get(lease.session_id) == lease:
+            del self._held[lease.session_id]
+
+    async def holder(self, session_id: str) -> str | None:
+        lease = self._held.get(session_id)
+        return None if lease is None else lease.holder
+
+    @property
+    def held(self) -> int:
+        """Locks currently held."""
+        return len(self._held)
+
+
+class LocalRouter:
+    """Every run is held by this worker: commands go straight to its handler."""
+
+    def __init__(self) -> None:
+        self._handler: CommandHandler | None = None
+        self._runs: dict[str, str] = {}
+
+    def bind(self, handler: CommandHandler) -> None:
+        self._handler = handler
+
+    async def register(self, run_id: str, session_id: str) -> None:
+        self._runs[run_id] = session_id
+
+    async def unregister(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+    async def cancel(self, run_id: str, reason: str) -> bool:
+        if self._handler is None:
+            return False
+        return self._handler.cancel_local(run_id, reason)
+
+    async def deliver_external(
+        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+    ) -> list[str]:
+        if self._handler is None:
+            return []
+        return self._handler.deliver_local(session_id, run_id, name, payload)
+
+    @property
+    def registered(self) -> int:
+        """Runs registered as held here."""
+        return len(self._runs)
+
+
+class LocalBus:
+    """The in-process bus of one worker."""
+
+    shared = False
+
+    def __init__(self, *, event_log_ttl: float = 600.0, max_events: int = 100_000) -> None:
+        self._events = LocalEventLog(ttl=event_log_ttl, max_events=max_events)
+        self._locks = LocalSessionLocks()
+        self._router = LocalRouter()
+
+    @property
+    def events(self) -> LocalEventLog:
+        return self._events
+
+    @property
+    def locks(self) -> LocalSessionLocks:
+        return self._locks
+
+    @property
+    def router(self) -> LocalRouter:
+        return self._router
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "event_logs": self._events.logs,
+            "live_event_logs": self._events.live_logs,
+            "subscribers": self._events.subscribers,
+            "locks": self._locks.held,
+            "routed_runs": self._router.registered,
+        }
+
+    async def aclose(self) -> None:
+        self._events.close()

@@ -1,0 +1,87 @@
+"""``agent-server``: serve the app with uvicorn.
+
+Flags: ``--host`` (127.0.0.1), ``--port`` (8000), ``--workers`` (1). Everything else comes
+from ``AGENT_*`` environment variables (see ``app.settings``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+from pydantic import ValidationError
+
+from app.lifespan import check_configuration
+from app.logs import logging_config
+from app.settings import Settings
+
+__all__ = ["main"]
+
+# after the drain, uvicorn waits this much longer for streams to send their terminal events
+_SHUTDOWN_MARGIN = 5.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-server",
+        description="Serve the agent over HTTP and Server-Sent Events. Configuration comes "
+        "from AGENT_* environment variables.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (8000)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes (1); more than one needs AGENT_REDIS_URL to share runs",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the server until it is stopped; the exit status."""
+    args = _parser().parse_args(argv)
+    if args.workers < 1:
+        print("agent-server: --workers must be at least 1", file=sys.stderr)
+        return 2
+    # the workers read their settings from the environment; tell them how many they are
+    os.environ["AGENT_WORKERS"] = str(args.workers)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"agent-server: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(check_configuration(settings))
+    except (ValueError, RuntimeError) as exc:
+        print(f"agent-server: cannot start: {exc}", file=sys.stderr)
+        return 2
+    if args.workers > 1 and settings.redis_url is None:
+        print(
+            "agent-server: warning: --workers > 1 without AGENT_REDIS_URL: each worker has its "
+            "own runs, event logs and session locks; a run's events, cancellation and "
+            "answers reach only the worker running it",
+            file=sys.stderr,
+        )
+    graceful = settings.drain_timeout + settings.send_timeout + _SHUTDOWN_MARGIN
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_config=logging_config(settings.log_level),
+        access_log=settings.debug,
+        timeout_graceful_shutdown=math.ceil(graceful),
+        lifespan="on",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""A worker's lifetime: build everything on its own loop, warm up, drain, close.
+
+Startup (in order): the store, the bus, the agent (one ``AgentCore`` per worker, built on the
+worker's loop), the run manager; then the bindings' preflight, which refuses to start on a bad
+model configuration. A warm-up run follows in the background; ``/readyz`` turns 200 once it
+succeeded (it is retried while it fails).
+
+Shutdown on SIGTERM or SIGINT: the first signal starts the drain at once, while the server
+still accepts connections (``/readyz`` 503, new runs 503 ``draining``); runs get
+``AGENT_DRAIN_TIMEOUT`` to finish, the rest are cancelled (``reason: shutdown``). Only then is
+the signal passed on to uvicorn, which stops listening and waits for the open streams to send
+their terminal events; the lifespan's end closes the agent, bus and store. A second signal
+goes to uvicorn at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable
+from types import FrameType
+from typing import Any
+
+from fastapi import FastAPI
+
+from agent_runtime.agent import AgentCore, AgentRunConfig
+from agent_runtime.bindings import ModelBinding, ModelBindings
+from agent_runtime.extensions.confirmation import ConfirmationExtension
+from agent_runtime.providers.demo import DemoModel, demo_tools
+from app.admission import Admission
+from app.agents import ServiceConfig, load_config
+from app.bus import open_bus
+from app.metrics import Metrics
+from app.runs import RunManager
+from app.services import Services
+from app.settings import Settings
+from app.storage import open_store
+
+__all__ = [
+    "DrainOnSignal",
+    "build_agent",
+    "check_configuration",
+    "make_lifespan",
+    "start_services",
+    "stop_services",
+]
+
+logger = logging.getLogger("app.lifespan")
+
+_DEMO = "demo"
+_TOOL_POLICIES = {"current_time": "allow", "delete_file": "ask"}
+_WARMUP_PROMPT = "Reply with OK."
+_WARMUP_RETRY_MAX = 30.0
+
+
+def _model_binding(spec: str, settings: Settings) -> ModelBinding:
+    if spec.strip().lower() == _DEMO:
+        model = DemoModel(
+            token_delay=settings.demo_token_delay, slow_seconds=settings.demo_slow_seconds
+        )
+        return ModelBinding(provider=model, model=_DEMO)
+    # imported only when configured: the provider layer is not needed for the demo
+    from agent_runtime import bindings
+
+    factory: Callable[[str], ModelBinding] | None = getattr(bindings, "binding_from_spec", None)
+    if factory is None:
+        raise RuntimeError(
+            f"AGENT_MODEL={spec!r} needs the provider bindings (binding_from_spec), which this "
+            "build does not have yet; use AGENT_MODEL=demo"
+        )
+    return factory(spec)
+
+
+async def build_agent(settings: Settings, config: ServiceConfig) -> AgentCore:
+    """The worker's agent: the configured model (and fallbacks), the demo tools, confirmations."""
+    primary = _model_binding(settings.model, settings)
+    fallbacks = [_model_binding(spec, settings) for spec in settings.fallback_model_list]
+    model = ModelBindings(llm=[primary, *fallbacks])
+    return await AgentCore.create(
+        model,
+        tools=demo_tools(),
+        extensions=[ConfirmationExtension(timeout=settings.confirmation_timeout)],
+        tool_policies={**_TOOL_POLICIES, **config.policies},
+        run_timeout=settings.run_timeout,
+        name="default",
+    )
+
+
+async def check_configuration(settings: Settings) -> None:
+    """Fail early, with one clear message, on settings that cannot work.
+
+    Reads ``AGENT_CONFIG``, parses ``AGENT_API_KEYS`` and builds the model bindings and their
+    preflight on a throw-away loop (no network call). Raises ValueError (a ConfigurationError
+    is one) or RuntimeError. ``agent-server`` runs it before starting any worker.
+    """
+    load_config(settings.config)
+    settings.api_key_map  # noqa: B018 - parsing is the check
+    primary = _model_binding(settings.model, settings)
+    fallbacks = [_model_binding(spec, settings) for spec in settings.fallback_model_list]
+    bindings = ModelBindings(llm=[primary, *fallbacks])
+    try:
+        preflight: Any = getattr(bindings, "preflight", None)
+        if callable(preflight):
+            await preflight()
+    finally:
+        await bindings.aclose()
+
+
+async def _preflight(agent: AgentCore) -> None:
+    preflight: Any = getattr(agent.bindings, "preflight", None)
+    if callable(preflight):
+        await preflight()
+
+
+async def start_services(settings: Settings, metrics: Metrics | None = None) -> Services:
+    """Open the store and bus, build the agent and run manager, preflight."""
+    config = load_config(settings.config)
+    metrics = metrics or Metrics()
+    async with contextlib.AsyncExitStack() as stack:
+        store = await open_store(settings.database_url)
+        stack.push_async_callback(store.close)
+        bus = await open_bus(settings)
+        stack.push_async_callback(bus.aclose)
+        agent = await build_agent(settings, config)
+        stack.push_async_callback(agent.aclose)
+        await _preflight(agent)
+
+        def on_admission_change(running: int, queued: int) -> None:
+            metrics.runs_in_flight.set(running)
+            metrics.runs_queued.set(queued)
+
+        admission = Admission(
+            max_running=settings.max_concurrent_runs,
+            max_queued=settings.max_queued_runs,
+            per_principal=settings.per_principal_max_runs,
+            on_change=on_admission_change,
+        )
+        manager = RunManager(
+            agent=agent,
+            store=store,
+            bus=bus,
+            admission=admission,
+            metrics=metrics,
+            profiles=config.agents,
+            queue_timeout=settings.queue_timeout,
+            lease_seconds=settings.lease_seconds,
+            debug=settings.debug,
+        )
+        stack.push_async_callback(manager.aclose)
+        if not bus.shared and settings.workers == 1:
+            await manager.recover()
+        services = Services(
+            settings=settings,
+            metrics=metrics,
+            store=store,
+            bus=bus,
+            agent=agent,
+            admission=admission,
+            manager=manager,
+        )
+        stack.pop_all()
+    return services
+
+
+async def warm_up(services: Services) -> None:
+    """One short run outside any session, retried with backoff until it succeeds."""
+    delay = 0.5
+    while True:
+        try:
+            await services.agent.chat(
+                _WARMUP_PROMPT,
+                # not a valid HTTP session id: no client's session can collide with it
+                config=AgentRunConfig(session_id=f"#warm-up-{secrets.token_hex(4)}"),
+                conversation=[],
+                max_iterations=1,
+                run_timeout=60.0,
+            )
+        except Exception as exc:
+            services.readiness_problem = f"the warm-up run failed ({type(exc).__name__})"
+            logger.warning(
+                "warm-up run failed; retrying", extra={"error": str(exc), "retry_in": delay}
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _WARMUP_RETRY_MAX)
+            continue
+        services.ready = True
+        services.readiness_problem = ""
+        logger.info("ready")
+        return
+
+
+async def stop_services(services: Services) -> None:
+    """Drain (if not done yet), then close the agent, bus and store."""
+    try:
+        await services.manager.drain(services.settings.drain_timeout)
+    finally:
+        await services.manager.aclose()
+        try:
+            await services.agent.aclose()
+        finally:
+            try:
+                await services.bus.aclose()
+            finally:
+                await services.store.close()
+
+
+class DrainOnSignal:
+    """Puts the drain before uvicorn's own reaction to SIGTERM/SIGINT.
+
+    uvicorn installs its signal handlers before the lifespan starts; this wraps them. The
+    first signal starts the drain on the loop and passes the signal on only when the drain is
+    over; a second one is passed on at once. Nothing happens outside the main thread (where
+    signals cannot be handled) or when no handler is installed.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, drain: Callable[[], Any]) -> None:
+        self._loop = loop
+        self._drain = drain
+        self._previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
+        self._triggered = False
+        self._task: asyncio.Task[None] | None = None
+
+    def install(self) -> bool:
+        """Wrap the current handlers; False if there is nothing to wrap."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        if not callable(signal.getsignal(signal.SIGTERM)):
+            return False  # nobody (no server) handles SIGTERM: not ours to take over
+        for sig in self.SIGNALS:
+            previous = signal.getsignal(sig)
+            if callable(previous):
+                self._previous[sig] = previous
+                signal.signal(sig, self._handle)
+        return bool(self._previous)
+
+    def uninstall(self) -> None:
+        """Put the wrapped handlers back (if ours are still installed)."""
+        for sig, previous in self._previous.items():
+            if signal.getsignal(sig) == self._handle:
+                signal.signal(sig, previous)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        previous = self._previous.get(signum)
+        if previous is None:  # pragma: no cover - only installed for wrapped signals
+            return
+        if self._triggered:
+            previous(signum, frame)
+            return
+        self._triggered = True
+        self._loop.call_soon_threadsafe(self._start, signum, previous)
+
+    def _start(self, signum: int, previous: Callable[[int, FrameType | None], Any]) -> None:
+        async def drain_then_forward() -> None:
+            try:
+                await self._drain()
+            except Exception:
+                logger.exception("drain failed")
+            finally:
+                previous(signum, None)
+
+        logger.info("signal received: draining before shutdown", extra={"signal": signum})
+        self._task = self._loop.create_task(drain_then_forward())
+
+
+def make_lifespan(
+    settings: Settings, metrics: Metrics
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """The app's lifespan for these settings."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await start_services(settings, metrics)
+        app.state.services = services
+        loop = asyncio.get_running_loop()
+        warmup = loop.create_task(warm_up(services))
+
+        async def drain() -> None:
+            services.manager.begin_drain()
+            await services.manager.drain(settings.drain_timeout)
+
+        hook = DrainOnSignal(loop, drain)
+        hook.install()
+        try:
+            yield
+        finally:
+            hook.uninstall()
+            warmup.cancel()
+            await asyncio.wait([warmup])
+            await stop_services(services)
+            app.state.services = None
+
+    return lifespan

@@ -1,0 +1,101 @@
+"""The FastAPI application: ``create_app(settings)``, and ``app`` for ``uvicorn app.main:app``.
+
+``uvicorn --factory app.main:create_app`` works too. The module-level ``app`` is built on first
+access, from the environment, so importing this module reads no settings.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Match, Mount
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
+
+from app.api import external_events, health, runs, sessions
+from app.api.errors import CatchAllMiddleware, install_error_handlers
+from app.auth import Authenticator
+from app.lifespan import make_lifespan
+from app.logs import configure_logging
+from app.metrics import Metrics
+from app.middleware import BodyLimitMiddleware
+from app.settings import Settings
+
+__all__ = ["UI_DIR", "create_app"]
+
+UI_DIR = Path(__file__).resolve().parent / "ui"
+VERSION = "0.1.0"
+
+
+def create_app(settings: Settings | None = None, *, configure_logs: bool = True) -> FastAPI:
+    """Build the service for ``settings`` (default: from the environment)."""
+    settings = settings if settings is not None else Settings()
+    if configure_logs and not logging.getLogger("app").handlers:
+        configure_logging(settings.log_level)
+    metrics = Metrics()
+    app = FastAPI(
+        title="agent-server",
+        version=VERSION,
+        summary="An agent runtime served over HTTP and Server-Sent Events.",
+        lifespan=make_lifespan(settings, metrics),
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.services = None
+    app.state.authenticator = Authenticator(settings.api_key_map)
+    install_error_handlers(app)
+
+    app.include_router(runs.router)
+    app.include_router(sessions.router)
+    app.include_router(external_events.router)
+    app.include_router(health.router)
+    if settings.debug_endpoints:
+        app.include_router(health.debug_router)
+    # the browser UI: "/" is index.html; anything not matched above falls through to it
+    app.router.routes.append(_UIMount("/", app=StaticFiles(directory=UI_DIR, html=True), name="ui"))
+
+    # added innermost first: CORS wraps everything, so error answers carry its headers too
+    app.add_middleware(CatchAllMiddleware)
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    origins = settings.cors_origin_list
+    if origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+            expose_headers=["X-Run-Id", "Retry-After", "Location"],
+            max_age=600,
+        )
+    return app
+
+
+class _UIMount(Mount):
+    """The UI's files at "/", for GET and HEAD only.
+
+    A mount at "/" matches every path, which would hide the API's 405s (a known path with
+    the wrong method) behind the files' own answers; matching only reads avoids that.
+    """
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
+            return Match.NONE, {}
+        return super().matches(scope)
+
+
+_app: FastAPI | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # the module-level ``app``, built on first use (uvicorn app.main:app)
+    global _app
+    if name == "app":
+        if _app is None:
+            _app = create_app()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,68 @@
+"""Prometheus metrics, in a registry of the app's own (never the process-global one).
+
+With ``--workers N`` every worker process has its own registry: ``GET /metrics`` answers for
+the worker that took the connection. Scrape each worker (or sum in the dashboard).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_FIRST_EVENT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Metrics:
+    """The service's metrics."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.runs_total = Counter(
+            "agent_runs", "Runs that ended, by outcome", ["outcome"], registry=r
+        )
+        self.runs_in_flight = Gauge(
+            "agent_runs_in_flight", "Runs holding an execution slot", registry=r
+        )
+        self.runs_queued = Gauge(
+            "agent_runs_queued", "Runs waiting for an execution slot", registry=r
+        )
+        self.runs_rejected = Counter(
+            "agent_runs_rejected", "Run requests turned away, by reason", ["reason"], registry=r
+        )
+        self.run_duration = Histogram(
+            "agent_run_duration_seconds",
+            "Time from accepting a run (queue wait included) to its terminal event, by outcome",
+            ["outcome"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.time_to_first_event = Histogram(
+            "agent_run_time_to_first_event_seconds",
+            "Time from accepting a run request to the run's first event",
+            buckets=_FIRST_EVENT_BUCKETS,
+            registry=r,
+        )
+        self.external_events = Counter(
+            "agent_external_events", "External events received, by outcome", ["outcome"], registry=r
+        )
+        self.sse_streams = Gauge("agent_sse_streams", "Open SSE responses", registry=r)
+        for outcome in ("completed", "failed", "cancelled"):
+            self.runs_total.labels(outcome)
+        for reason in (
+            "session_busy",
+            "overloaded",
+            "queue_timeout",
+            "principal_limit",
+            "draining",
+        ):
+            self.runs_rejected.labels(reason)
+        for outcome in ("accepted", "not_accepted", "not_found"):
+            self.external_events.labels(outcome)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition."""
+        return generate_latest(self.registry)

@@ -1,0 +1,49 @@
+"""What a worker's requests share, built by the lifespan on the worker's own event loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from agent_runtime.agent import AgentCore
+from app.admission import Admission
+from app.api.errors import ProblemError
+from app.bus.base import Bus
+from app.metrics import Metrics
+from app.runs import RunManager
+from app.settings import Settings
+from app.storage import Store
+
+__all__ = ["Services", "ServicesDep", "get_services"]
+
+
+@dataclass(eq=False)
+class Services:
+    """One worker's agent, store, bus, admission and run manager."""
+
+    settings: Settings
+    metrics: Metrics
+    store: Store
+    bus: Bus
+    agent: AgentCore
+    admission: Admission
+    manager: RunManager
+    ready: bool = False
+    readiness_problem: str = "warming up"
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+async def get_services(request: Request) -> Services:
+    """FastAPI dependency: the worker's services (503 before startup finished); async, so
+    FastAPI calls it inline instead of in its thread pool."""
+    services: Services | None = getattr(request.app.state, "services", None)
+    if services is None:
+        raise ProblemError(
+            503, "unavailable", "the server is starting", headers={"Retry-After": "1"}
+        )
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]

@@ -1,0 +1,157 @@
+"""The service's settings: ``AGENT_*`` environment variables, read once per worker.
+
+The names and defaults of the public ones are part of the contract (CONTRACT.md, section 5);
+the rest tune the service (demo model, SSE, drain, logs). Secrets (``AGENT_API_KEYS``) are
+``SecretStr``: they never appear in ``repr`` or logs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "parse_api_keys"]
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+def parse_api_keys(value: str) -> dict[str, str]:
+    """``"key=principal,key2=principal2"`` as a dict; raises ValueError on a malformed pair.
+
+    The message never contains a key.
+    """
+    keys: dict[str, str] = {}
+    for index, item in enumerate(value.split(","), start=1):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, principal = item.partition("=")
+        key, principal = key.strip(), principal.strip()
+        if not sep or not key or not principal:
+            raise ValueError(
+                f"AGENT_API_KEYS entry {index} is not of the form key=principal "
+                "(entries are separated by commas)"
+            )
+        if key in keys:
+            raise ValueError(f"AGENT_API_KEYS entry {index} repeats a key")
+        keys[key] = principal
+    return keys
+
+
+def _split(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+class Settings(BaseSettings):
+    """Every ``AGENT_*`` variable. Build with ``Settings()`` (reads the environment)."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore", frozen=True)
+
+    # --- the contract's table ---------------------------------------------------------------
+    model: str = "demo"
+    """``demo``, ``openai:MODEL``, ``anthropic:MODEL`` or a preset name."""
+    fallback_models: str = ""
+    """Comma-separated model specs tried in order on retryable provider errors."""
+    max_concurrent_runs: Annotated[int, Field(ge=1)] = 64
+    max_queued_runs: Annotated[int, Field(ge=0)] = 64
+    queue_timeout: Annotated[float, Field(ge=0)] = 10.0
+    run_timeout: Annotated[float, Field(gt=0)] = 300.0
+    drain_timeout: Annotated[float, Field(ge=0)] = 30.0
+    database_url: str = "sqlite:///./var/agent.db"
+    redis_url: str | None = None
+    api_keys: SecretStr | None = None
+    config: str | None = None
+    """Path of a TOML file defining agents (see docs/api.md, "Agents")."""
+    max_body_bytes: Annotated[int, Field(ge=1)] = 1_048_576
+    cors_origins: str = ""
+
+    # --- service tuning ---------------------------------------------------------------------
+    demo_token_delay: Annotated[float, Field(ge=0)] = 0.02
+    demo_slow_seconds: Annotated[float, Field(ge=0)] = 5.0
+    log_level: LogLevel = "info"
+    confirmation_timeout: Annotated[float, Field(gt=0)] = 300.0
+    per_principal_max_runs: Annotated[int | None, Field(ge=1)] = None
+    """Runs (executing plus queued) one principal may have at once; unset = no own cap."""
+    lease_seconds: Annotated[float, Field(gt=0)] = 15.0
+    event_log_ttl: Annotated[float, Field(ge=0)] = 600.0
+    """Seconds a finished run's event log stays available for replay."""
+    event_log_max_events: Annotated[int, Field(ge=16)] = 100_000
+    """Events kept per run; beyond it the oldest are dropped (a replay from there has a gap)."""
+    sse_ping: Annotated[float, Field(gt=0)] = 15.0
+    """Seconds of silence after which an SSE stream gets a ``: ping`` comment."""
+    send_timeout: Annotated[float, Field(gt=0)] = 30.0
+    """Seconds one write to a client may block before the client counts as gone."""
+    debug_endpoints: bool = False
+    """Serve ``GET /debug/state`` (counts of live runs, tasks, locks, subscribers)."""
+    workers: Annotated[int, Field(ge=1)] = 1
+    """Set by ``agent-server --workers``; the app only reads it."""
+
+    @field_validator("model")
+    @classmethod
+    def _model_not_empty(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("AGENT_MODEL is empty; use demo, openai:MODEL, anthropic:MODEL")
+        return value
+
+    @field_validator("redis_url", "config")
+    @classmethod
+    def _empty_is_unset(cls, value: str | None) -> str | None:
+        return value if value and value.strip() else None
+
+    @field_validator("api_keys")
+    @classmethod
+    def _blank_keys_are_unset(cls, value: SecretStr | None) -> SecretStr | None:
+        # the pairs are checked by ``api_key_map``, whose errors never quote a key (a
+        # validation error here would print the whole value)
+        if value is None or not value.get_secret_value().strip():
+            return None
+        return value
+
+    @field_validator(
+        "queue_timeout",
+        "run_timeout",
+        "drain_timeout",
+        "demo_token_delay",
+        "demo_slow_seconds",
+        "confirmation_timeout",
+        "lease_seconds",
+        "event_log_ttl",
+        "sse_ping",
+        "send_timeout",
+    )
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
+
+    # --- derived views ----------------------------------------------------------------------
+
+    @property
+    def fallback_model_list(self) -> list[str]:
+        """``AGENT_FALLBACK_MODELS`` as a list."""
+        return _split(self.fallback_models)
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        """``AGENT_CORS_ORIGINS`` as a list."""
+        return _split(self.cors_origins)
+
+    @property
+    def api_key_map(self) -> dict[str, str]:
+        """Bearer key → principal; empty when authentication is off.
+
+        Raises ValueError for a malformed ``AGENT_API_KEYS`` (without quoting any key).
+        """
+        if self.api_keys is None:
+            return {}
+        return parse_api_keys(self.api_keys.get_secret_value())
+
+    @property
+    def debug(self) -> bool:
+        """True at ``AGENT_LOG_LEVEL=debug``: prompts and arguments may then be logged."""
+        return self.log_level == "debug"

@@ -1,0 +1,113 @@
+// The HTTP API as the page uses it: JSON in, JSON or an event stream out, every error an
+// ApiError built from the server's problem+json answer.
+
+import { store } from "./store.js";
+
+export class ApiError extends Error {
+  constructor({ status = 0, code = "network", title = "", detail = "", retryAfter = null, body = {} }) {
+    super(detail || title || code);
+    this.name = "ApiError";
+    this.status = status;
+    this.code = code;
+    this.title = title;
+    this.detail = detail;
+    this.retryAfter = retryAfter;
+    this.body = body;
+  }
+}
+
+/** Seconds from a Retry-After header: a number of seconds or an HTTP date; null if absent. */
+export function parseRetryAfter(value) {
+  if (!value) return null;
+  const trimmed = value.trim();
+  if (/^\d+$/.test(trimmed)) return Number(trimmed);
+  const when = Date.parse(trimmed);
+  if (Number.isNaN(when)) return null;
+  return Math.max(0, Math.ceil((when - Date.now()) / 1000));
+}
+
+function headers(extra = {}) {
+  const result = { Accept: "application/json", ...extra };
+  const key = store.apiKey();
+  if (key) result.Authorization = `Bearer ${key}`;
+  return result;
+}
+
+async function problemOf(response) {
+  let body = {};
+  const type = response.headers.get("content-type") || "";
+  try {
+    if (type.includes("json")) body = await response.json();
+    else body = { detail: (await response.text()).slice(0, 300) };
+  } catch {
+    body = {};
+  }
+  return new ApiError({
+    status: response.status,
+    code: body.code || `http_${response.status}`,
+    title: body.title || response.statusText,
+    detail: body.detail || "",
+    retryAfter: parseRetryAfter(response.headers.get("retry-after")),
+    body,
+  });
+}
+
+async function send(method, path, { json, signal, extraHeaders } = {}) {
+  const init = { method, headers: headers(extraHeaders), signal, cache: "no-store" };
+  if (json !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(json);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new ApiError({ code: "network", detail: "The server could not be reached." });
+  }
+  if (!response.ok) throw await problemOf(response);
+  return response;
+}
+
+async function json(method, path, options) {
+  const response = await send(method, path, options);
+  if (response.status === 204) return null;
+  return response.json();
+}
+
+const seg = encodeURIComponent;
+
+// Paths are relative to the page, so the UI also works behind a proxy that serves the
+// service under a prefix (https://example.org/agent/ → https://example.org/agent/v1/...).
+
+export const api = {
+  startRun(sessionId, input, signal) {
+    // on_disconnect "continue": a reload or a dropped connection must not cancel the run;
+    // the page reconnects to its events instead, and Stop cancels explicitly
+    return send("POST", `v1/sessions/${seg(sessionId)}/runs`, {
+      json: { input, stream: true, on_disconnect: "continue" },
+      extraHeaders: { Accept: "text/event-stream" },
+      signal,
+    });
+  },
+  followRun(runId, lastSeq, signal) {
+    return send("GET", `v1/runs/${seg(runId)}/events`, {
+      extraHeaders: { Accept: "text/event-stream", "Last-Event-ID": String(lastSeq) },
+      signal,
+    });
+  },
+  getRun: (runId) => json("GET", `v1/runs/${seg(runId)}`),
+  cancelRun: (runId) => json("POST", `v1/runs/${seg(runId)}/cancel`),
+  session: (sessionId) => json("GET", `v1/sessions/${seg(sessionId)}`),
+  messages: (sessionId) => json("GET", `v1/sessions/${seg(sessionId)}/messages`),
+  deleteSession: (sessionId) => json("DELETE", `v1/sessions/${seg(sessionId)}`),
+  answer: (sessionId, runId, toolCallId, approved) =>
+    json("POST", "external-events", {
+      json: {
+        session_id: sessionId,
+        run_id: runId,
+        name: "confirmation_response",
+        payload: { tool_call_id: toolCallId, approved },
+      },
+    }),
+};

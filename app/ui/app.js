@@ -1,0 +1,723 @@
+// The chat page: sends prompts, follows runs over SSE (reconnecting with Last-Event-ID),
+// answers confirmations, and keeps sessions in localStorage.
+
+import { api, ApiError } from "./api.js";
+import { ConfirmDialog } from "./confirm.js";
+import { readEventStream } from "./sse.js";
+import { newSessionId, store } from "./store.js";
+import { h, newTurn, TurnView, turnsFromMessages } from "./view.js";
+
+const $ = (id) => document.getElementById(id);
+const els = {
+  app: $("app"),
+  chat: $("chat"),
+  log: $("log"),
+  empty: $("empty"),
+  composer: $("composer"),
+  prompt: $("prompt"),
+  send: $("send"),
+  stop: $("stop"),
+  stopLabel: $("stop-label"),
+  title: $("chat-title"),
+  sessionId: $("session-id"),
+  sessions: $("sessions"),
+  sidebar: $("sidebar"),
+  scrim: $("scrim"),
+  menu: $("menu-button"),
+  conn: $("conn"),
+  announcer: $("announcer"),
+  keyButton: $("key-button"),
+  keyDialog: $("key-dialog"),
+  keyForm: $("key-form"),
+  keyInput: $("api-key"),
+  keyError: $("key-error"),
+};
+
+const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
+const STALL_MS = 45_000; // the server pings every 15 s of silence: three missed pings
+const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
+
+let sessionId = store.sessionId();
+let current = null; // the run this tab follows: {runId, sessionId, view, lastSeq, ...}
+let afterKey = null; // what to do once an API key is saved
+let serverOffset = 0; // server clock minus ours, in ms (from the Date header)
+let loadToken = 0;
+
+const serverNow = () => Date.now() + serverOffset;
+
+function noteServerClock(response) {
+  const date = Date.parse(response.headers.get("date") || "");
+  if (Number.isNaN(date)) return;
+  // Date has one-second resolution: only trust an offset clearly beyond it
+  const offset = date + 500 - Date.now();
+  serverOffset = Math.abs(offset) > 1500 ? offset : 0;
+}
+
+// --- small helpers -----------------------------------------------------------------------
+
+function announce(text) {
+  els.announcer.textContent = "";
+  // a fresh text node so the same message twice is announced twice
+  requestAnimationFrame(() => (els.announcer.textContent = text));
+}
+
+function setConn(state, text = "") {
+  els.conn.dataset.state = state;
+  els.conn.textContent = text;
+}
+
+function nearBottom() {
+  const c = els.chat;
+  return c.scrollHeight - c.scrollTop - c.clientHeight < 120;
+}
+
+function scrollToEnd(force = false) {
+  if (force || nearBottom()) els.chat.scrollTop = els.chat.scrollHeight;
+}
+
+function setBusy(busy) {
+  // the button about to hide must not take the keyboard focus with it
+  if (document.activeElement === (busy ? els.send : els.stop)) els.prompt.focus();
+  els.send.hidden = busy;
+  els.stop.hidden = !busy;
+  els.stop.disabled = false;
+  els.stopLabel.textContent = "Stop";
+  els.log.setAttribute("aria-busy", busy ? "true" : "false");
+  els.app.dataset.busy = busy ? "true" : "false";
+  if (!busy) setConn("idle");
+}
+
+function showEmpty(show) {
+  els.empty.hidden = !show;
+  els.app.dataset.empty = show ? "true" : "false";
+}
+
+function describe(error) {
+  if (error instanceof ApiError) return error.detail || error.title || error.code;
+  return String(error?.message || error);
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      window.removeEventListener("online", done);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    window.addEventListener("online", done); // back online: retry at once
+    signal?.addEventListener("abort", done);
+  });
+}
+
+// --- sessions ----------------------------------------------------------------------------
+
+function renderSessions() {
+  const list = store.sessions();
+  if (!list.some((s) => s.id === sessionId)) list.unshift({ id: sessionId, title: "New chat", updated: Date.now() });
+  els.sessions.replaceChildren(
+    ...list.map((s) => {
+      const active = s.id === sessionId;
+      return h(
+        "li",
+        { class: "session-item" },
+        h(
+          "button",
+          { type: "button", class: "session", "aria-current": active ? "page" : null, "data-session": s.id, title: s.title },
+          h("span", { class: "session-title", text: s.title }),
+          h("span", { class: "session-when", text: relativeTime(s.updated) }),
+        ),
+        h(
+          "button",
+          { type: "button", class: "icon-button session-delete", "data-delete": s.id, "aria-label": `Delete the conversation “${s.title}”` },
+          h("span", { "aria-hidden": "true", text: "×" }),
+        ),
+      );
+    }),
+  );
+  const title = list.find((s) => s.id === sessionId)?.title || "New chat";
+  els.title.textContent = title;
+  els.sessionId.textContent = sessionId;
+  document.title = `${title} · agent-server`;
+}
+
+function relativeTime(ms) {
+  const minutes = Math.round((Date.now() - ms) / 60_000);
+  if (minutes < 1) return "just now";
+  if (minutes < 60) return `${minutes} min ago`;
+  const hours = Math.round(minutes / 60);
+  if (hours < 24) return `${hours} h ago`;
+  return new Date(ms).toLocaleDateString();
+}
+
+function leaveCurrentRun() {
+  // stop following (the run goes on server-side; coming back re-attaches to it)
+  if (!current) return;
+  current.abandoned = true;
+  current.connection?.abort();
+  current = null;
+  confirmDialog.close();
+  setBusy(false);
+}
+
+function switchSession(id) {
+  closeSidebar();
+  if (id === sessionId && !current?.abandoned) return;
+  leaveCurrentRun();
+  sessionId = id;
+  store.setSessionId(id);
+  renderSessions();
+  loadSession();
+}
+
+function newChat() {
+  closeSidebar();
+  leaveCurrentRun();
+  sessionId = newSessionId();
+  store.setSessionId(sessionId);
+  renderSessions();
+  els.log.replaceChildren();
+  showEmpty(true);
+  els.prompt.focus();
+}
+
+async function deleteSession(id) {
+  try {
+    await api.deleteSession(id);
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) return needKey(() => deleteSession(id));
+    if (!(error instanceof ApiError && error.status === 404)) {
+      announce(`Could not delete: ${describe(error)}`);
+      toast(`Could not delete the conversation: ${describe(error)}`);
+      return;
+    }
+  }
+  store.forgetSession(id);
+  if (id === sessionId) newChat();
+  else renderSessions();
+  announce("Conversation deleted");
+}
+
+// --- loading a session -------------------------------------------------------------------
+
+async function loadSession() {
+  const token = ++loadToken;
+  const id = sessionId;
+  els.log.replaceChildren();
+  showEmpty(false);
+  let messages = [];
+  if (!store.sessions().some((s) => s.id === id)) {
+    // a session this browser made and never used: the server has not heard of it yet
+    showEmpty(true);
+    return;
+  }
+  els.app.dataset.loading = "true";
+  try {
+    messages = (await api.messages(id)).messages;
+  } catch (error) {
+    if (token !== loadToken) return;
+    if (error instanceof ApiError && error.status === 401) {
+      els.app.dataset.loading = "false";
+      showEmpty(true);
+      return needKey(() => loadSession());
+    }
+    if (!(error instanceof ApiError && error.status === 404)) {
+      els.app.dataset.loading = "false";
+      toast(`Could not load the conversation: ${describe(error)}`, () => loadSession());
+      return;
+    }
+  }
+  if (token !== loadToken) return;
+  els.app.dataset.loading = "false";
+  for (const turn of turnsFromMessages(messages)) els.log.append(new TurnView(turn).el);
+  const known = new Set(messages.map((m) => m.run_id));
+
+  const snapshot = store.activeRun();
+  if (snapshot && snapshot.sessionId === id && snapshot.runId) {
+    if (known.has(snapshot.runId)) {
+      store.setActiveRun(null); // it finished while the page was away
+    } else {
+      showEmpty(false);
+      follow(snapshot.runId, snapshot.turn, snapshot.lastSeq);
+      scrollToEnd(true);
+      return;
+    }
+  }
+  showEmpty(messages.length === 0);
+  scrollToEnd(true);
+  // a run started elsewhere (another tab, a script) and still going: follow it from the start
+  try {
+    const info = await api.session(id);
+    if (token === loadToken && info.active_run_id && !current && !known.has(info.active_run_id)) {
+      showEmpty(false);
+      follow(info.active_run_id, newTurn(null, info.active_run_id), 0);
+    }
+  } catch {
+    // 404: a new session; anything else shows up on the next action
+  }
+}
+
+// --- runs --------------------------------------------------------------------------------
+
+function persist(run) {
+  if (run.abandoned || !run.runId) return;
+  store.setActiveRun({ runId: run.runId, sessionId: run.sessionId, lastSeq: run.lastSeq, turn: run.view.turn });
+}
+
+function newRun(view) {
+  return { runId: null, sessionId, view, lastSeq: 0, done: false, abandoned: false, connection: null, stopRequested: false };
+}
+
+async function send(prompt) {
+  if (current || !prompt.trim()) return;
+  showEmpty(false);
+  const view = new TurnView(newTurn(prompt));
+  els.log.append(view.el);
+  scrollToEnd(true);
+  store.touchSession(sessionId, prompt.trim().replace(/\s+/g, " ").slice(0, 60));
+  renderSessions();
+  const run = newRun(view);
+  current = run;
+  setBusy(true);
+  setConn("busy", "Sending…");
+  run.connection = new AbortController();
+  let response;
+  try {
+    response = await api.startRun(sessionId, prompt, run.connection.signal);
+  } catch (error) {
+    if (run.abandoned) return;
+    current = null;
+    setBusy(false);
+    startFailed(view, error, prompt);
+    return;
+  }
+  noteServerClock(response);
+  run.runId = response.headers.get("x-run-id");
+  view.turn.runId = run.runId;
+  persist(run);
+  if (run.stopRequested) stop();
+  await drive(run, response);
+}
+
+function follow(runId, turn, lastSeq) {
+  const view = new TurnView(turn);
+  els.log.append(view.el);
+  const run = newRun(view);
+  run.runId = runId;
+  run.lastSeq = lastSeq;
+  current = run;
+  setBusy(true);
+  persist(run);
+  drive(run, null);
+}
+
+/** Read the run's events until its terminal event, reconnecting as often as it takes. */
+async function drive(run, response) {
+  let attempt = 0;
+  for (;;) {
+    if (response) {
+      const status = run.view.turn.status;
+      if (status === "reconnecting" || status === "sending") {
+        run.view.turn.status = "running";
+        run.view.renderStatus();
+      }
+      setConn("busy", "Streaming");
+      // a question restored from before a reload is asked again (no new event may come)
+      syncConfirmation(run);
+      try {
+        await consume(run, response);
+      } catch (error) {
+        if (run.abandoned) return;
+        // a dropped connection (TypeError) or the stall watchdog (AbortError): reconnect
+        // below; anything else is a bug worth seeing
+        if (!(error instanceof TypeError) && error?.name !== "AbortError") console.error(error);
+      }
+      if (run.abandoned) return;
+      if (run.done) break;
+    }
+    if (run.abandoned) return;
+    response = null;
+    run.view.turn.status = "reconnecting";
+    run.view.renderStatus();
+    setConn("warn", "Reconnecting…");
+    if (attempt === 1) announce("Connection lost, reconnecting");
+    await sleep(BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)], run.connection?.signal);
+    attempt += 1;
+    if (run.abandoned) return;
+    run.connection = new AbortController();
+    try {
+      response = await api.followRun(run.runId, run.lastSeq, run.connection.signal);
+      noteServerClock(response);
+      attempt = Math.min(attempt, 1);
+    } catch (error) {
+      if (run.abandoned) return;
+      if (error instanceof ApiError && error.status === 401) {
+        await new Promise((resolve) => needKey(resolve));
+      } else if (error instanceof ApiError && error.status === 404) {
+        await runGone(run);
+        break;
+      }
+    }
+  }
+  finish(run);
+}
+
+async function consume(run, response) {
+  let watchdog = null;
+  const connection = run.connection;
+  const arm = () => {
+    clearTimeout(watchdog);
+    watchdog = setTimeout(() => connection.abort(), STALL_MS);
+  };
+  arm();
+  try {
+    await readEventStream(response, {
+      onActivity: arm,
+      onEvents: (events) => {
+        if (run.abandoned) return true;
+        const follow = nearBottom();
+        for (const sse of events) {
+          let wire;
+          try {
+            wire = JSON.parse(sse.data);
+          } catch {
+            continue;
+          }
+          const seq = Number(wire.seq ?? sse.id);
+          if (seq <= run.lastSeq) continue; // never apply an event twice
+          run.view.apply(wire);
+          run.lastSeq = seq;
+          if (TERMINAL.has(wire.type)) run.done = true;
+        }
+        persist(run);
+        syncConfirmation(run);
+        if (!run.done) {
+          if (run.view.turn.status === "waiting") setConn("warn", "Needs your approval");
+          else setConn("busy", "Streaming");
+        }
+        if (follow) scrollToEnd(true);
+        return run.done;
+      },
+    });
+  } finally {
+    clearTimeout(watchdog);
+  }
+}
+
+async function runGone(run) {
+  // the event log expired: show what the run's record says
+  try {
+    const info = await api.getRun(run.runId);
+    const turn = run.view.turn;
+    if (info.status === "completed") {
+      const text = run.view.textParts().map((p) => p.text).join("");
+      const content = info.output?.content || "";
+      if (content.startsWith(text)) run.view.appendText(content.slice(text.length));
+      turn.status = "completed";
+      turn.usage = info.usage;
+    } else if (info.status === "failed") {
+      turn.status = "failed";
+      turn.end = { kind: "failed", code: info.error?.code || "internal", message: info.error?.message || "" };
+    } else {
+      turn.status = "cancelled";
+      turn.end = { kind: "cancelled", reason: "cancel_requested" };
+    }
+    run.view.renderStatus();
+  } catch (error) {
+    run.view.showError("This run can no longer be followed", describe(error));
+  }
+}
+
+function finish(run) {
+  if (current === run) current = null;
+  store.setActiveRun(null);
+  confirmDialog.settled(null);
+  setBusy(false);
+  const turn = run.view.turn;
+  store.touchSession(run.sessionId, turn.prompt?.slice(0, 60));
+  renderSessions();
+  if (turn.status === "completed") announce("Answer complete");
+  else if (turn.status === "cancelled") announce("Run stopped");
+  else if (turn.status === "failed") announce(`Run failed: ${turn.end?.code || ""}`);
+  if (!document.activeElement || document.activeElement === document.body) els.prompt.focus();
+}
+
+async function stop() {
+  const run = current;
+  if (!run) return;
+  els.stop.disabled = true;
+  els.stopLabel.textContent = "Stopping…";
+  if (!run.runId) {
+    run.stopRequested = true;
+    return;
+  }
+  try {
+    await api.cancelRun(run.runId);
+    // the run.cancelled event arrives on the stream and ends the turn
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) return needKey(() => stop());
+    els.stop.disabled = false;
+    els.stopLabel.textContent = "Stop";
+    toast(`Could not stop the run: ${describe(error)}`);
+  }
+}
+
+// --- errors before a run starts ----------------------------------------------------------
+
+const ERROR_TITLES = {
+  overloaded: "The server is busy right now",
+  draining: "The server is shutting down",
+  starting: "The server is still starting",
+  unavailable: "The server is not ready yet",
+  session_busy: "This conversation already has a run in progress",
+  unauthorized: "This server needs an API key",
+  payload_too_large: "That message is too long for the server",
+  validation_error: "The server did not accept the request",
+  network: "The server could not be reached",
+  internal: "The server failed to answer",
+};
+
+function startFailed(view, error, prompt) {
+  const err = error instanceof ApiError ? error : new ApiError({ detail: describe(error) });
+  const title = ERROR_TITLES[err.code] || err.title || `Error ${err.status}`;
+  let detail = err.detail ? err.detail.charAt(0).toUpperCase() + err.detail.slice(1) : "";
+  const actions = [];
+  const retry = h("button", { type: "button", class: "button small", text: "Retry" });
+  retry.addEventListener("click", () => {
+    if (current) return;
+    view.el.remove();
+    send(prompt);
+  });
+  if (err.retryAfter !== null && err.retryAfter !== undefined) {
+    const seconds = err.retryAfter;
+    detail = `${detail ? detail.replace(/\.?$/, ". ") : ""}Try again in ${seconds} second${seconds === 1 ? "" : "s"}.`;
+    countdownButton(retry, seconds);
+  }
+  if (err.code === "session_busy" && err.body?.active_run_id) {
+    const runId = err.body.active_run_id;
+    actions.push(
+      h("button", {
+        type: "button",
+        class: "button small primary",
+        text: "Follow that run",
+        onclick: () => {
+          if (current) return;
+          view.el.remove();
+          follow(runId, newTurn(null, runId), 0);
+        },
+      }),
+    );
+  }
+  if (err.status !== 401) actions.push(retry);
+  const box = view.showError(title, detail, actions);
+  box.dataset.code = err.code;
+  announce(`${title}. ${detail}`);
+  if (err.status === 401) {
+    needKey(() => {
+      view.el.remove();
+      send(prompt);
+    });
+  }
+  scrollToEnd(true);
+}
+
+function countdownButton(button, seconds) {
+  let left = seconds;
+  const label = () => {
+    button.textContent = left > 0 ? `Retry in ${left} s` : "Retry";
+    button.disabled = left > 0;
+  };
+  label();
+  const timer = setInterval(() => {
+    left -= 1;
+    label();
+    if (left <= 0 || !button.isConnected) clearInterval(timer);
+  }, 1000);
+}
+
+let toastTimer = null;
+function toast(text, action) {
+  let el = document.querySelector(".toast");
+  if (!el) {
+    el = h("div", { class: "toast", role: "alert" });
+    document.body.append(el);
+  }
+  el.replaceChildren(h("span", { text }));
+  if (action) el.append(h("button", { type: "button", class: "button small", text: "Retry", onclick: () => { el.remove(); action(); } }));
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => el.remove(), 8000);
+}
+
+// --- API key -----------------------------------------------------------------------------
+
+function needKey(then) {
+  afterKey = then;
+  store.setNeedsKey(true);
+  els.keyButton.hidden = false;
+  const hadKey = Boolean(store.apiKey());
+  openKeyDialog(hadKey ? "The server did not accept the saved key. Enter another one." : "");
+}
+
+function openKeyDialog(error = "") {
+  els.keyError.textContent = error;
+  els.keyInput.value = store.apiKey();
+  if (!els.keyDialog.open) els.keyDialog.showModal();
+  els.keyInput.focus();
+  els.keyInput.select();
+}
+
+function saveKey(event) {
+  event.preventDefault();
+  const key = els.keyInput.value.trim();
+  if (!key) {
+    els.keyError.textContent = "Enter a key, or Cancel.";
+    els.keyInput.focus();
+    return;
+  }
+  store.setApiKey(key);
+  els.keyDialog.close();
+  const then = afterKey;
+  afterKey = null;
+  announce("API key saved");
+  if (then) then();
+  else loadSession();
+}
+
+// --- confirmations -----------------------------------------------------------------------
+
+const confirmDialog = new ConfirmDialog($("confirm"), {
+  now: serverNow,
+  answer: (request, approved) => api.answer(request.sessionId, request.runId, request.tool_call_id, approved),
+  onDecision: (request, decision) => {
+    if (current && current.runId === request.runId) {
+      current.view.markDecision(request.tool_call_id, decision === "expired" ? "denied" : decision);
+      persist(current);
+    }
+    announce(decision === "approved" ? "Approved" : decision === "denied" ? "Denied" : "The request is no longer pending");
+  },
+  onError: (error) => {
+    if (error instanceof ApiError && error.status === 401) needKey(null);
+  },
+});
+
+function syncConfirmation(run) {
+  const pending = run.view.pendingConfirmation();
+  const openId = confirmDialog.openId;
+  if (openId && (!pending || pending.id !== openId)) {
+    const part = run.view.turn.parts.find((p) => p.id === openId);
+    confirmDialog.settled(part);
+  }
+  if (pending && confirmDialog.openId === null && !run.done) {
+    confirmDialog.open({ ...pending.confirmation, sessionId: run.sessionId, runId: run.runId });
+    announce(`Approval needed: ${pending.name}`);
+  }
+}
+
+// --- sidebar (a drawer on narrow screens) ------------------------------------------------
+
+function openSidebar() {
+  els.app.dataset.sidebar = "open";
+  els.menu.setAttribute("aria-expanded", "true");
+  els.scrim.hidden = false;
+  els.sidebar.querySelector("button:not([hidden])")?.focus();
+}
+
+function closeSidebar() {
+  if (els.app.dataset.sidebar !== "open") return;
+  els.app.dataset.sidebar = "closed";
+  els.menu.setAttribute("aria-expanded", "false");
+  els.scrim.hidden = true;
+  if (els.sidebar.contains(document.activeElement)) els.menu.focus();
+}
+
+// --- wiring ------------------------------------------------------------------------------
+
+function autoGrow() {
+  const p = els.prompt;
+  p.style.height = "auto";
+  p.style.height = `${Math.min(p.scrollHeight, 220)}px`;
+}
+
+function submitPrompt() {
+  const text = els.prompt.value;
+  if (!text.trim() || current) return;
+  els.prompt.value = "";
+  autoGrow();
+  send(text);
+}
+
+function wire() {
+  els.composer.addEventListener("submit", (event) => {
+    event.preventDefault();
+    submitPrompt();
+  });
+  els.prompt.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing && !event.altKey) {
+      event.preventDefault();
+      submitPrompt();
+    }
+  });
+  els.prompt.addEventListener("input", autoGrow);
+  els.stop.addEventListener("click", stop);
+  $("new-chat").addEventListener("click", newChat);
+  $("new-chat-top").addEventListener("click", newChat);
+  els.empty.addEventListener("click", (event) => {
+    const button = event.target.closest("[data-prompt]");
+    if (button) send(button.dataset.prompt);
+  });
+  els.sessions.addEventListener("click", (event) => {
+    const del = event.target.closest("[data-delete]");
+    if (del) return deleteSession(del.dataset.delete);
+    const item = event.target.closest("[data-session]");
+    if (item) switchSession(item.dataset.session);
+  });
+  els.menu.addEventListener("click", () => (els.app.dataset.sidebar === "open" ? closeSidebar() : openSidebar()));
+  $("close-sidebar").addEventListener("click", closeSidebar);
+  els.scrim.addEventListener("click", closeSidebar);
+  els.sidebar.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") closeSidebar();
+  });
+  els.log.addEventListener("click", (event) => {
+    const review = event.target.closest("[data-review]");
+    if (review && current) {
+      const part = current.view.turn.parts.find((p) => p.id === review.dataset.review);
+      if (part?.confirmation) confirmDialog.open({ ...part.confirmation, sessionId: current.sessionId, runId: current.runId });
+    }
+  });
+  els.keyButton.addEventListener("click", () => openKeyDialog());
+  els.keyForm.addEventListener("submit", saveKey);
+  $("key-cancel").addEventListener("click", () => {
+    afterKey = null;
+    els.keyDialog.close();
+  });
+  $("key-forget").addEventListener("click", () => {
+    store.setApiKey("");
+    els.keyInput.value = "";
+    announce("API key forgotten");
+    els.keyInput.focus();
+  });
+  window.addEventListener("storage", (event) => {
+    if (event.key === "agent-ui.sessions") renderSessions();
+  });
+  els.keyButton.hidden = !(store.needsKey() || store.apiKey());
+}
+
+wire();
+renderSessions();
+loadSession();
+// straight to typing; not on touch screens, where focus would pop the keyboard up
+if (matchMedia("(hover: hover)").matches) els.prompt.focus();
+
+// for the end-to-end tests and the curious: the state of the page, read-only
+window.agentUI = {
+  get sessionId() {
+    return sessionId;
+  },
+  get runId() {
+    return current?.runId ?? null;
+  },
+  get lastSeq() {
+    return current?.lastSeq ?? null;
+  },
+};

@@ -1,0 +1,378 @@
+// The conversation's DOM. A turn is one prompt and the run that answered it; its model is a
+// plain object (kept in sessionStorage while the run is live), and TurnView keeps the DOM in
+// step with it one event at a time: a text delta appends to a text node, nothing is rebuilt.
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** A small element builder: h("div", {class: "x"}, child, "text"). */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") el.className = value;
+    else if (key === "text") el.textContent = value;
+    else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+const ICONS = {
+  spark: "M12 3l1.9 5.6L19.5 10l-5.6 1.9L12 17.5l-1.9-5.6L4.5 10l5.6-1.4z",
+  tool: "M14.7 6.3a4 4 0 0 0-5.4 5.2L4 16.8 7.2 20l5.3-5.3a4 4 0 0 0 5.2-5.4l-2.5 2.5-2.4-.6-.6-2.4z",
+  check: "M5 12.5l4.2 4.2L19 7",
+  cross: "M6 6l12 12M18 6L6 18",
+  pause: "M9 6v12M15 6v12",
+  stop: "M7 7h10v10H7z",
+  alert: "M12 8v5m0 3.5v.5M10.3 3.9 2.4 17.6A2 2 0 0 0 4.1 20.6h15.8a2 2 0 0 0 1.7-3L13.7 3.9a2 2 0 0 0-3.4 0z",
+  clock: "M12 7v5l3 2M21 12a9 9 0 1 1-18 0 9 9 0 0 1 18 0z",
+};
+
+export function icon(name, cls = "icon") {
+  const svg = document.createElementNS(SVG_NS, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("class", cls);
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("focusable", "false");
+  const path = document.createElementNS(SVG_NS, "path");
+  path.setAttribute("d", ICONS[name]);
+  svg.append(path);
+  return svg;
+}
+
+/** Arguments as one readable line: path: "notes.txt", force: true. */
+export function formatArguments(args) {
+  if (args === null || args === undefined) return "";
+  if (typeof args !== "object" || Array.isArray(args)) return JSON.stringify(args);
+  const entries = Object.entries(args);
+  if (!entries.length) return "no arguments";
+  return entries.map(([k, v]) => `${k}: ${JSON.stringify(v)}`).join(", ");
+}
+
+function formatResult(value) {
+  if (value === null || value === undefined) return "";
+  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+}
+
+export function newTurn(prompt, runId = null) {
+  return { runId, prompt, parts: [], status: "sending", model: null, usage: null, end: null };
+}
+
+const TOOL_STATE = {
+  running: "Running…",
+  waiting: "Waiting for your approval",
+  ok: "Done",
+  error: "Failed",
+};
+
+const END_TEXT = {
+  cancel_requested: "Stopped. The run was cancelled at your request.",
+  client_disconnected: "Cancelled: the connection to the server was lost.",
+  shutdown: "Cancelled: the server shut down before the run finished.",
+};
+
+export class TurnView {
+  constructor(turn) {
+    this.turn = turn;
+    this.textNodes = new Map(); // part index → Text node
+    this.toolEls = new Map(); // tool_call_id → element
+    this.parts = h("div", { class: "parts" });
+    this.typing = h("div", { class: "typing", "aria-hidden": "true" }, h("span"), h("span"), h("span"));
+    this.notice = h("div", { class: "notices" });
+    this.meta = h("div", { class: "meta" });
+    this.assistant = h(
+      "div",
+      { class: "msg assistant" },
+      h("div", { class: "avatar", "aria-hidden": "true" }, icon("spark")),
+      h("div", { class: "body" }, h("h3", { class: "sr-only", text: "The agent" }), this.parts, this.typing, this.notice, this.meta),
+    );
+    this.el = h("article", { class: "turn" });
+    this.userEl = null;
+    if (turn.prompt !== null && turn.prompt !== undefined) {
+      this.userEl = h(
+        "div",
+        { class: "msg user" },
+        h("h3", { class: "sr-only", text: "You" }),
+        h("div", { class: "bubble" }, turn.prompt),
+      );
+      this.el.append(this.userEl);
+    }
+    this.el.append(this.assistant);
+    turn.parts.forEach((part, index) => this.renderPart(part, index));
+    this.renderStatus();
+  }
+
+  // --- events -------------------------------------------------------------------------
+
+  /** Apply one wire event to the model and the DOM. */
+  apply(event) {
+    const turn = this.turn;
+    const data = event.data || {};
+    switch (event.type) {
+      case "run.started":
+        turn.model = data.model || null;
+        if (turn.status === "sending") turn.status = "running";
+        break;
+      case "text.delta":
+        this.appendText(data.delta || "");
+        break;
+      case "tool.call.started":
+        this.upsertTool({
+          kind: "tool",
+          id: data.tool_call_id,
+          name: data.name,
+          arguments: data.arguments,
+          status: "running",
+        });
+        break;
+      case "tool.call.completed":
+        this.upsertTool({
+          kind: "tool",
+          id: data.tool_call_id,
+          name: data.name,
+          status: data.is_error ? "error" : "ok",
+          result: data.is_error ? undefined : data.result,
+          error: data.is_error ? data.error : undefined,
+        });
+        break;
+      case "custom":
+        if (data.name === "confirmation_requested" && data.payload) {
+          const p = data.payload;
+          this.upsertTool({
+            kind: "tool",
+            id: p.tool_call_id,
+            name: p.tool,
+            arguments: p.arguments,
+            status: "waiting",
+            confirmation: { ...p, receivedTs: event.ts || null },
+          });
+        }
+        break;
+      case "usage":
+        break; // the terminal event carries the run's total
+      case "run.completed": {
+        const content = data.output?.content;
+        if (!this.textParts().length && typeof content === "string" && content) this.appendText(content);
+        turn.usage = data.usage || null;
+        turn.status = "completed";
+        break;
+      }
+      case "run.failed":
+        turn.status = "failed";
+        turn.end = { kind: "failed", code: data.error?.code || "internal", message: data.error?.message || "" };
+        break;
+      case "run.cancelled":
+        turn.status = "cancelled";
+        turn.end = { kind: "cancelled", reason: data.reason || "cancel_requested" };
+        break;
+      default:
+        return; // an event type this page does not know yet
+    }
+    if (turn.status === "running" || turn.status === "waiting") {
+      turn.status = this.pendingConfirmation() ? "waiting" : "running";
+    }
+    this.renderStatus();
+  }
+
+  textParts() {
+    return this.turn.parts.filter((p) => p.kind === "text" && p.text);
+  }
+
+  appendText(delta) {
+    if (!delta) return;
+    const parts = this.turn.parts;
+    const last = parts[parts.length - 1];
+    if (last && last.kind === "text") {
+      last.text += delta;
+      this.textNodes.get(parts.length - 1).appendData(delta);
+    } else {
+      parts.push({ kind: "text", text: delta });
+      this.renderPart(parts[parts.length - 1], parts.length - 1);
+    }
+  }
+
+  upsertTool(update) {
+    const parts = this.turn.parts;
+    let part = parts.find((p) => p.kind === "tool" && p.id === update.id);
+    if (!part) {
+      part = { kind: "tool", id: update.id, name: update.name, arguments: update.arguments ?? {}, status: "running" };
+      parts.push(part);
+    }
+    for (const [key, value] of Object.entries(update)) {
+      if (value !== undefined) part[key] = value;
+    }
+    if (part.status === "ok" || part.status === "error") {
+      // a decision the server made (expiry) or another tab made still closes the question
+      if (part.confirmation && !part.decision) part.decision = part.status === "ok" ? "approved" : "denied";
+    }
+    this.renderPart(part, parts.indexOf(part));
+    return part;
+  }
+
+  /** The tool call's confirmation was answered from this page. */
+  markDecision(toolCallId, decision) {
+    const part = this.turn.parts.find((p) => p.kind === "tool" && p.id === toolCallId);
+    if (!part || part.status !== "waiting") return; // settled already: the server's word stands
+    part.decision = decision;
+    this.renderPart(part, this.turn.parts.indexOf(part));
+  }
+
+  pendingConfirmation() {
+    return this.turn.parts.find((p) => p.kind === "tool" && p.status === "waiting" && !p.decision) || null;
+  }
+
+  // --- rendering ----------------------------------------------------------------------
+
+  renderPart(part, index) {
+    if (part.kind === "text") {
+      const node = document.createTextNode(part.text);
+      this.textNodes.set(index, node);
+      this.parts.append(h("div", { class: "text" }, node));
+      return;
+    }
+    const fresh = this.toolCard(part);
+    const old = this.toolEls.get(part.id);
+    if (old) old.replaceWith(fresh);
+    else this.parts.append(fresh);
+    this.toolEls.set(part.id, fresh);
+  }
+
+  toolCard(part) {
+    let state = TOOL_STATE[part.status] || part.status;
+    let shown = part.status;
+    if (part.status === "waiting" && part.decision) {
+      state = { approved: "Approved, running…", denied: "Denied, finishing…" }[part.decision] || "Answered, finishing…";
+    } else if (part.status === "ok" && part.confirmation) {
+      state = "Approved · done";
+    } else if (part.status === "error") {
+      if (/expired/i.test(part.error || "")) {
+        state = "Expired";
+        shown = "denied";
+      } else if (/\bdenied\b/i.test(part.error || "") || (part.confirmation && part.decision === "denied")) {
+        state = "Denied";
+        shown = "denied";
+      }
+    }
+    const statusIcon =
+      part.status === "ok" ? icon("check") : part.status === "error" ? icon("cross") : part.status === "waiting" ? icon("pause") : h("span", { class: "spinner" });
+    const rows = [
+      h("div", { class: "tool-row" }, h("span", { class: "tool-label", text: "Arguments" }), h("code", { class: "tool-args", text: formatArguments(part.arguments) })),
+    ];
+    if (part.status === "waiting" && !part.decision && part.confirmation) {
+      rows.push(
+        h("div", { class: "tool-row" }, h("span", { class: "tool-label", text: "Approval" }),
+          h("button", { type: "button", class: "button small", "data-review": part.id, text: "Review the request" })),
+      );
+    }
+    if (part.status === "ok") {
+      rows.push(h("div", { class: "tool-row" }, h("span", { class: "tool-label", text: "Result" }), h("pre", { class: "tool-result", text: formatResult(part.result) })));
+    } else if (part.status === "error") {
+      rows.push(h("div", { class: "tool-row" }, h("span", { class: "tool-label", text: "Error" }), h("pre", { class: "tool-result tool-error", text: formatResult(part.error) })));
+    }
+    return h(
+      "section",
+      {
+        class: "tool",
+        "data-status": shown,
+        "data-tool-call-id": part.id,
+        "aria-label": `Tool call ${part.name}: ${state}`,
+      },
+      h(
+        "div",
+        { class: "tool-head" },
+        h("span", { class: "tool-icon" }, icon("tool")),
+        h("span", { class: "tool-name", text: part.name }),
+        h("span", { class: "tool-state" }, statusIcon, h("span", { text: state })),
+      ),
+      ...rows,
+    );
+  }
+
+  renderStatus() {
+    const turn = this.turn;
+    const live = ["sending", "running", "waiting", "reconnecting"].includes(turn.status);
+    this.el.dataset.status = turn.status;
+    if (turn.runId) this.el.dataset.runId = turn.runId;
+    this.assistant.setAttribute("aria-busy", live ? "true" : "false");
+    const last = turn.parts[turn.parts.length - 1];
+    // the dots fill the silences: before the first word, and while a tool runs
+    const waitingForText = live && turn.status !== "waiting" && !(last && (last.kind === "text" || last.status === "waiting"));
+    this.typing.hidden = !waitingForText;
+    this.notice.replaceChildren();
+    if (turn.end?.kind === "cancelled") {
+      this.notice.append(h("p", { class: "notice stopped", role: "status" }, icon("stop"), END_TEXT[turn.end.reason] || `Cancelled (${turn.end.reason}).`));
+    } else if (turn.end?.kind === "failed") {
+      this.notice.append(
+        h(
+          "div",
+          { class: "notice error", role: "alert" },
+          icon("alert"),
+          h("div", {}, h("strong", { text: "The run failed " }), h("code", { text: turn.end.code }), turn.end.message ? h("p", { text: turn.end.message }) : null),
+        ),
+      );
+    } else if (turn.status === "reconnecting") {
+      this.notice.append(h("p", { class: "notice reconnecting", role: "status" }, h("span", { class: "spinner" }), "Connection lost, reconnecting…"));
+    }
+    const bits = [];
+    if (turn.model) bits.push(turn.model);
+    if (turn.usage) bits.push(`${turn.usage.input_tokens} tokens in · ${turn.usage.output_tokens} out`);
+    this.meta.textContent = !live && bits.length ? bits.join(" · ") : "";
+  }
+
+  /** An error answered before the run started (problem+json), with optional actions. */
+  showError(title, detail, actions = []) {
+    this.turn.status = "error";
+    this.renderStatus();
+    const box = h(
+      "div",
+      { class: "notice error", role: "alert" },
+      icon("alert"),
+      h("div", {}, h("strong", { text: title }), detail ? h("p", { text: detail }) : null, actions.length ? h("div", { class: "actions" }, actions) : null),
+    );
+    this.notice.replaceChildren(box);
+    return box;
+  }
+}
+
+/** Turns from the stored conversation (GET /v1/sessions/{id}/messages). */
+export function turnsFromMessages(messages) {
+  const turns = [];
+  let turn = null;
+  const tools = new Map();
+  for (const message of messages) {
+    if (message.role === "user" || !turn || turn.runId !== message.run_id) {
+      turn = newTurn(message.role === "user" ? contentText(message.content) : null, message.run_id);
+      turn.status = "completed";
+      turns.push(turn);
+      if (message.role === "user") continue;
+    }
+    if (message.role === "assistant") {
+      const text = contentText(message.content);
+      if (text) turn.parts.push({ kind: "text", text });
+      for (const call of message.tool_calls || []) {
+        const part = { kind: "tool", id: call.id, name: call.name, arguments: call.arguments, status: "running" };
+        tools.set(call.id, part);
+        turn.parts.push(part);
+      }
+    } else if (message.role === "tool") {
+      const part = tools.get(message.tool_call_id);
+      if (part) {
+        part.status = message.is_error ? "error" : "ok";
+        if (message.is_error) part.error = contentText(message.content);
+        else part.result = contentText(message.content);
+      }
+    }
+  }
+  return turns;
+}
+
+function contentText(content) {
+  if (content === null || content === undefined) return "";
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) return content.map((c) => (typeof c === "string" ? c : c?.text || "")).join("");
+  return JSON.stringify(content);
+}

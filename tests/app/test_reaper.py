@@ -1,0 +1,100 @@
+"""With a shared bus, a run whose worker died (its lease lapsed) is failed as ``worker_lost``
+by whichever worker notices, and its log's readers get that terminal event."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.admission import Admission
+from app.agents import load_config
+from app.bus import LeaseLost, LocalBus
+from app.lifespan import build_agent
+from app.metrics import Metrics
+from app.runs import RunManager
+from app.settings import Settings
+from app.storage import RunRecord, Store, open_store
+from app.wire import WireEncoder
+
+
+class SharedBus(LocalBus):
+    """The in-process bus, claiming to be shared: what the reaper sees with Redis."""
+
+    shared = True
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[tuple[RunManager, Store, SharedBus]]:
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/a.db", lease_seconds=30)
+    store = await open_store(settings.database_url)
+    bus = SharedBus()
+    agent = await build_agent(settings, load_config(None))
+    manager = RunManager(
+        agent=agent,
+        store=store,
+        bus=bus,
+        admission=Admission(max_running=4, max_queued=4),
+        metrics=Metrics(),
+        profiles=load_config(None).agents,
+        queue_timeout=1,
+        lease_seconds=30,
+    )
+    try:
+        yield manager, store, bus
+    finally:
+        await manager.aclose()
+        await agent.aclose()
+        await bus.aclose()
+        await store.close()
+
+
+async def orphan(store: Store, bus: SharedBus, run_id: str, session_id: str) -> None:
+    """A run some other worker started and wrote two events of, then died."""
+    await store.get_or_create_session(session_id, "anonymous")
+    await store.create_run(
+        RunRecord(
+            run_id=run_id,
+            session_id=session_id,
+            principal="anonymous",
+            agent="default",
+            input="x",
+            status="running",
+        )
+    )
+    await bus.events.create(run_id, session_id=session_id, fence=1)
+    encoder = WireEncoder(run_id, session_id)
+    await bus.events.append(run_id, encoder.encode(1, "run.started", 0.0, {}), fence=1)
+    await bus.events.append(run_id, encoder.encode(2, "text.delta", 0.0, {"delta": "a"}), fence=1)
+
+
+async def test_a_lost_run_is_failed_and_its_readers_told(
+    world: tuple[RunManager, Store, SharedBus],
+) -> None:
+    manager, store, bus = world
+    await orphan(store, bus, "run_dead", "s-dead")
+    await orphan(store, bus, "run_alive", "s-alive")
+    alive = await bus.locks.acquire("s-alive", "run_alive", 30)  # its worker still renews
+    assert alive is not None
+    reader = await bus.events.subscribe("run_dead", after=2)
+    waiting = asyncio.ensure_future(reader.next())
+    assert await manager.reap_lost_runs() == 1
+    (terminal,) = await waiting
+    assert terminal.seq == 3
+    assert terminal.document["data"]["error"]["code"] == "worker_lost"
+    assert reader.finished
+    await reader.aclose()
+    dead = await store.get_run("run_dead")
+    assert dead is not None and dead.status == "failed"
+    assert dead.error is not None and dead.error["code"] == "worker_lost"
+    still = await store.get_run("run_alive")
+    assert still is not None and still.status == "running"
+    assert await bus.locks.holder("s-dead") is None
+    # the lost worker, back from the dead, can no longer write to the log
+    with pytest.raises(LeaseLost):
+        await bus.events.append(
+            "run_dead", WireEncoder("run_dead", "s-dead").encode(3, "text.delta", 0.0, {}), fence=1
+        )
+    assert await manager.reap_lost_runs() == 0

@@ -1,0 +1,146 @@
+"""Helpers for the browser tests: Debian's Chromium driven by Playwright, screenshots into
+docs/images/, and a TCP proxy whose connections a test can cut (a real network drop).
+
+Playwright never downloads a browser here: the tests use ``/usr/bin/chromium`` (Debian's
+``chromium`` package; ``.ci/run`` installs it) and are skipped, saying so, without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from pathlib import Path
+
+from playwright.sync_api import Browser, Page, Playwright
+
+__all__ = [
+    "CHROMIUM",
+    "CHROMIUM_ARGS",
+    "SCREENSHOTS",
+    "DroppableProxy",
+    "launch_chromium",
+    "screenshot",
+    "skip_reason",
+]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# the screenshots docs/ui.md shows; UI_SCREENSHOT_DIR sends them elsewhere
+SCREENSHOTS = Path(
+    os.environ.get("UI_SCREENSHOT_DIR", Path(__file__).resolve().parents[2] / "docs" / "images")
+)
+
+
+def skip_reason() -> str | None:
+    """Why the browser tests cannot run here, or None."""
+    if not CHROMIUM.exists():
+        return (
+            f"{CHROMIUM} is missing: install Debian's chromium package "
+            "(apt-get install chromium) to run the browser tests"
+        )
+    return None
+
+
+def launch_chromium(playwright: Playwright) -> Browser:
+    """Headless Debian Chromium."""
+    return playwright.chromium.launch(
+        executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+    )
+
+
+def screenshot(page: Page, name: str) -> Path:
+    """Save ``docs/images/ui-<name>.png`` (animations settled, caret hidden)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"ui-{name}.png"
+    page.screenshot(path=str(path), animations="disabled", caret="hide")
+    return path
+
+
+class DroppableProxy:
+    """A loopback TCP proxy to ``target_port``; ``drop()`` cuts every open connection.
+
+    The browser talks to the server through it, so a test can break a streaming response
+    the way a flaky network does (Chromium's offline emulation leaves open streams alone).
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, name="proxy-accept", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    upstream.close()
+                    return
+                self._sockets.update((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            self._forget(source)
+            self._forget(sink)
+
+    def _forget(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.discard(sock)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+    def drop(self) -> int:
+        """Cut every open connection (new ones are still accepted); how many were cut."""
+        with self._lock:
+            sockets = list(self._sockets)
+            self._sockets.clear()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        return len(sockets) // 2
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self._listener.close()
+        self.drop()
+        self._thread.join(5)
