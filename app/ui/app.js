@@ -124,13 +124,24 @@ function renderSessions() {
         { class: "session-item" },
         h(
           "button",
-          { type: "button", class: "session", "aria-current": active ? "page" : null, "data-session": s.id, title: s.title },
+          {
+            type: "button",
+            class: "session",
+            "aria-current": active ? "page" : null,
+            "data-session": s.id,
+            title: s.title,
+          },
           h("span", { class: "session-title", text: s.title }),
           h("span", { class: "session-when", text: relativeTime(s.updated) }),
         ),
         h(
           "button",
-          { type: "button", class: "icon-button session-delete", "data-delete": s.id, "aria-label": `Delete the conversation “${s.title}”` },
+          {
+            type: "button",
+            class: "icon-button session-delete",
+            "data-delete": s.id,
+            "aria-label": `Delete the conversation “${s.title}”`,
+          },
           h("span", { "aria-hidden": "true", text: "×" }),
         ),
       );
@@ -544,7 +555,13 @@ function toast(text, action) {
     document.body.append(el);
   }
   el.replaceChildren(h("span", { text }));
-  if (action) el.append(h("button", { type: "button", class: "button small", text: "Retry", onclick: () => { el.remove(); action(); } }));
+  if (action) {
+    const retry = () => {
+      el.remove();
+      action();
+    };
+    el.append(h("button", { type: "button", class: "button small", text: "Retry", onclick: retry }));
+  }
   clearTimeout(toastTimer);
   toastTimer = setTimeout(() => el.remove(), 8000);
 }
@@ -594,7 +611,8 @@ const confirmDialog = new ConfirmDialog($("confirm"), {
       current.view.markDecision(request.tool_call_id, decision === "expired" ? "denied" : decision);
       persist(current);
     }
-    announce(decision === "approved" ? "Approved" : decision === "denied" ? "Denied" : "The request is no longer pending");
+    const said = { approved: "Approved", denied: "Denied", expired: "The request expired" };
+    announce(said[decision] || "The request is no longer pending");
   },
   onError: (error) => {
     if (error instanceof ApiError && error.status === 401) needKey(null);
@@ -682,7 +700,9 @@ function wire() {
     const review = event.target.closest("[data-review]");
     if (review && current) {
       const part = current.view.turn.parts.find((p) => p.id === review.dataset.review);
-      if (part?.confirmation) confirmDialog.open({ ...part.confirmation, sessionId: current.sessionId, runId: current.runId });
+      if (part?.confirmation) {
+        confirmDialog.open({ ...part.confirmation, sessionId: current.sessionId, runId: current.runId });
+      }
     }
   });
   els.keyButton.addEventListener("click", () => openKeyDialog());

@@ -146,7 +146,8 @@ export class ConfirmDialog {
       this.close();
     } catch (error) {
       if (error instanceof ApiError && error.status === 409) {
-        this.finish("gone", "This request is no longer pending: it was already answered, it expired, or the run ended.");
+        const text = "This request is no longer pending: it was already answered, it expired, or the run ended.";
+        this.finish("gone", text);
         this.hooks.onDecision(request, "gone");
       } else {
         this.state = "pending";

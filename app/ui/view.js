@@ -58,6 +58,10 @@ function formatResult(value) {
   return typeof value === "string" ? value : JSON.stringify(value, null, 2);
 }
 
+function row(label, value) {
+  return h("div", { class: "tool-row" }, h("span", { class: "tool-label", text: label }), value);
+}
+
 export function newTurn(prompt, runId = null) {
   return { runId, prompt, parts: [], status: "sending", model: null, usage: null, end: null };
 }
@@ -84,11 +88,20 @@ export class TurnView {
     this.typing = h("div", { class: "typing", "aria-hidden": "true" }, h("span"), h("span"), h("span"));
     this.notice = h("div", { class: "notices" });
     this.meta = h("div", { class: "meta" });
+    this.noticeKey = "";
     this.assistant = h(
       "div",
       { class: "msg assistant" },
       h("div", { class: "avatar", "aria-hidden": "true" }, icon("spark")),
-      h("div", { class: "body" }, h("h3", { class: "sr-only", text: "The agent" }), this.parts, this.typing, this.notice, this.meta),
+      h(
+        "div",
+        { class: "body" },
+        h("h3", { class: "sr-only", text: "The agent" }),
+        this.parts,
+        this.typing,
+        this.notice,
+        this.meta,
+      ),
     );
     this.el = h("article", { class: "turn" });
     this.userEl = null;
@@ -258,20 +271,21 @@ export class TurnView {
       }
     }
     const statusIcon =
-      part.status === "ok" ? icon("check") : part.status === "error" ? icon("cross") : part.status === "waiting" ? icon("pause") : h("span", { class: "spinner" });
-    const rows = [
-      h("div", { class: "tool-row" }, h("span", { class: "tool-label", text: "Arguments" }), h("code", { class: "tool-args", text: formatArguments(part.arguments) })),
-    ];
+      { ok: icon("check"), error: icon("cross"), waiting: icon("pause") }[part.status] || h("span", { class: "spinner" });
+    const rows = [row("Arguments", h("code", { class: "tool-args", text: formatArguments(part.arguments) }))];
     if (part.status === "waiting" && !part.decision && part.confirmation) {
-      rows.push(
-        h("div", { class: "tool-row" }, h("span", { class: "tool-label", text: "Approval" }),
-          h("button", { type: "button", class: "button small", "data-review": part.id, text: "Review the request" })),
-      );
+      const review = h("button", {
+        type: "button",
+        class: "button small",
+        "data-review": part.id,
+        text: "Review the request",
+      });
+      rows.push(row("Approval", review));
     }
     if (part.status === "ok") {
-      rows.push(h("div", { class: "tool-row" }, h("span", { class: "tool-label", text: "Result" }), h("pre", { class: "tool-result", text: formatResult(part.result) })));
+      rows.push(row("Result", h("pre", { class: "tool-result", text: formatResult(part.result) })));
     } else if (part.status === "error") {
-      rows.push(h("div", { class: "tool-row" }, h("span", { class: "tool-label", text: "Error" }), h("pre", { class: "tool-result tool-error", text: formatResult(part.error) })));
+      rows.push(row("Error", h("pre", { class: "tool-result tool-error", text: formatResult(part.error) })));
     }
     return h(
       "section",
@@ -300,39 +314,54 @@ export class TurnView {
     this.assistant.setAttribute("aria-busy", live ? "true" : "false");
     const last = turn.parts[turn.parts.length - 1];
     // the dots fill the silences: before the first word, and while a tool runs
-    const waitingForText = live && turn.status !== "waiting" && !(last && (last.kind === "text" || last.status === "waiting"));
-    this.typing.hidden = !waitingForText;
-    this.notice.replaceChildren();
-    if (turn.end?.kind === "cancelled") {
-      this.notice.append(h("p", { class: "notice stopped", role: "status" }, icon("stop"), END_TEXT[turn.end.reason] || `Cancelled (${turn.end.reason}).`));
-    } else if (turn.end?.kind === "failed") {
-      this.notice.append(
-        h(
-          "div",
-          { class: "notice error", role: "alert" },
-          icon("alert"),
-          h("div", {}, h("strong", { text: "The run failed " }), h("code", { text: turn.end.code }), turn.end.message ? h("p", { text: turn.end.message }) : null),
-        ),
-      );
-    } else if (turn.status === "reconnecting") {
-      this.notice.append(h("p", { class: "notice reconnecting", role: "status" }, h("span", { class: "spinner" }), "Connection lost, reconnecting…"));
-    }
+    const quiet = !(last && (last.kind === "text" || last.status === "waiting"));
+    this.typing.hidden = !(live && turn.status !== "waiting" && quiet);
+    this.renderNotice();
     const bits = [];
     if (turn.model) bits.push(turn.model);
     if (turn.usage) bits.push(`${turn.usage.input_tokens} tokens in · ${turn.usage.output_tokens} out`);
     this.meta.textContent = !live && bits.length ? bits.join(" · ") : "";
   }
 
+  renderNotice() {
+    // rebuilt only when it changes: a live region re-inserted on every word would be re-read
+    const turn = this.turn;
+    const end = turn.end;
+    const key = end ? `${end.kind}:${end.reason || end.code}` : turn.status === "reconnecting" ? "reconnecting" : "";
+    if (key === this.noticeKey || turn.status === "error") return;
+    this.noticeKey = key;
+    let notice = null;
+    if (end?.kind === "cancelled") {
+      const text = END_TEXT[end.reason] || `Cancelled (${end.reason}).`;
+      notice = h("p", { class: "notice stopped", role: "status" }, icon("stop"), text);
+    } else if (end?.kind === "failed") {
+      const body = h(
+        "div",
+        {},
+        h("strong", { text: "The run failed " }),
+        h("code", { text: end.code }),
+        end.message ? h("p", { text: end.message }) : null,
+      );
+      notice = h("div", { class: "notice error", role: "alert" }, icon("alert"), body);
+    } else if (key === "reconnecting") {
+      const spinner = h("span", { class: "spinner" });
+      notice = h("p", { class: "notice reconnecting", role: "status" }, spinner, "Connection lost, reconnecting…");
+    }
+    this.notice.replaceChildren(...(notice ? [notice] : []));
+  }
+
   /** An error answered before the run started (problem+json), with optional actions. */
   showError(title, detail, actions = []) {
     this.turn.status = "error";
     this.renderStatus();
-    const box = h(
+    const body = h(
       "div",
-      { class: "notice error", role: "alert" },
-      icon("alert"),
-      h("div", {}, h("strong", { text: title }), detail ? h("p", { text: detail }) : null, actions.length ? h("div", { class: "actions" }, actions) : null),
+      {},
+      h("strong", { text: title }),
+      detail ? h("p", { text: detail }) : null,
+      actions.length ? h("div", { class: "actions" }, actions) : null,
     );
+    const box = h("div", { class: "notice error", role: "alert" }, icon("alert"), body);
     this.notice.replaceChildren(box);
     return box;
   }

@@ -81,6 +81,7 @@ class DroppableProxy:
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._closed = False
+        self.refusing = False
         self._thread = threading.Thread(target=self._accept, name="proxy-accept", daemon=True)
         self._thread.start()
 
@@ -94,6 +95,9 @@ class DroppableProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return  # closed
+            if self.refusing:  # the network is down: connections fail at once
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.target_port))
             except OSError:
@@ -126,7 +130,8 @@ class DroppableProxy:
         sock.close()
 
     def drop(self) -> int:
-        """Cut every open connection (new ones are still accepted); how many were cut."""
+        """Cut every open connection; how many were cut. New ones are accepted unless
+        ``refusing`` is set."""
         with self._lock:
             sockets = list(self._sockets)
             self._sockets.clear()

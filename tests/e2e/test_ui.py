@@ -430,12 +430,19 @@ def test_network_drop_resumes(page: Page, ui_server: Server) -> None:
     proxy = DroppableProxy(port)
     try:
         page.goto(proxy.url)
-        text = "A slow one over a flaky network"
+        text = "A slow answer over a flaky network connection"
         resumed: list[Request] = []
         page.on("request", lambda r: resumed.append(r) if r.url.endswith("/events") else None)
         send(page, text)
         wait_for_words(page, 3)
+        proxy.refusing = True  # the network goes down...
         assert proxy.drop() >= 1
+        turn = last_turn(page)
+        expect(turn).to_have_attribute("data-status", "reconnecting")
+        expect(turn.get_by_role("status")).to_have_text("Connection lost, reconnecting…")
+        expect(page.locator("#conn")).to_have_text("Reconnecting…")
+        screenshot(page, "reconnecting")
+        proxy.refusing = False  # ...and comes back
         expect(last_turn(page)).to_have_attribute("data-status", "completed")
         expect(answer(page)).to_have_text(f"You said: {text}")
         assert resumed, "the page did not reconnect after the drop"
