@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import tempfile
 import threading
 from pathlib import Path
 
@@ -36,9 +37,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-# the screenshots docs/ui.md shows; UI_SCREENSHOT_DIR sends them elsewhere
+# Screenshots go to a scratch folder, so a test run leaves the checkout clean; to refresh the
+# pictures docs/ui.md shows, run the browser tests with UI_SCREENSHOT_DIR=docs/images.
 SCREENSHOTS = Path(
-    os.environ.get("UI_SCREENSHOT_DIR", Path(__file__).resolve().parents[2] / "docs" / "images")
+    os.environ.get("UI_SCREENSHOT_DIR", Path(tempfile.gettempdir()) / "agent-ui-screenshots")
 )
 
 
