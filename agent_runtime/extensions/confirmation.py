@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIRMATION_REQUESTED",
+    "CONFIRMATION_RESOLVED",
     "CONFIRMATION_RESPONSE",
     "ConfirmationExtension",
     "format_expiry",
@@ -38,6 +39,9 @@ CONFIRMATION_REQUESTED = "confirmation_requested"
 
 CONFIRMATION_RESPONSE = "confirmation_response"
 """Name of the external event that carries the decision."""
+
+CONFIRMATION_RESOLVED = "confirmation_resolved"
+"""Name of the ``custom`` event that reports the outcome: approved, denied or expired."""
 
 
 def format_expiry(moment: datetime) -> str:
@@ -65,6 +69,10 @@ class ConfirmationExtension(ExternalEventExtension):
     ``response_event`` (``"confirmation_response"``) and ``expires_at`` (ISO 8601, UTC). An
     answer's payload is ``{"tool_call_id": str, "approved": bool}``; other keys are ignored and
     a non-boolean ``approved`` is refused without using up the request.
+
+    Once decided, a ``custom`` event ``confirmation_resolved`` reports ``tool_call_id`` and
+    ``outcome`` (``approved``, ``denied`` or ``expired``), so a front end can close its dialog
+    and say what happened without parsing the tool's error text.
 
     Several ``ask`` calls in one model turn are confirmed one after another, in call order:
     the second request is emitted only once the first is decided.
@@ -124,11 +132,24 @@ class ConfirmationExtension(ExternalEventExtension):
                 f"the call to {call.name!r} was denied: its confirmation expired at {expires} "
                 "without an answer",
             )
+            await self._resolved(context, call, "expired")
             return
         answer = self._take_external_event(context, call.id)
         if answer.payload["approved"] is True:
             context.set_tool_decision(call.id, True)
+            await self._resolved(context, call, "approved")
         else:
             context.set_tool_decision(
                 call.id, False, f"the call to {call.name!r} was denied by the user"
             )
+            await self._resolved(context, call, "denied")
+
+    @staticmethod
+    async def _resolved(context: AgentRunContext, call: ToolCall, outcome: str) -> None:
+        await context.emit(
+            AgentEvent(
+                AgentEventType.CUSTOM,
+                name=CONFIRMATION_RESOLVED,
+                payload={"tool_call_id": call.id, "outcome": outcome},
+            )
+        )

@@ -1,0 +1,43 @@
+"""ConfirmationExtension reports each decision with a confirmation_resolved custom event."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_runtime import AgentCore, AgentEvent, AgentEventType, AgentRunConfig, tool
+from agent_runtime.extensions.confirmation import ConfirmationExtension
+from agent_runtime.extensions.external import ExternalEvent
+from agent_runtime.testing import ScriptedModel, tool_call_turn
+
+
+@tool(policy="ask")
+def launch() -> str:
+    """Needs a person's approval."""
+    return "launched"
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome"), [(True, "approved"), (False, "denied"), (None, "expired")]
+)
+async def test_each_decision_is_reported(answer: bool | None, outcome: str) -> None:
+    timeout = 0.05 if answer is None else 30.0
+    agent = AgentCore(
+        ScriptedModel([tool_call_turn("launch", call_id="c1"), "done"]),
+        tools=[launch],
+        extensions=[ConfirmationExtension(timeout=timeout)],
+    )
+    config = AgentRunConfig(session_id="s")
+    events: list[AgentEvent] = []
+    async for event in agent.stream("go", config=config):
+        events.append(event)
+        if event.name == "confirmation_requested" and answer is not None:
+            reply = ExternalEvent(
+                "confirmation_response", {"tool_call_id": "c1", "approved": answer}
+            )
+            assert agent.emit_external_event(reply, config=config) == ["ConfirmationExtension"]
+    names = [e.name for e in events if e.type is AgentEventType.CUSTOM]
+    assert names == ["confirmation_requested", "confirmation_resolved"]
+    resolved = next(e for e in events if e.name == "confirmation_resolved")
+    assert resolved.payload == {"tool_call_id": "c1", "outcome": outcome}
+    done = next(e for e in events if e.type is AgentEventType.TOOL_CALL_COMPLETED)
+    assert done.is_error is (outcome != "approved")
