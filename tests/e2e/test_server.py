@@ -214,10 +214,9 @@ async def confirm(server: Server, approved: bool) -> tuple[list[Event], str]:
             run_id = response.headers["x-run-id"]
             async for event in stream:
                 events.append(event)
-                if event.type != "custom":
+                if event.type != "custom" or event.data["data"]["name"] != "confirmation_requested":
                     continue
                 request = event.data["data"]
-                assert request["name"] == "confirmation_requested"
                 payload = request["payload"]
                 assert set(payload) == {
                     "tool_call_id",
@@ -243,6 +242,8 @@ async def confirm(server: Server, approved: bool) -> tuple[list[Event], str]:
                 assert_problem(duplicate, 409, "not_accepted")
                 assert duplicate.json()["accepted_by"] == []
         assert_well_formed(events, run_id)
+        customs = [e.data["data"]["name"] for e in events if e.type == "custom"]
+        assert customs[0] == "confirmation_requested"
         return events, run_id
 
 
