@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +16,11 @@ from fastapi import FastAPI
 from app.main import create_app
 from app.services import Services
 from app.settings import Settings
+from tests.loopcheck import no_blocking_calls
 
 from .asgi import ASGIRequest
 
 MakeSettings = Callable[..., Settings]
-
-# generous for a loaded 2-core CI machine; a blocking call takes far longer
-SLOW_CALLBACK = 0.25
 
 
 @pytest.fixture
@@ -128,40 +125,10 @@ def serve(make_settings: MakeSettings) -> Serve:
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
                 served = Served(app, client)
                 await served.ready()
-                with _no_blocking_calls():
+                with no_blocking_calls():
                     yield served
 
     return run
-
-
-class _SlowCallbacks(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.records: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if "took" in message and "seconds" in message:
-            self.records.append(message)
-
-
-@contextlib.contextmanager
-def _no_blocking_calls() -> Iterator[None]:
-    """asyncio's debug checks while the test talks to the app: a blocking call fails it."""
-    loop = asyncio.get_running_loop()
-    previous = loop.get_debug(), loop.slow_callback_duration
-    loop.slow_callback_duration = SLOW_CALLBACK
-    loop.set_debug(True)
-    watcher = _SlowCallbacks()
-    logger = logging.getLogger("asyncio")
-    logger.addHandler(watcher)
-    try:
-        yield
-    finally:
-        logger.removeHandler(watcher)
-        loop.set_debug(previous[0])
-        loop.slow_callback_duration = previous[1]
-    assert not watcher.records, f"the event loop was blocked: {watcher.records}"
 
 
 async def wait_until(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0) -> None:
