@@ -12,12 +12,14 @@ from typing import Any
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
 from starlette.routing import Match, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from app.api import external_events, health, runs, sessions
 from app.api.errors import CatchAllMiddleware, install_error_handlers
+from app.api.openapi import install_openapi
 from app.auth import Authenticator
 from app.lifespan import make_lifespan
 from app.logs import configure_logging
@@ -49,6 +51,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.state.services = None
     app.state.authenticator = Authenticator(settings.api_key_map)
     install_error_handlers(app)
+    install_openapi(app)
 
     app.include_router(runs.router)
     app.include_router(sessions.router)
@@ -57,7 +60,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     if settings.debug_endpoints:
         app.include_router(health.debug_router)
     # the browser UI: "/" is index.html; anything not matched above falls through to it
-    app.router.routes.append(_UIMount("/", app=StaticFiles(directory=UI_DIR, html=True), name="ui"))
+    app.router.routes.append(_UIMount("/", app=_UIFiles(directory=UI_DIR, html=True), name="ui"))
 
     # added innermost first: CORS wraps everything, so error answers carry its headers too
     app.add_middleware(CatchAllMiddleware)
@@ -75,6 +78,16 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     return app
 
 
+class _UIFiles(StaticFiles):
+    """The UI's files, revalidated on every load so an upgrade reaches browsers at once."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        # ETag and Last-Modified are already set: a revalidation costs a 304, not the file
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+
 class _UIMount(Mount):
     """The UI's files at "/", for GET and HEAD only.
 
@@ -85,6 +98,13 @@ class _UIMount(Mount):
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
             return Match.NONE, {}
+        router = scope.get("router")
+        if scope["type"] == "http" and router is not None:
+            # a GET of an API path that takes only other methods (POST /external-events) is
+            # a 405 from the API, not a missing file
+            for route in router.routes:
+                if route is not self and route.matches(scope)[0] is Match.PARTIAL:
+                    return Match.NONE, {}
         return super().matches(scope)
 
 

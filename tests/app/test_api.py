@@ -57,6 +57,10 @@ async def test_health_ready_metrics_and_ui(serve: Serve) -> None:
         index = await client.get("/")
         assert index.status_code == 200
         assert "text/html" in index.headers["content-type"]
+        # browsers revalidate the UI's files, so an upgrade shows at once
+        assert index.headers["cache-control"] == "no-cache"
+        again = await client.get("/", headers={"if-none-match": index.headers["etag"]})
+        assert again.status_code == 304
 
 
 async def test_blocking_run_answers_the_result(serve: Serve) -> None:
@@ -200,8 +204,8 @@ async def test_errors_are_problems(serve: Serve) -> None:
         )
         assert_problem(
             await client.post("/v1/sessions/s/runs", json={"input": "x", "agent": "nope"}),
-            422,
-            "validation_error",
+            404,
+            "not_found",
         )
         assert_problem(
             await client.post("/v1/sessions/a/b/runs", json={"input": "x"}), 404, "not_found"
