@@ -1,142 +1,316 @@
-"""Configured agents: the names a run request's ``agent`` field may take.
+"""Configured agents: the ``AgentCore`` of each agent ``AGENT_CONFIG`` defines.
 
-Without ``AGENT_CONFIG`` there is one agent, ``default``. A TOML file can define more; each is
-a set of per-run options over the worker's one ``AgentCore`` (so all share its model and
-tools)::
+Without ``AGENT_CONFIG`` there is one agent, ``default``: ``AGENT_MODEL`` (and
+``AGENT_FALLBACK_MODELS``), the demo tools and ``AGENT_RUN_TIMEOUT``. A TOML file defines named
+agents, each with its own model, prompt, limits, tools, MCP servers, policies and compaction;
+``app.agent_config`` reads it, this module builds what it describes. Different models, tools and
+policies need different cores, so each agent has its own, each with its own
+``ConfirmationExtension``; the run manager sends a run's cancellation and answers to its core.
 
-    [policies]                  # tool name (or glob) -> allow | ask | deny
-    delete_file = "ask"
+The steps, each apart so that ``agent-server`` can check a file before it starts a worker::
 
-    [agents.default]
-    system_prompt = "You are terse."
-
-    [agents.clock]
-    system_prompt = "Tell the time."
-    tools = ["current_time"]    # a subset of the tools; default: all
-    run_timeout = 60            # seconds; default AGENT_RUN_TIMEOUT
-    max_iterations = 4
-    model_params = { temperature = 0.2 }
+    load_config(path)                the file, validated; nothing imported is called or started
+      → build_agents(settings, cfg)  one AgentCore per agent on the running loop, one MCPClient
+                                     per MCP server (not started)
+        → preflight()                every model binding built, no network call
+        → warm_up(prompt)            MCP clients started (tool discovery), their tools
+                                     registered, one short run per agent
+        → aclose(), close_mcp()      at shutdown, after the runs drained: cores, then clients
 """
 
 from __future__ import annotations
 
-import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_AGENT", "AgentProfile", "ServiceConfig", "load_config"]
+from agent_runtime.agent import AgentCore, AgentRunConfig
+from agent_runtime.bindings import ModelBinding, ModelBindings, binding_from_spec
+from agent_runtime.compaction import LlmCompactor
+from agent_runtime.errors import ConfigurationError
+from agent_runtime.extensions.confirmation import ConfirmationExtension
+from agent_runtime.mcp import MCPClient
+from agent_runtime.providers.demo import DemoModel
+from app.agent_config import (
+    BUILTIN_TOOLS,
+    DEFAULT_AGENT,
+    PYTHON_MODEL_PREFIX,
+    AgentProfile,
+    CompactionSpec,
+    ConfigError,
+    ServiceConfig,
+    default_config,
+    import_object,
+    key_path,
+    load_config,
+)
+from app.settings import Settings
 
-DEFAULT_AGENT = "default"
-_POLICIES = frozenset({"allow", "ask", "deny"})
+__all__ = [
+    "BUILTIN_TOOLS",
+    "DEFAULT_AGENT",
+    "PYTHON_MODEL_PREFIX",
+    "AgentProfile",
+    "CompactionSpec",
+    "ConfigError",
+    "ConfiguredAgents",
+    "ServiceConfig",
+    "build_agents",
+    "build_core",
+    "default_config",
+    "load_config",
+    "model_binding",
+]
 
-
-@dataclass(frozen=True, slots=True)
-class AgentProfile:
-    """One configured agent: options applied to each of its runs."""
-
-    name: str
-    system_prompt: str | None = None
-    tools: frozenset[str] | None = None
-    run_timeout: float | None = None
-    max_iterations: int | None = None
-    model_params: Mapping[str, Any] = field(default_factory=dict)
-
-    def run_options(self) -> dict[str, Any]:
-        """Keyword options for ``AgentCore.stream`` (the request may override some)."""
-        options: dict[str, Any] = {"agent_name": self.name}
-        if self.system_prompt is not None:
-            options["system_prompt"] = self.system_prompt
-        if self.tools is not None:
-            allowed = self.tools
-            options["tool_filter"] = lambda tool: tool.name in allowed
-        if self.model_params:
-            options["model_params"] = dict(self.model_params)
-        return options
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceConfig:
-    """What ``AGENT_CONFIG`` defines: agents by name and tool policies."""
-
-    agents: Mapping[str, AgentProfile]
-    policies: Mapping[str, str]
-
-
-def default_config() -> ServiceConfig:
-    """One agent, ``default``; the demo tools' own policies."""
-    return ServiceConfig({DEFAULT_AGENT: AgentProfile(DEFAULT_AGENT)}, {})
+logger = logging.getLogger("app.agents")
 
 
-def _number(where: str, value: Any, *, integer: bool = False) -> Any:
-    wrong_kind = isinstance(value, bool) or not isinstance(value, int if integer else int | float)
-    if wrong_kind or value <= 0:
-        kind = "a positive integer" if integer else "a positive number"
-        raise ValueError(f"{where} must be {kind}, got {value!r}")
-    return value
+def model_binding(spec: str, settings: Settings) -> ModelBinding:
+    """A model binding from a setting string, on the running loop.
 
-
-def _profile(name: str, table: Any, path: str) -> AgentProfile:
-    where = f"{path}: [agents.{name}]"
-    if not isinstance(table, dict):
-        raise ValueError(f"{where} must be a table")
-    known = {"system_prompt", "tools", "run_timeout", "max_iterations", "model_params"}
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {unknown}; known: {sorted(known)}")
-    prompt = table.get("system_prompt")
-    if prompt is not None and not isinstance(prompt, str):
-        raise ValueError(f"{where} system_prompt must be a string")
-    tools = table.get("tools")
-    if tools is not None and (
-        not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)
-    ):
-        raise ValueError(f"{where} tools must be a list of tool names")
-    timeout = table.get("run_timeout")
-    iterations = table.get("max_iterations")
-    params = table.get("model_params", {})
-    if not isinstance(params, dict):
-        raise ValueError(f"{where} model_params must be a table")
-    return AgentProfile(
-        name=name,
-        system_prompt=prompt,
-        tools=None if tools is None else frozenset(tools),
-        run_timeout=None if timeout is None else float(_number(f"{where} run_timeout", timeout)),
-        max_iterations=None
-        if iterations is None
-        else int(_number(f"{where} max_iterations", iterations, integer=True)),
-        model_params=params,
+    ``demo`` uses the settings' demo delays; ``python:package.module:factory`` calls
+    ``factory()``, which returns a model (anything with ``stream(request)``) or a
+    ``ModelBinding`` (the extension point for custom providers); anything else is
+    ``binding_from_spec``: ``openai:MODEL``, ``anthropic:MODEL``, a preset name.
+    """
+    text = spec.strip()
+    if text.lower() == "demo":
+        model = DemoModel(
+            token_delay=settings.demo_token_delay, slow_seconds=settings.demo_slow_seconds
+        )
+        return ModelBinding(provider=model, model="demo")
+    if text.lower().startswith(PYTHON_MODEL_PREFIX):
+        reference = text[len(PYTHON_MODEL_PREFIX) :]
+        factory = import_object(reference)
+        if not callable(factory):
+            raise ConfigurationError(f"{text!r} does not name a callable factory")
+        made = factory()
+        if isinstance(made, ModelBinding):
+            return made
+        if not callable(getattr(made, "stream", None)):
+            raise ConfigurationError(
+                f"{reference}() returned {type(made).__name__}, not a model (with a "
+                "stream(request) method) or a ModelBinding"
+            )
+        return ModelBinding(provider=made)
+    return binding_from_spec(
+        text,
+        client_timeout=settings.client_timeout,
+        client_max_retries=settings.client_max_retries,
     )
 
 
-def load_config(path: str | None) -> ServiceConfig:
-    """Read ``AGENT_CONFIG``; raises ValueError with the file and the key at fault."""
-    if path is None:
-        return default_config()
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"AGENT_CONFIG {path!r} cannot be read: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"AGENT_CONFIG {path!r} is not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - {"agents", "policies"})
-    if unknown:
-        raise ValueError(f"{path}: unknown top-level keys {unknown}; known: agents, policies")
-    agents_table = data.get("agents", {})
-    if not isinstance(agents_table, dict):
-        raise ValueError(f"{path}: agents must be a table of tables")
-    agents = {name: _profile(name, table, path) for name, table in agents_table.items()}
-    agents.setdefault(DEFAULT_AGENT, AgentProfile(DEFAULT_AGENT))
-    policies_table = data.get("policies", {})
-    if not isinstance(policies_table, dict):
-        raise ValueError(f"{path}: policies must be a table")
-    policies: dict[str, str] = {}
-    for tool_name, policy in policies_table.items():
-        if policy not in _POLICIES:
-            raise ValueError(
-                f"{path}: policy of {tool_name!r} must be one of {sorted(_POLICIES)}, "
-                f"got {policy!r}"
+# building the agents --------------------------------------------------------------------------
+
+
+async def build_core(
+    settings: Settings, profile: AgentProfile, owned: list[ModelBinding] | None = None
+) -> AgentCore:
+    """The ``AgentCore`` of one agent, on the running loop; its MCP tools come at warm-up.
+
+    A compaction model of its own is appended to ``owned``: the caller closes it after the core.
+    """
+    if profile.model is None:
+        specs = [settings.model, *settings.fallback_model_list]
+    else:
+        specs = [profile.model, *(profile.fallbacks or ())]
+    bindings = ModelBindings(llm=[model_binding(spec, settings) for spec in specs])
+    compactor: LlmCompactor | None = None
+    spec = profile.compaction
+    if spec is not None:
+        summary: ModelBinding = bindings.primary
+        if spec.model is not None:
+            summary = model_binding(spec.model, settings)
+            if owned is not None:
+                owned.append(summary)
+        extra: dict[str, Any] = {}
+        if spec.instructions is not None:
+            extra["instructions"] = spec.instructions
+        if spec.max_chars_per_message is not None:
+            extra["max_chars_per_message"] = spec.max_chars_per_message
+        compactor = LlmCompactor(
+            summary,
+            keep_last=spec.keep_last,
+            trigger_messages=spec.trigger_messages,
+            summary_role=spec.summary_role,
+            **extra,
+        )
+    options: dict[str, Any] = {}
+    if profile.max_iterations is not None:
+        options["max_iterations"] = profile.max_iterations
+    if profile.max_history_messages is not None:
+        options["max_history_messages"] = profile.max_history_messages
+    return await AgentCore.create(
+        bindings,
+        tools=profile.tools,
+        extensions=[ConfirmationExtension(timeout=settings.confirmation_timeout)],
+        tool_policies=dict(profile.policies),
+        default_policy=profile.default_policy,
+        system_prompt=profile.system_prompt,
+        run_timeout=profile.run_timeout or settings.run_timeout,
+        tool_timeout=profile.tool_timeout,
+        parallel_tool_calls=profile.parallel_tool_calls,
+        model_params=dict(profile.model_params),
+        context_compactor=compactor,
+        name=profile.name,
+        **options,
+    )
+
+
+class ConfiguredAgents:
+    """A worker's agents: one ``AgentCore`` each, and the MCP clients they share.
+
+    Each MCP server has one client (so one session pool per worker), registered with every
+    agent that lists it. The cores do not own the clients: ``close_mcp`` closes them, after
+    ``aclose`` closed the cores.
+    """
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        cores: Mapping[str, AgentCore],
+        clients: Mapping[str, MCPClient],
+        owned: Mapping[str, ModelBinding] | None = None,
+    ) -> None:
+        self.config = config
+        self.cores: dict[str, AgentCore] = dict(cores)
+        self.clients: dict[str, MCPClient] = dict(clients)
+        self._owned = dict(owned or {})
+        self._registered: set[tuple[str, str]] = set()
+        self._warm: set[str] = set()
+        self._checked = False
+
+    def __repr__(self) -> str:
+        return f"<ConfiguredAgents {sorted(self.cores)} mcp={sorted(self.clients)}>"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cores)
+
+    @property
+    def default(self) -> AgentCore:
+        """The ``default`` agent."""
+        return self.cores[DEFAULT_AGENT]
+
+    @property
+    def profiles(self) -> Mapping[str, AgentProfile]:
+        """The agents' definitions, by name."""
+        return self.config.agents
+
+    def _where(self, name: str, key: str = "") -> str:
+        label = key_path("agents", name, key) if key else key_path("agents", name)
+        return f"{self.config.path}: {label}" if self.config.path else label
+
+    async def preflight(self) -> None:
+        """Build every model binding (no network call); ConfigurationError names the agent."""
+        for name, core in self.cores.items():
+            try:
+                await core.bindings.preflight()
+            except ConfigurationError as exc:
+                if self.config.path is None:
+                    raise  # the environment's agent: the message as it always was
+                raise ConfigurationError(f"{self._where(name)}: {exc}") from exc
+        for name, binding in self._owned.items():
+            try:
+                await binding.preflight()
+            except ConfigurationError as exc:
+                where = self._where(name, "compaction")
+                raise ConfigurationError(f"{where}.model: {exc}") from exc
+
+    async def start_mcp(self) -> None:
+        """Start every MCP client (tool discovery) and register its tools with its agents.
+
+        Idempotent; after a failure a later call tries the rest again. Raises the first error
+        (``MCPServerError`` for a server that cannot be listed, ``ConfigurationError`` for a
+        name collision).
+        """
+        clients = list(self.clients.values())
+        outcomes = await asyncio.gather(*(c.start() for c in clients), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        for name, profile in self.config.agents.items():
+            core = self.cores[name]
+            for server in profile.mcp_servers:
+                if (name, server) in self._registered:
+                    continue
+                try:
+                    await core.add_mcp_client(self.clients[server])
+                except ConfigurationError as exc:
+                    raise ConfigurationError(f"{self._where(name, 'mcp_servers')}: {exc}") from exc
+                self._registered.add((name, server))
+        if not self._checked:
+            self._checked = True
+            self._warn_unknown_policy_names()
+
+    def _warn_unknown_policy_names(self) -> None:
+        # a typo in a tool's name would silently leave the tool at another policy; patterns
+        # and names some other agent has are fine (the top-level policies reach every agent)
+        known = {t.name for core in self.cores.values() for t in core.registry}
+        for name in sorted(
+            {p for profile in self.profiles.values() for p in profile.policies} - known
+        ):
+            if not any(ch in name for ch in "*?["):
+                logger.warning("a tool policy names no tool of any agent", extra={"tool": name})
+
+    async def warm_up(self, prompt: str) -> None:
+        """Start the MCP clients, then one short run per agent not warmed up yet."""
+        await self.start_mcp()
+        for name, core in self.cores.items():
+            if name in self._warm:
+                continue
+            await core.chat(
+                prompt,
+                # not a valid HTTP session id: no client's session can collide with it
+                config=AgentRunConfig(session_id=f"#warm-up-{secrets.token_hex(4)}"),
+                conversation=[],
+                max_iterations=1,
+                run_timeout=60.0,
+                # no tool may run (or wait for a person's approval) during a warm-up
+                tool_filter=lambda _tool: False,
             )
-        policies[tool_name] = policy
-    return ServiceConfig(agents, policies)
+            self._warm.add(name)
+
+    async def aclose(self) -> None:
+        """Close every core (cancelling runs still in flight), then the bindings it owns."""
+        await _close_all([core.aclose for core in self.cores.values()])
+        await _close_all([binding.aclose for binding in self._owned.values()])
+
+    async def close_mcp(self) -> None:
+        """Close every MCP client (after the runs that use them ended)."""
+        await _close_all([client.close for client in self.clients.values()])
+
+
+async def _close_all(closers: Sequence[Callable[[], Any]]) -> None:
+    """Call each closer; the first failure is raised once all were called."""
+    outcomes = await asyncio.gather(*(closer() for closer in closers), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
+async def build_agents(settings: Settings, config: ServiceConfig) -> ConfiguredAgents:
+    """Every agent's ``AgentCore`` on the running loop, and an MCP client per server.
+
+    Nothing is started: ``preflight`` and ``warm_up`` do that.
+    """
+    cores: dict[str, AgentCore] = {}
+    owned: dict[str, ModelBinding] = {}
+    try:
+        for name, profile in config.agents.items():
+            own: list[ModelBinding] = []
+            try:
+                cores[name] = await build_core(settings, profile, own)
+            except ConfigurationError as exc:
+                if config.path is not None:
+                    raise ConfigError(config.path, key_path("agents", name), str(exc)) from exc
+                raise
+            finally:
+                owned.update((name, binding) for binding in own)
+    except BaseException:
+        await _close_all([core.aclose for core in cores.values()])
+        await _close_all([binding.aclose for binding in owned.values()])
+        raise
+    clients = {name: MCPClient([server]) for name, server in config.mcp_servers.items()}
+    return ConfiguredAgents(config, cores, clients, owned)

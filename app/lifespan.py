@@ -1,16 +1,17 @@
 """A worker's lifetime: build everything on its own loop, warm up, drain, close.
 
-Startup (in order): the store, the bus, the agent (one ``AgentCore`` per worker, built on the
-worker's loop), the run manager; then the bindings' preflight, which refuses to start on a bad
-model configuration. A warm-up run follows in the background; ``/readyz`` turns 200 once it
-succeeded (it is retried while it fails).
+Startup (in order): the store, the bus, the agents (one ``AgentCore`` per configured agent,
+built on the worker's loop, see ``app.agents``), the run manager; then the bindings' preflight,
+which refuses to start on a bad model configuration. The warm-up follows in the background: MCP
+tool discovery, then one short run per agent; ``/readyz`` turns 200 once it succeeded (it is
+retried while it fails).
 
 Shutdown on SIGTERM or SIGINT: the first signal starts the drain at once, while the server
 still accepts connections (``/readyz`` 503, new runs 503 ``draining``); runs get
 ``AGENT_DRAIN_TIMEOUT`` to finish, the rest are cancelled (``reason: shutdown``). Only then is
 the signal passed on to uvicorn, which stops listening and waits for the open streams to send
-their terminal events; the lifespan's end closes the agent, bus and store. A second signal
-goes to uvicorn at once.
+their terminal events; the lifespan's end closes the agents, then their MCP clients, the bus
+and the store. A second signal goes to uvicorn at once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -27,12 +27,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from agent_runtime.agent import AgentCore, AgentRunConfig
-from agent_runtime.bindings import ModelBinding, ModelBindings
-from agent_runtime.extensions.confirmation import ConfirmationExtension
-from agent_runtime.providers.demo import DemoModel, demo_tools
+from agent_runtime.agent import AgentCore
 from app.admission import Admission
-from app.agents import ServiceConfig, load_config
+from app.agents import DEFAULT_AGENT, ServiceConfig, build_agents, build_core, load_config
 from app.bus import open_bus
 from app.metrics import Metrics
 from app.runs import RunManager
@@ -51,69 +48,31 @@ __all__ = [
 
 logger = logging.getLogger("app.lifespan")
 
-_DEMO = "demo"
-_TOOL_POLICIES = {"current_time": "allow", "delete_file": "ask"}
 _WARMUP_PROMPT = "Reply with OK."
 _WARMUP_RETRY_MAX = 30.0
 
 
-def _model_binding(spec: str, settings: Settings) -> ModelBinding:
-    if spec.strip().lower() == _DEMO:
-        model = DemoModel(
-            token_delay=settings.demo_token_delay, slow_seconds=settings.demo_slow_seconds
-        )
-        return ModelBinding(provider=model, model=_DEMO)
-    # imported only when configured: the provider layer is not needed for the demo
-    from agent_runtime import bindings
-
-    factory: Callable[[str], ModelBinding] | None = getattr(bindings, "binding_from_spec", None)
-    if factory is None:
-        raise RuntimeError(
-            f"AGENT_MODEL={spec!r} needs the provider bindings (binding_from_spec), which this "
-            "build does not have yet; use AGENT_MODEL=demo"
-        )
-    return factory(spec)
-
-
 async def build_agent(settings: Settings, config: ServiceConfig) -> AgentCore:
-    """The worker's agent: the configured model (and fallbacks), the demo tools, confirmations."""
-    primary = _model_binding(settings.model, settings)
-    fallbacks = [_model_binding(spec, settings) for spec in settings.fallback_model_list]
-    model = ModelBindings(llm=[primary, *fallbacks])
-    return await AgentCore.create(
-        model,
-        tools=demo_tools(),
-        extensions=[ConfirmationExtension(timeout=settings.confirmation_timeout)],
-        tool_policies={**_TOOL_POLICIES, **config.policies},
-        run_timeout=settings.run_timeout,
-        name="default",
-    )
+    """The ``default`` agent of ``config`` alone, without its MCP tools (for tests); the
+    service builds every agent with ``app.agents.build_agents``."""
+    return await build_core(settings, config.agents[DEFAULT_AGENT])
 
 
 async def check_configuration(settings: Settings) -> None:
     """Fail early, with one clear message, on settings that cannot work.
 
-    Reads ``AGENT_CONFIG``, parses ``AGENT_API_KEYS`` and builds the model bindings and their
-    preflight on a throw-away loop (no network call). Raises ValueError (a ConfigurationError
-    is one) or RuntimeError. ``agent-server`` runs it before starting any worker.
+    Reads and validates ``AGENT_CONFIG``, parses ``AGENT_API_KEYS`` and builds every agent's
+    model bindings and their preflight on a throw-away loop (no network call, no MCP server
+    started). Raises ValueError (a ConfigurationError is one) or RuntimeError.
+    ``agent-server`` runs it before starting any worker.
     """
-    load_config(settings.config)
+    config = load_config(settings.config)
     settings.api_key_map  # noqa: B018 - parsing is the check
-    primary = _model_binding(settings.model, settings)
-    fallbacks = [_model_binding(spec, settings) for spec in settings.fallback_model_list]
-    bindings = ModelBindings(llm=[primary, *fallbacks])
+    agents = await build_agents(settings, config)
     try:
-        preflight: Any = getattr(bindings, "preflight", None)
-        if callable(preflight):
-            await preflight()
+        await agents.preflight()
     finally:
-        await bindings.aclose()
-
-
-async def _preflight(agent: AgentCore) -> None:
-    preflight: Any = getattr(agent.bindings, "preflight", None)
-    if callable(preflight):
-        await preflight()
+        await agents.aclose()
 
 
 async def start_services(settings: Settings, metrics: Metrics | None = None) -> Services:
@@ -125,9 +84,12 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
         stack.push_async_callback(store.close)
         bus = await open_bus(settings)
         stack.push_async_callback(bus.aclose)
-        agent = await build_agent(settings, config)
-        stack.push_async_callback(agent.aclose)
-        await _preflight(agent)
+        agents = await build_agents(settings, config)
+        # LIFO: the MCP clients close after the agents that use them
+        stack.push_async_callback(agents.close_mcp)
+        stack.push_async_callback(agents.aclose)
+        await agents.preflight()
+        agent = agents.default
 
         def on_admission_change(running: int, queued: int) -> None:
             metrics.runs_in_flight.set(running)
@@ -146,6 +108,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             admission=admission,
             metrics=metrics,
             profiles=config.agents,
+            agents=agents.cores,
             queue_timeout=settings.queue_timeout,
             lease_seconds=settings.lease_seconds,
             debug=settings.debug,
@@ -159,6 +122,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             store=store,
             bus=bus,
             agent=agent,
+            agents=agents,
             admission=admission,
             manager=manager,
         )
@@ -171,14 +135,8 @@ async def warm_up(services: Services) -> None:
     delay = 0.5
     while True:
         try:
-            await services.agent.chat(
-                _WARMUP_PROMPT,
-                # not a valid HTTP session id: no client's session can collide with it
-                config=AgentRunConfig(session_id=f"#warm-up-{secrets.token_hex(4)}"),
-                conversation=[],
-                max_iterations=1,
-                run_timeout=60.0,
-            )
+            # MCP tool discovery, then one short run per agent
+            await services.agents.warm_up(_WARMUP_PROMPT)
         except Exception as exc:
             services.readiness_problem = f"the warm-up run failed ({type(exc).__name__})"
             logger.warning(
@@ -200,7 +158,10 @@ async def stop_services(services: Services) -> None:
     finally:
         await services.manager.aclose()
         try:
-            await services.agent.aclose()
+            try:
+                await services.agents.aclose()
+            finally:
+                await services.agents.close_mcp()
         finally:
             try:
                 await services.bus.aclose()

@@ -37,7 +37,7 @@ from agent_runtime.messages import message_from_dict, message_to_dict
 from app.admission import Admission, AdmissionRejected, QueueTimeout
 from app.agents import AgentProfile
 from app.api.errors import ProblemError
-from app.bus.base import Bus, BusError, LeaseLost
+from app.bus.base import Bus, BusError, BusUnavailable, LeaseLost, LogNotFound, WireEvent
 from app.metrics import Metrics
 from app.run_handle import (
     CANCEL_REASONS,
@@ -77,6 +77,7 @@ class RunManager:
         admission: Admission,
         metrics: Metrics,
         profiles: Mapping[str, AgentProfile],
+        agents: Mapping[str, AgentCore] | None = None,
         queue_timeout: float,
         lease_seconds: float,
         debug: bool = False,
@@ -90,6 +91,8 @@ class RunManager:
         self._admission = admission
         self._metrics = metrics
         self._profiles = dict(profiles)
+        # each configured agent's own core; a profile without one runs on ``agent``
+        self._agents = dict(agents or {})
         self._queue_timeout = queue_timeout
         self._lease_seconds = lease_seconds
         self._debug = debug
@@ -113,6 +116,13 @@ class RunManager:
         """The worker's agent."""
         return self._agent
 
+    def agent_for(self, handle: RunHandle) -> AgentCore:
+        """The core that runs the handle's agent."""
+        return self._agents.get(handle.profile.name, self._agent)
+
+    def _all_agents(self) -> list[AgentCore]:
+        return list({id(a): a for a in (self._agent, *self._agents.values())}.values())
+
     def local(self, run_id: str) -> RunHandle | None:
         """The run if this worker holds it."""
         return self._runs.get(run_id)
@@ -121,7 +131,7 @@ class RunManager:
         """The handle's status, ``waiting`` while the runtime waits for an answer."""
         status = handle.status
         if status == "running" and handle.in_runtime:
-            context = self._agent.active_runs.get(handle.run_id)
+            context = self.agent_for(handle).active_runs.get(handle.run_id)
             if context is not None and context.phase is AgentPhase.WAITING:
                 return "waiting"
         return status
@@ -153,14 +163,14 @@ class RunManager:
     def debug_state(self) -> dict[str, Any]:
         """Counts of everything a run holds, for leak checks."""
         extensions: dict[str, dict[str, int]] = {}
-        for extension in self._agent.extensions:
+        agents = self._all_agents()
+        for extension in (ext for agent in agents for ext in agent.extensions):
             pending = getattr(extension, "pending_count", None)
             staged = getattr(extension, "staged_count", None)
             if callable(pending) or callable(staged):
-                extensions[extension.name] = {
-                    "pending": int(pending()) if callable(pending) else 0,
-                    "staged": int(staged()) if callable(staged) else 0,
-                }
+                counts = extensions.setdefault(extension.name, {"pending": 0, "staged": 0})
+                counts["pending"] += int(pending()) if callable(pending) else 0
+                counts["staged"] += int(staged()) if callable(staged) else 0
         return {
             "runs": len(self._runs),
             "tasks": sum(1 for task in self._tasks if not task.done()),
@@ -169,8 +179,8 @@ class RunManager:
             "admission_running": self._admission.running,
             "admission_queued": self._admission.queued,
             "admission_principals": self._admission.principals,
-            "agent_active_runs": len(self._agent.active_runs),
-            "agent_active_sessions": len(self._agent.active_sessions),
+            "agent_active_runs": sum(len(a.active_runs) for a in agents),
+            "agent_active_sessions": sum(len(a.active_sessions) for a in agents),
             "extensions": extensions,
             "draining": self.draining,
             **self._bus.stats(),
@@ -179,13 +189,13 @@ class RunManager:
     # --- starting ---------------------------------------------------------------------------
 
     def profile(self, name: str) -> AgentProfile:
-        """The configured agent ``name``; a 422 problem if there is none."""
+        """The configured agent ``name``; a 404 problem if there is none."""
         profile = self._profiles.get(name)
         if profile is None:
             raise ProblemError(
-                422,
-                "validation_error",
-                f"body.agent: unknown agent {name!r}; configured: {sorted(self._profiles)}",
+                404,
+                "not_found",
+                f"no agent {name!r}; configured: {', '.join(sorted(self._profiles))}",
             )
         return profile
 
@@ -345,6 +355,10 @@ class RunManager:
                 cancelled = Outcome.cancelled(handle.cancel_reason or "shutdown")
                 await asyncio.shield(self._finalize(handle, cancelled))
             raise
+        except BusError as exc:
+            # the shared bus failed under the run: Redis unreachable, or the lease taken over
+            logger.error("run stopped by a bus failure: %s", exc, extra={"run_id": handle.run_id})
+            outcome = _bus_failure(exc)
         except Exception:
             logger.exception("run failed unexpectedly", extra={"run_id": handle.run_id})
             outcome = Outcome.failed("internal", "the run failed unexpectedly; it was logged")
@@ -383,7 +397,9 @@ class RunManager:
         try:
             stream = cast(
                 AsyncGenerator[AgentEvent, None],
-                self._agent.stream(handle.input, config=config, conversation=history, **options),
+                self.agent_for(handle).stream(
+                    handle.input, config=config, conversation=history, **options
+                ),
             )
             try:
                 async for event in stream:
@@ -447,7 +463,7 @@ class RunManager:
         reason = handle.cancel_reason or event.reason or "cancel_requested"
         if reason not in CANCEL_REASONS:
             # the runtime's own words for a cancellation we did not ask for
-            reason = "shutdown" if self._agent.closed else "cancel_requested"
+            reason = "shutdown" if self.agent_for(handle).closed else "cancel_requested"
         return Outcome.cancelled(reason)
 
     async def _update_status(self, handle: RunHandle, status: RunStatus) -> None:
@@ -490,20 +506,23 @@ class RunManager:
             )
         except Exception:
             logger.exception("could not store the run's outcome", extra={"run_id": run_id})
-        # released before the terminal event: a client that starts the next run as soon as
-        # it reads this one's end must not find the session still busy
         handle.ticket.release()
-        try:
-            await self._bus.locks.release(handle.lease)
-            await self._bus.router.unregister(run_id)
-        except Exception:
-            logger.exception("could not release the run's session lock", extra={"run_id": run_id})
+        # the terminal event before the lock's release: a worker dying in between leaves a
+        # sealed log and a lock that lapses, never an unsealed log. Yet a client that starts
+        # the next run as soon as it reads this one's end must not find the session busy: a
+        # shared bus releases the lock in the same step as the sealing append, the
+        # in-process one just below without a suspension point in between.
         handle.seq += 1
         wire = handle.encoder.encode(handle.seq, outcome.event_type, time.time(), outcome.data)
         try:
             await self._events.append(run_id, wire, fence=handle.lease.token)
         except BusError:
             logger.exception("could not append the terminal event", extra={"run_id": run_id})
+        try:
+            await self._bus.locks.release(handle.lease)
+            await self._bus.router.unregister(run_id)
+        except Exception:
+            logger.exception("could not release the run's session lock", extra={"run_id": run_id})
         self._runs.pop(run_id, None)
         if not self._runs:
             self._idle.set()
@@ -537,7 +556,7 @@ class RunManager:
             handle.cancel_reason = reason
         if handle.in_runtime:
             # False means the runtime's run already ended: its terminal event is on its way
-            self._agent.cancel_run(run_id, handle.cancel_reason)
+            self.agent_for(handle).cancel_run(run_id, handle.cancel_reason)
             return True
         task = handle.task
         if task is None:  # still in start(): queued, or storing its record
@@ -551,13 +570,22 @@ class RunManager:
     def deliver_local(
         self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
     ) -> list[str]:
-        """Offer an external answer to this worker's agent."""
+        """Offer an external answer to the agent holding the run (found by run, else session)."""
         event = ExternalEvent(name, dict(payload))
         config = AgentRunConfig(session_id=session_id, request_id=run_id)
-        try:
-            return self._agent.emit_external_event(event, config=config)
-        except AgentClosedError:
-            return []
+        handle = self._runs.get(run_id) if run_id is not None else None
+        if handle is None:
+            handle = next((h for h in self._runs.values() if h.session_id == session_id), None)
+        # no run here: any agent's extension may still hold it (they check session and run)
+        agents = [self.agent_for(handle)] if handle is not None else self._all_agents()
+        for agent in agents:
+            try:
+                accepted = agent.emit_external_event(event, config=config)
+            except AgentClosedError:
+                continue
+            if accepted:
+                return accepted
+        return []
 
     async def cancel(self, run_id: str, principal: str) -> tuple[str, RunStatus] | None:
         """``POST /v1/runs/{id}/cancel``: ("cancelling" | "finished", status), None if unknown."""
@@ -571,7 +599,11 @@ class RunManager:
             return "cancelling", self.live_status(found)
         if found.is_finished:
             return "finished", found.status
-        await self._bus.router.cancel(run_id, "cancel_requested")
+        if not await self._bus.router.cancel(run_id, "cancel_requested"):
+            # no worker holds it: it has just ended, or its worker is lost (the sweep ends it)
+            record = await self._store.get_run(run_id)
+            if record is not None and record.is_finished:
+                return "finished", record.status
         return "cancelling", found.status
 
     async def external_event(
@@ -664,11 +696,10 @@ class RunManager:
             await asyncio.sleep(interval)
             await self._renew_leases()
             rounds += 1
-            if rounds % 3 == 0:
-                try:
-                    await self.reap_lost_runs()
-                except Exception:
-                    logger.warning("could not check for lost runs", exc_info=True)
+            try:
+                await self.reap_lost_runs(from_store=rounds % 3 == 0)
+            except Exception:
+                logger.warning("could not check for lost runs", exc_info=True)
 
     async def _renew_leases(self) -> None:
         for handle in list(self._runs.values()):
@@ -688,47 +719,126 @@ class RunManager:
                     extra={"run_id": handle.run_id},
                 )
 
-    async def reap_lost_runs(self) -> int:
-        """Fail the unfinished runs whose worker no longer holds their session's lease.
+    async def reap_lost_runs(self, *, from_store: bool = True) -> int:
+        """End the runs whose worker no longer holds their session's lease.
 
-        For each, take the session's lock (a higher fencing token than the lost worker's),
-        append ``run.failed`` with code ``worker_lost`` to its log (its readers get their
-        terminal event) and store the failure. Returns how many runs were failed. Only
-        meaningful with a shared bus, where leases expire when a worker dies.
+        Candidates: unsealed logs whose run no worker holds (on a bus that lists them, every
+        round) and the store's unfinished runs (``from_store``). For each, take the session's
+        lock (a higher fencing token than the lost worker's), then make the log and the store
+        agree on one end (``_settle``). Returns how many runs were failed as ``worker_lost``.
+        Only meaningful with a shared bus, where leases expire when a worker dies.
         """
+        candidates: dict[str, str] = {}
+        orphans = getattr(self._events, "orphans", None)
+        if callable(orphans):
+            candidates.update(await orphans())
+        if from_store:
+            for record in await self._store.list_unfinished_runs():
+                candidates.setdefault(record.run_id, record.session_id)
+        locks = self._bus.locks
         reaped = 0
-        for record in await self._store.list_unfinished_runs():
-            if record.run_id in self._runs:
+        for run_id, session_id in candidates.items():
+            if run_id in self._runs:
                 continue
-            locks = self._bus.locks
-            if await locks.holder(record.session_id) == record.run_id:
+            if await locks.holder(session_id) == run_id:
                 continue  # its worker still renews the lease
             reaper = f"reaper_{secrets.token_hex(8)}"
-            lease = await locks.acquire(record.session_id, reaper, self._lease_seconds)
+            lease = await locks.acquire(session_id, reaper, self._lease_seconds)
             if lease is None:
                 continue  # the session is busy again; a later round decides
             try:
-                current = await self._store.get_run(record.run_id)
-                if current is None or current.is_finished:
-                    continue
-                error = {
-                    "code": "worker_lost",
-                    "message": "the worker running this run stopped before it finished",
-                }
-                last = await self._events.last_seq(record.run_id)
-                if last is not None:
-                    wire = WireEncoder(record.run_id, record.session_id).encode(
-                        last + 1, "run.failed", time.time(), {"error": error}
-                    )
-                    try:
-                        await self._events.append(record.run_id, wire, fence=lease.token)
-                    except BusError:
-                        logger.warning(
-                            "could not end a lost run's log", extra={"run_id": record.run_id}
-                        )
-                await self._store.update_run(record.run_id, status="failed", error=error)
-                reaped += 1
-                logger.warning("run lost with its worker", extra={"run_id": record.run_id})
+                if await self._settle(run_id, session_id, lease.token):
+                    reaped += 1
             finally:
                 await locks.release(lease)
         return reaped
+
+    async def _settle(self, run_id: str, session_id: str, fence: int) -> bool:
+        """Give a run that no worker holds one end, the same in its log and in the store.
+
+        Lost mid-way: ``run.failed`` (``worker_lost``) in both, so its readers get their
+        terminal event. Its worker died between storing the end and appending it: that end
+        is appended; the reverse (the store was unreachable): the logged end is stored. True
+        if the run was failed as lost.
+        """
+        record = await self._store.get_run(run_id)
+        logged = await self._logged_end(run_id)
+        if logged is not None:
+            if record is not None and not record.is_finished:
+                data = logged.document["data"]
+                if logged.type == "run.completed":
+                    await self._store.update_run(
+                        run_id,
+                        status="completed",
+                        output=data.get("output"),
+                        usage=data.get("usage"),
+                    )
+                elif logged.type == "run.failed":
+                    await self._store.update_run(run_id, status="failed", error=data.get("error"))
+                else:
+                    await self._store.update_run(run_id, status="cancelled")
+            return False
+        if record is not None and record.is_finished:
+            if record.status == "completed":
+                completed = {"output": record.output, "usage": record.usage or {}}
+                await self._append_end(run_id, session_id, "run.completed", completed, fence)
+            elif record.status == "failed":
+                await self._append_end(
+                    run_id, session_id, "run.failed", {"error": record.error}, fence
+                )
+            else:  # the reason of a cancellation is not stored
+                await self._append_end(
+                    run_id, session_id, "run.cancelled", {"reason": "shutdown"}, fence
+                )
+            return False
+        error = {
+            "code": "worker_lost",
+            "message": "the worker running this run stopped before it finished",
+        }
+        # stored first: a reader that gets the terminal event finds the run ended
+        if record is not None:
+            await self._store.update_run(run_id, status="failed", error=error)
+        await self._append_end(run_id, session_id, "run.failed", {"error": error}, fence)
+        logger.warning("run lost with its worker", extra={"run_id": run_id})
+        return True
+
+    async def _logged_end(self, run_id: str) -> WireEvent | None:
+        """The terminal event of the run's log, if it has one."""
+        last = await self._events.last_seq(run_id)
+        if not last:
+            return None
+        try:
+            subscription = await self._events.subscribe(run_id, after=last - 1)
+        except LogNotFound:
+            return None
+        try:
+            async with asyncio.timeout(10):
+                batch = await subscription.next()
+        finally:
+            await subscription.aclose()
+        return batch[-1] if batch and batch[-1].terminal else None
+
+    async def _append_end(
+        self, run_id: str, session_id: str, type_: str, data: dict[str, Any], fence: int
+    ) -> None:
+        last = await self._events.last_seq(run_id)
+        if last is None:
+            return  # no log (never created, or expired): the store alone tells
+        wire = WireEncoder(run_id, session_id).encode(last + 1, type_, time.time(), data)
+        try:
+            await self._events.append(run_id, wire, fence=fence)
+        except BusError:
+            logger.warning("could not end a lost run's log", extra={"run_id": run_id})
+
+
+def _bus_failure(exc: BusError) -> Outcome:
+    """How a run ends when the bus fails under it (the details go to the log, not the client)."""
+    if isinstance(exc, LeaseLost):
+        return Outcome.failed(
+            "worker_lost", "this worker lost the run's session lease; the run was ended"
+        )
+    if isinstance(exc, BusUnavailable):
+        return Outcome.failed(
+            "unavailable", "the shared event bus (Redis) became unreachable during the run"
+        )
+    return Outcome.failed("internal", "the run's event log refused an event; it was logged")

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from agent_runtime.agent import AgentCore
 from app.admission import Admission
+from app.agents import ConfiguredAgents
 from app.api.errors import ProblemError
 from app.bus.base import Bus
 from app.metrics import Metrics
@@ -21,13 +22,18 @@ __all__ = ["Services", "ServicesDep", "get_services"]
 
 @dataclass(eq=False)
 class Services:
-    """One worker's agent, store, bus, admission and run manager."""
+    """One worker's agents, store, bus, admission and run manager.
+
+    ``agent`` is the ``default`` agent; ``agents`` holds every configured one and the MCP
+    clients they share.
+    """
 
     settings: Settings
     metrics: Metrics
     store: Store
     bus: Bus
     agent: AgentCore
+    agents: ConfiguredAgents
     admission: Admission
     manager: RunManager
     ready: bool = False

@@ -80,10 +80,18 @@ class Settings(BaseSettings):
     """Seconds a finished run's event log stays available for replay."""
     event_log_max_events: Annotated[int, Field(ge=16)] = 100_000
     """Events kept per run; beyond it the oldest are dropped (a replay from there has a gap)."""
+    redis_prefix: Annotated[str, Field(min_length=1, max_length=64)] = "agent:"
+    """Prefix of every Redis key and channel: services (or test runs) sharing one Redis
+    each use their own."""
     sse_ping: Annotated[float, Field(gt=0)] = 15.0
     """Seconds of silence after which an SSE stream gets a ``: ping`` comment."""
     send_timeout: Annotated[float, Field(gt=0)] = 30.0
     """Seconds one write to a client may block before the client counts as gone."""
+    client_timeout: Annotated[float | None, Field(gt=0, allow_inf_nan=False)] = None
+    """Seconds for every HTTP phase of a provider call (connect, each read...); unset keeps the
+    SDK's own (600 s). A stalled upstream then fails the call and the next model takes over."""
+    client_max_retries: Annotated[int | None, Field(ge=0)] = None
+    """The provider SDK's own retries of one call; unset keeps its default (2)."""
     debug_endpoints: bool = False
     """Serve ``GET /debug/state`` (counts of live runs, tasks, locks, subscribers)."""
     workers: Annotated[int, Field(ge=1)] = 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from json.encoder import encode_basestring
 from typing import Any
@@ -18,7 +19,9 @@ from app.bus.base import WireEvent
 
 __all__ = ["PING_FRAME", "WireEncoder", "delta_json", "encode_data", "iso_ms"]
 
-PING_FRAME = b": ping\n\n"
+# a comment line alone, without the blank line that ends an event: some clients (httpx-sse)
+# dispatch an empty event at a blank line once an id was seen, where the spec says not to
+PING_FRAME = b": ping\n"
 
 _dumps = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str
@@ -80,4 +83,16 @@ class WireEncoder:
             f'id: {seq}\nevent: {type_}\ndata: {{"type":"{type_}","seq":{seq},{self._ids},'
             f'"ts":"{iso_ms(ts)}","data":{data_json}}}\n\n'
         )
-        return WireEvent(seq, type_, frame.encode())
+        return WireEvent(seq, type_, _utf8(frame))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(frame: str) -> bytes:
+    try:
+        return frame.encode()
+    except UnicodeEncodeError:
+        # a lone surrogate (a model's or a tool's text) has no UTF-8 form; it can only sit in a
+        # JSON string, where its \uXXXX escape is valid and decodes back to the same string
+        return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", frame).encode()

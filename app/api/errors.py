@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.storage.base import StorageUnavailable
@@ -135,14 +136,50 @@ async def _on_problem(request: Request, exc: Exception) -> Response:
 
 async def _on_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, _UNREADABLE_JSON):
+        # FastAPI's 400 for a JSON body its parser gave up on: malformed JSON, like any other
+        return _unreadable_json(exc.__cause__)
     code = _CODE_BY_STATUS.get(exc.status_code, "internal" if exc.status_code >= 500 else "error")
     if exc.status_code == 404:
         detail = f"nothing is served at {request.url.path}"
     elif exc.status_code == 405:
         detail = f"{request.method} is not allowed on {request.url.path}"
+        headers = {**(exc.headers or {}), "Allow": _allowed_methods(request)}
+        return problem_response(exc.status_code, code, detail, headers=headers)
     else:
         detail = str(exc.detail)
     return problem_response(exc.status_code, code, detail, headers=exc.headers)
+
+
+# what json.loads raises, besides JSONDecodeError, for a body it cannot read: bytes that are not
+# UTF-8, nesting deeper than the interpreter's recursion limit, an integer of over 4300 digits
+_UNREADABLE_JSON = (UnicodeDecodeError, RecursionError, ValueError)
+
+
+def _unreadable_json(cause: BaseException) -> Response:
+    if isinstance(cause, UnicodeDecodeError):
+        why = "it is not UTF-8"
+    elif isinstance(cause, RecursionError):
+        why = "it is nested too deeply"
+    else:
+        why = "it holds a number too long to read"
+    return problem_response(
+        422,
+        "validation_error",
+        f"body: the request body is not valid JSON ({why})",
+        extra={"errors": [{"loc": ["body"], "msg": why, "type": "json_invalid"}]},
+    )
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route takes at this path (Starlette names only the first route's)."""
+    methods: set[str] = set()
+    scope = {**request.scope, "method": "GET"}
+    for route in request.app.router.routes:
+        route_methods = getattr(route, "methods", None)
+        if route_methods and route.matches(scope)[0] is not Match.NONE:
+            methods.update(route_methods)
+    return ", ".join(sorted(methods))
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> Response:

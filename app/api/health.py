@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from starlette.responses import JSONResponse, Response
 
 from app.api.errors import problem_response
@@ -53,8 +55,19 @@ async def metrics(services: ServicesDep) -> Response:
 
 @debug_router.get("/debug/state", summary="Counts of live runs and what they hold")
 async def debug_state(
-    services: ServicesDep, principal: Annotated[str, Depends(principal_of)]
+    services: ServicesDep,
+    principal: Annotated[str, Depends(principal_of)],
+    gc_scan: Annotated[bool, Query(alias="gc", description="Also count live futures")] = False,
 ) -> dict[str, Any]:
     """Runs, tasks, locks, subscribers, the agent's active runs and extension waits (only
-    with AGENT_DEBUG_ENDPOINTS=1)."""
-    return services.manager.debug_state()
+    with AGENT_DEBUG_ENDPOINTS=1). ``loop_tasks`` counts every task of the worker's loop;
+    with ``?gc=true`` the garbage is collected first and ``pending_futures`` counts the
+    futures not done yet, tasks included (a scan of the heap: for leak checks, not polling)."""
+    state = services.manager.debug_state()
+    state["loop_tasks"] = len(asyncio.all_tasks())
+    if gc_scan:
+        gc.collect()
+        state["pending_futures"] = sum(
+            1 for item in gc.get_objects() if isinstance(item, asyncio.Future) and not item.done()
+        )
+    return state

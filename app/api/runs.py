@@ -151,7 +151,14 @@ async def run_events(
     principal: Principal,
     services: ServicesDep,
     after: Annotated[int | None, Query(ge=0, description="Replay events after this seq")] = None,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            pattern=r"^\s*[0-9]{0,18}\s*$",
+            description="The seq of the last event received (the SSE id)",
+        ),
+    ] = None,
 ) -> Response:
     """Replay the events after ``Last-Event-ID`` (or ``?after=N``), then follow them live
     until the terminal event."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "SESSION_ID_PATTERN",
@@ -35,6 +35,32 @@ SessionId = Annotated[
 ]
 
 
+def _unicode_text(data: Any) -> Any:
+    """``data`` if every string in it is Unicode text; a ValueError naming the first that is not.
+
+    JSON may escape a lone UTF-16 surrogate (``"\\ud800"``), which no UTF-8 encoder (the
+    database, the SSE stream) accepts: refused here, at the edge, rather than failing later.
+    Iterative, so a deeply nested body costs no recursion.
+    """
+    pending: list[tuple[str, Any]] = [("body", data)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"{where} contains a lone UTF-16 surrogate, which is not text"
+                ) from None
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                pending.append((f"a key of {where}", key))
+                pending.append((f"{where}.{key}", item))
+        elif isinstance(value, list):
+            pending.extend((f"{where}.{index}", item) for index, item in enumerate(value))
+    return data
+
+
 class RunRequest(BaseModel):
     """``POST /v1/sessions/{session_id}/runs``."""
 
@@ -53,16 +79,42 @@ class RunRequest(BaseModel):
     max_iterations: int | None = Field(None, ge=1, le=1000, description="Model calls at most.")
     metadata: dict[str, Any] | None = Field(None, description="Stored with the run.")
 
+    # JSON's own types only: pydantic would read "yes" or 0 as a bool and "3" as a number,
+    # which the schema says are errors (an integral 3.0 is a JSON integer and stays valid)
+    @field_validator("stream", "background", mode="before")
+    @classmethod
+    def _a_boolean(cls, value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+        return value
+
+    @field_validator("run_timeout", "max_iterations", mode="before")
+    @classmethod
+    def _a_number(cls, value: Any) -> Any:
+        if isinstance(value, str | bool):
+            raise ValueError("must be a number")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text(cls, data: Any) -> Any:
+        return _unicode_text(data)
+
 
 class ExternalEventRequest(BaseModel):
     """``POST /external-events``: a front end's answer to a waiting run."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     session_id: str = Field(min_length=1, max_length=128, pattern=SESSION_ID_PATTERN)
     run_id: str | None = Field(None, max_length=128)
     name: str = Field(min_length=1, max_length=200, pattern=r"\S")
     payload: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text(cls, data: Any) -> Any:
+        return _unicode_text(data)
 
 
 class Usage(BaseModel):

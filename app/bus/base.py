@@ -22,7 +22,8 @@ Errors::
 
     BusError
      ├── LogNotFound    the log does not exist (never created, or expired)
-     └── LeaseLost      an append or renewal with a lease that is no longer held
+     ├── LeaseLost      an append or renewal with a lease that is no longer held
+     └── BusUnavailable the shared bus (Redis) cannot be reached or did not answer in time
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "TERMINAL_TYPES",
     "Bus",
     "BusError",
+    "BusUnavailable",
     "CommandHandler",
     "EventLog",
     "Lease",
@@ -64,6 +66,10 @@ class LogNotFound(BusError):
 
 class LeaseLost(BusError):
     """The lease is no longer held by its bearer (expired, or taken over)."""
+
+
+class BusUnavailable(BusError):
+    """The shared bus (Redis) cannot be reached, or did not answer in time."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,23 +28,24 @@ class Frame:
 
 
 def parse_frames(text: str) -> list[Frame]:
-    """The complete frames of an SSE body (a trailing partial frame is left out)."""
+    """The complete frames of an SSE body (a trailing partial frame is left out): each
+    comment line is a frame of its own, an event ends at a blank line."""
     frames: list[Frame] = []
-    for block in text.split("\n\n")[:-1]:
-        event_id: int | None = None
-        event: str | None = None
-        data: dict[str, Any] | None = None
-        comment: str | None = None
-        for line in block.split("\n"):
-            if line.startswith(":"):
-                comment = line[1:].strip()
-            elif line.startswith("id: "):
-                event_id = int(line[4:])
-            elif line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                data = json.loads(line[6:])
-        frames.append(Frame(event_id, event, data, comment))
+    event_id: int | None = None
+    event: str | None = None
+    data: dict[str, Any] | None = None
+    for line in text.split("\n")[:-1]:
+        if line.startswith(":"):
+            frames.append(Frame(None, None, None, line[1:].strip()))
+        elif line.startswith("id: "):
+            event_id = int(line[4:])
+        elif line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+        elif not line and (event_id, event, data) != (None, None, None):
+            frames.append(Frame(event_id, event, data))
+            event_id, event, data = None, None, None
     return frames
 
 
