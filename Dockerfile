@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1.7
 # Build stage: resolve and install the locked dependencies into a virtual environment.
 FROM python:3.11-slim-bookworm AS build
-COPY --from=ghcr.io/astral-sh/uv:0.5 /uv /usr/local/bin/uv
+# the uv series that wrote uv.lock (lock revision 5); an older uv may refuse it under --locked
+COPY --from=ghcr.io/astral-sh/uv:0.13 /uv /usr/local/bin/uv
 ENV UV_COMPILE_BYTECODE=1 UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never
 WORKDIR /srv
 COPY pyproject.toml uv.lock README.md ./
@@ -22,6 +23,7 @@ EXPOSE 8000
 # readiness, not liveness: a draining or warming worker reports unhealthy and gets no traffic
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
     CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2).status != 200)"
-# SIGTERM starts the drain; give it AGENT_DRAIN_TIMEOUT plus a margin (docker stop -t / stop_grace_period)
+# SIGTERM starts the drain; give it AGENT_DRAIN_TIMEOUT + 10 s (cancelled runs write their end)
+# plus a margin (docker stop -t, compose stop_grace_period, terminationGracePeriodSeconds)
 STOPSIGNAL SIGTERM
 CMD ["agent-server", "--host", "0.0.0.0", "--port", "8000"]

@@ -627,6 +627,7 @@ class AgentCore:
         self.state = context.state
         task = asyncio.get_running_loop().create_task(self._execute(context, prompt))
         context._task = task
+        task.add_done_callback(lambda done: self._end_unstarted(context, done))
         failure: BaseException | None = None
         try:
             while True:
@@ -654,6 +655,29 @@ class AgentCore:
             # cancelled from elsewhere (cancel_run or aclose) while our consumer is still here:
             # not the consumer's own cancellation, so not a CancelledError
             raise RunCancelledError(context._cancel_reason or "cancelled", run_id=context.run_id)
+
+    def _end_unstarted(self, context: AgentRunContext, task: asyncio.Task[None]) -> None:
+        """End a run whose task was cancelled before its first step.
+
+        Such a task never runs its body (``_execute``'s handlers included): nothing would put
+        the terminal event, close the channel or forget the run, and its consumer would wait
+        forever. Nothing of the run happened, so no extension is told.
+        """
+        if not task.cancelled() or context.state.phase is not AgentPhase.IDLE:
+            return
+        context.state.phase = AgentPhase.CANCELLED
+        context._channel.put_nowait(
+            AgentEvent(
+                AgentEventType.RUN_CANCELLED,
+                context.run_id,
+                context.session_id,
+                reason=context._cancel_reason or "cancelled",
+            )
+        )
+        context._channel.close()
+        self._runs.pop(context.run_id, None)
+        if self._sessions.get(context.session_id) == context.run_id:
+            del self._sessions[context.session_id]
 
     async def _execute(self, context: AgentRunContext, prompt: str) -> None:
         state = context.state

@@ -16,14 +16,19 @@ from collections.abc import Sequence
 import uvicorn
 from pydantic import ValidationError
 
+from app.bus.base import BusError
 from app.lifespan import check_configuration
 from app.logs import logging_config
 from app.settings import Settings
+from app.storage import PostgresStore, StorageError
 
 __all__ = ["main"]
 
 # after the drain, uvicorn waits this much longer for streams to send their terminal events
 _SHUTDOWN_MARGIN = 5.0
+# seconds the start-up check gives PostgreSQL to answer
+_CHECK_TIMEOUT = 10.0
+_POSTGRES_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +48,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def _check_backends(settings: Settings) -> None:
+    """Raise unless PostgreSQL (AGENT_DATABASE_URL) and Redis (AGENT_REDIS_URL), when
+    configured, answer: a worker is never started against a backend it cannot reach."""
+    if settings.redis_url is not None:
+        from app.bus.redis import check_redis
+
+        await check_redis(settings.redis_url)
+    if settings.database_url.partition("://")[0].lower() in _POSTGRES_SCHEMES:
+        # also applies the migrations once, before the workers race for them
+        store = await PostgresStore.connect(
+            settings.database_url, min_size=1, max_size=1, operation_timeout=_CHECK_TIMEOUT
+        )
+        await store.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until it is stopped; the exit status."""
     args = _parser().parse_args(argv)
@@ -60,6 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(check_configuration(settings))
     except (ValueError, RuntimeError) as exc:
         print(f"agent-server: cannot start: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_check_backends(settings))
+    except (StorageError, BusError, ValueError) as exc:
+        # one line: the deployment's logs (and its restart policy) say what to fix
+        print(f"agent-server: cannot start: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     if args.workers > 1 and settings.redis_url is None:
         print(

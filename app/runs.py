@@ -593,6 +593,10 @@ class RunManager:
         if found is None:
             return None
         if isinstance(found, RunHandle):
+            if found.finalizing and not found.done:
+                # its outcome is being stored: answer with it, not with "running" (shielded: a
+                # client that leaves must not cancel the run's own future)
+                await asyncio.shield(found.finished)
             if found.done or found.finalizing:
                 return "finished", found.status
             self.cancel_local(run_id, "cancel_requested")

@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.bus.base import BusUnavailable
 from app.storage.base import StorageUnavailable
 
 __all__ = [
@@ -209,10 +210,21 @@ async def _on_storage_unavailable(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _on_bus_unavailable(request: Request, exc: Exception) -> Response:
+    logger.warning("bus unavailable: %s", exc)
+    return problem_response(
+        503,
+        "unavailable",
+        "the shared event bus (Redis) cannot be reached right now; retry shortly",
+        headers={"Retry-After": "2"},
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every error to problem+json."""
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(StorageUnavailable, _on_storage_unavailable)
+    app.add_exception_handler(BusUnavailable, _on_bus_unavailable)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
 

@@ -1,5 +1,12 @@
 """The PostgreSQL backend, on an asyncpg pool, with JSONB columns.
 
+Why asyncpg: it is asyncio-native (no thread pool between the event loop and the socket),
+speaks PostgreSQL's binary protocol with prepared statements cached per connection (the
+fastest Python driver by a wide margin on small queries like ours), has its own pool with
+per-call timeouts, and maps server errors to precise exception classes, which this module
+turns into the store's own. The store needs no ORM: a handful of statements, written here.
+psycopg 3's async mode would also do; asyncpg was chosen for speed and its pool.
+
 Every statement runs through `PostgresStore._connection`, the one place where asyncpg's and
 the socket's errors become `StorageUnavailable`. Messages never carry the URL's password:
 `redact_url` and `_scrub` see to it.
@@ -246,6 +253,12 @@ class PostgresStore(BackgroundOperations):
         store = cls(pool, safe_url, timeout=operation_timeout)
         try:
             await store.migrate()
+        except asyncpg.PostgresError as exc:  # no such schema, no right to create in it...
+            await store.close()
+            message = _scrub(f"{type(exc).__name__}: {exc}", secrets)
+            raise StorageConfigError(
+                f"cannot set up the tables in the database at {safe_url}: {message}"
+            ) from None
         except BaseException:
             await store.close()
             raise

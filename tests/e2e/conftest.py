@@ -3,6 +3,11 @@
 Each server runs in its own temporary directory (its SQLite file under ``./var/``) with the
 environment given by the test; the fixture waits for ``/readyz`` and stops the process at
 the end, showing its log if a test failed.
+
+The contract suites (``test_server.py``, ``test_lifecycle.py``) run once per backend:
+``default`` (SQLite, the in-process bus) and ``redis+postgres`` (the machine's Redis and
+PostgreSQL, with a key prefix and a schema of the test's own, removed afterwards).
+``AGENT_TEST_BACKENDS=default`` (or ``redis+postgres``) selects one.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ import pytest
 from httpx_sse import aconnect_sse
 
 AGENT_SERVER = Path(sys.executable).with_name("agent-server")
+BACKENDS = ("default", "redis+postgres")
+# the modules whose tests run on every backend
+_ON_EVERY_BACKEND = frozenset({"test_server", "test_lifecycle"})
 TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
 START_TIMEOUT = 30.0
 
@@ -119,23 +127,64 @@ def _wait_ready(server: Server) -> bool:
 Launch = Callable[..., Server]
 
 
+def selected_backends() -> list[str]:
+    """The backends to run the contract suites on (``AGENT_TEST_BACKENDS``, default all)."""
+    chosen = [
+        name.strip()
+        for name in os.environ.get("AGENT_TEST_BACKENDS", ",".join(BACKENDS)).split(",")
+        if name.strip()
+    ]
+    unknown = sorted(set(chosen) - set(BACKENDS))
+    if unknown or not chosen:
+        raise pytest.UsageError(f"AGENT_TEST_BACKENDS={chosen}: choose among {BACKENDS}")
+    return chosen
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    module = metafunc.module.__name__.rpartition(".")[2]
+    if "backend" in metafunc.fixturenames and module in _ON_EVERY_BACKEND:
+        metafunc.parametrize("backend", selected_backends(), indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend of the servers a test starts: ``default`` unless parametrized."""
+    name: str = getattr(request, "param", "default")
+    return name
+
+
+@contextlib.contextmanager
+def backend_env(backend: str) -> Iterator[dict[str, str]]:
+    """The environment selecting ``backend``, with a Redis prefix and a PostgreSQL schema of
+    its own (removed afterwards) for ``redis+postgres``."""
+    if backend == "default":
+        yield {}
+        return
+    from tests.scale.services import shared_backend
+
+    with shared_backend() as env:
+        yield env
+
+
 @pytest.fixture
-def start_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Launch]:
+def start_server(tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> Iterator[Launch]:
     """``start_server(env, workers=1, directory=None)``: a server for this test, stopped
-    afterwards; ``directory`` reuses another server's files (a restart)."""
+    afterwards; ``directory`` reuses another server's files (a restart). All the servers of
+    a test share its backend (their database, and Redis)."""
     servers: list[Server] = []
+    with backend_env(backend) as shared:
 
-    def start(
-        env: dict[str, str] | None = None, *, workers: int = 1, directory: Path | None = None
-    ) -> Server:
-        where = directory or tmp_path / f"server-{len(servers)}"
-        server = launch(where, env or {}, workers=workers)
-        servers.append(server)
-        return server
+        def start(
+            env: dict[str, str] | None = None, *, workers: int = 1, directory: Path | None = None
+        ) -> Server:
+            where = directory or tmp_path / f"server-{len(servers)}"
+            server = launch(where, {**shared, **(env or {})}, workers=workers)
+            servers.append(server)
+            return server
 
-    yield start
-    for server in servers:
-        server.stop()
+        yield start
+        for server in servers:
+            server.stop()
     failed = getattr(request.node, "rep_call", None)
     if failed is not None and failed.failed:
         for server in servers:
@@ -143,11 +192,12 @@ def start_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lau
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One shared server with the defaults (tests use their own session ids)."""
-    running = launch(tmp_path_factory.mktemp("shared-server"), {})
-    yield running
-    running.stop()
+def server(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[Server]:
+    """One shared server per backend (tests use their own session ids)."""
+    with backend_env(backend) as shared:
+        running = launch(tmp_path_factory.mktemp("shared-server"), shared)
+        yield running
+        running.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,146 @@
+"""The Redis side of the bus: key names, clients with bounded calls, and error mapping.
+
+Every call is bounded: a connect and a socket read each time out (``SOCKET_TIMEOUT``), and a
+failed call is retried at most ``RETRIES`` times with a short backoff, so a Redis that is
+down or unreachable costs a caller a few seconds at most, never a wedge. redis-py's
+``ConnectionError``/``TimeoutError`` (and the socket's ``OSError``) become the bus's
+``BusUnavailable`` in one place, ``unavailable()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+from collections.abc import Iterator
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.exceptions import RedisError
+
+from app.bus.base import BusUnavailable
+
+__all__ = [
+    "BLOCK_MS",
+    "RETRIES",
+    "SOCKET_TIMEOUT",
+    "Keys",
+    "make_client",
+    "redact_redis_url",
+    "text",
+    "unavailable",
+    "worker_id",
+]
+
+SOCKET_TIMEOUT: Final = 3.0
+"""Seconds a connect or a read may take (per attempt)."""
+RETRIES: Final = 2
+"""Retries of a call that failed on a broken or timed-out connection."""
+BLOCK_MS: Final = 5_000
+"""How long the follower's ``XREAD BLOCK`` waits (its socket timeout is longer)."""
+
+
+def redact_redis_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for messages and logs)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "redis://***"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+
+
+def text(value: object) -> str:
+    """A reply's bytes (or str) as text."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode()
+    return str(value)
+
+
+def worker_id() -> str:
+    """A name for this worker, unique across hosts and restarts: host, pid, random."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def make_client(
+    url: str,
+    *,
+    socket_timeout: float = SOCKET_TIMEOUT,
+    retries: int = RETRIES,
+    single_connection: bool = False,
+    name: str | None = None,
+) -> Redis:
+    """A client for ``url`` whose every call is bounded (see the module's docstring)."""
+    retry = (
+        Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries)
+        if retries
+        else Retry(NoBackoff(), 0)
+    )
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": min(socket_timeout, SOCKET_TIMEOUT),
+        "socket_keepalive": True,
+        "health_check_interval": 10,
+        "retry": retry,
+        "decode_responses": False,
+        "single_connection_client": single_connection,
+        # RESP2: the reply shapes this package parses (XREAD's list of [stream, entries])
+        "protocol": 2,
+    }
+    if name is not None:
+        options["client_name"] = name
+    client: Redis = Redis.from_url(url, **options)
+    return client
+
+
+@contextlib.contextmanager
+def unavailable(where: str, doing: str) -> Iterator[None]:
+    """Map Redis's and the socket's errors to ``BusUnavailable``, naming the server."""
+    try:
+        yield
+    except (RedisError, OSError) as exc:
+        detail = str(exc) or type(exc).__name__
+        raise BusUnavailable(f"Redis at {where} failed while {doing}: {detail}") from exc
+
+
+class Keys:
+    """Every key and channel the bus uses, under one prefix (``AGENT_REDIS_PREFIX``)."""
+
+    __slots__ = ("fence", "live", "prefix")
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.fence = f"{prefix}fence"
+        self.live = f"{prefix}live"
+
+    def lock(self, session_id: str) -> str:
+        return f"{self.prefix}lock:{session_id}"
+
+    def route(self, run_id: str) -> str:
+        return f"{self.prefix}route:{run_id}"
+
+    def meta(self, run_id: str) -> str:
+        return f"{self.prefix}meta:{run_id}"
+
+    def log(self, run_id: str) -> str:
+        return f"{self.prefix}log:{run_id}"
+
+    def run_of_log(self, key: str) -> str:
+        return key[len(self.prefix) + 4 :]
+
+    def commands(self, worker: str) -> str:
+        return f"{self.prefix}cmd:{worker}"
+
+    def reply(self, request: str) -> str:
+        return f"{self.prefix}reply:{request}"
+
+    def bell(self, worker: str) -> str:
+        return f"{self.prefix}bell:{worker}"

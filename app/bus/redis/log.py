@@ -1,0 +1,543 @@
+"""Per-run event logs as Redis streams, and one follower per worker that waits for them.
+
+A run's log is a stream (``log:<run>``) whose entry ids are ``<seq>-0``, next to a meta hash
+(``meta:<run>``: session, fence, last seq, sealed). Appends go through one script that checks
+the fence and the seq and trims the stream (``MAXLEN ~``); the terminal event seals the log
+and gives both keys the log TTL. Until then they carry a longer "live" TTL that the writer's
+lease renewal extends, so the log of a run whose every worker vanished still goes away.
+
+Reading: a subscription reads what is there after its cursor (``XRANGE (cursor``, with the
+meta hash, in one script), then waits on the worker's follower. The follower is one task and
+one connection per worker: a single ``XREAD BLOCK`` over every stream some subscription
+waits on, from the lowest cursor each, plus the worker's "bell" stream. A subscription that
+needs a stream (or an older cursor) the pending ``XREAD`` does not cover rings the bell
+(``XADD``), which ends that ``XREAD`` at once, so the next one covers it. Because ``XREAD``
+resumes from explicit ids, nothing appended in between is missed.
+
+While Redis is unreachable a subscription keeps retrying (its ``interrupt`` still returns at
+once, so an SSE response keeps sending pings and noticing a gone client) for
+``outage_grace`` seconds, then raises ``BusUnavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.bus.base import BusError, BusUnavailable, LeaseLost, LogNotFound, WireEvent
+from app.bus.redis import scripts
+from app.bus.redis.connection import BLOCK_MS, Keys, text, unavailable
+from app.bus.redis.locks import milliseconds
+
+__all__ = ["RedisEventLog", "RedisSubscription"]
+
+logger = logging.getLogger("app.bus.redis")
+
+_EMPTY: tuple[WireEvent, ...] = ()
+READ_COUNT: Final = 1_000
+"""Events per read: a long replay comes in batches of this many."""
+_MAX_CURSOR: Final = 2**53
+_BELL_TTL_MS: Final = 3_600_000
+_RETRY_FIRST: Final = 0.1
+_RETRY_MAX: Final = 2.0
+
+
+def _decode_entry(entry_id: bytes, fields: Mapping[bytes, bytes]) -> WireEvent:
+    seq = int(bytes(entry_id).split(b"-", 1)[0])
+    return WireEvent(seq, bytes(fields[b"t"]).decode(), bytes(fields[b"f"]))
+
+
+def _pairs(raw: Sequence[bytes]) -> dict[bytes, bytes]:
+    return {raw[index]: raw[index + 1] for index in range(0, len(raw) - 1, 2)}
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadState:
+    """One read of a log: its events after a cursor, its last seq, whether it is sealed."""
+
+    events: Sequence[WireEvent]
+    last: int
+    sealed: bool
+
+
+class _Waiter:
+    __slots__ = ("cursor", "future", "run_id")
+
+    def __init__(self, run_id: str, cursor: int) -> None:
+        self.run_id = run_id
+        self.cursor = cursor
+        self.future: asyncio.Future[Sequence[WireEvent]] = (
+            asyncio.get_running_loop().create_future()
+        )
+
+    def release(self, events: Sequence[WireEvent] = _EMPTY) -> None:
+        if not self.future.done():
+            self.future.set_result(events)
+
+
+class _Follower:
+    """One ``XREAD BLOCK`` for every subscription of this worker (see the module docstring)."""
+
+    def __init__(self, client: Redis, bell_client: Redis, keys: Keys, bell: str) -> None:
+        self._client = client  # one connection, used by this task only
+        self._bell_client = bell_client
+        self._keys = keys
+        self._bell = bell
+        self._bell_id: bytes | None = None
+        self._waiters: dict[str, set[_Waiter]] = {}
+        self._issued: dict[str, int] = {}
+        self._reading = False
+        self._ringing = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._rings: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="redis-follower")
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+        for ring in list(self._rings):
+            ring.cancel()
+        if self._rings:
+            await asyncio.wait(self._rings)
+        self.release_all()
+        await self._client.aclose()
+
+    def wait(self, run_id: str, cursor: int) -> _Waiter:
+        """A waiter released with the events after ``cursor`` as soon as there are some."""
+        waiter = _Waiter(run_id, cursor)
+        self._waiters.setdefault(run_id, set()).add(waiter)
+        self._wake.set()
+        if self._reading:
+            issued = self._issued.get(run_id)
+            if issued is None or cursor < issued:
+                self._ring()
+        return waiter
+
+    def discard(self, waiter: _Waiter) -> None:
+        waiters = self._waiters.get(waiter.run_id)
+        if waiters is not None:
+            waiters.discard(waiter)
+            if not waiters:
+                del self._waiters[waiter.run_id]
+
+    def release_all(self) -> None:
+        """Wake every waiter empty-handed (they read again)."""
+        waiters, self._waiters = self._waiters, {}
+        for group in waiters.values():
+            for waiter in group:
+                waiter.release()
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(group) for group in self._waiters.values())
+
+    def _ring(self) -> None:
+        if self._ringing:
+            return  # one ring ends the pending XREAD; the next one is computed afresh
+        self._ringing = True
+        task = asyncio.get_running_loop().create_task(self._ring_bell())
+        self._rings.add(task)
+        task.add_done_callback(self._rings.discard)
+
+    async def _ring_bell(self) -> None:
+        try:
+            await self._bell_xadd(self._bell_client)
+        except (RedisError, OSError):
+            # the follower's own XREAD fails the same way, and its waiters read again
+            logger.debug("could not ring the follower's bell", exc_info=True)
+
+    async def _bell_xadd(self, client: Redis) -> bytes:
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.xadd(self._bell, {b"r": b"1"}, maxlen=1, approximate=False)
+            pipe.pexpire(self._bell, _BELL_TTL_MS)
+            entry_id, _ = await pipe.execute()
+        return bytes(entry_id)
+
+    async def _run(self) -> None:
+        delay = _RETRY_FIRST
+        failing = False
+        while True:
+            if not self._waiters:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            issued = {run: min(w.cursor for w in group) for run, group in self._waiters.items()}
+            self._issued = issued
+            self._ringing = False
+            self._reading = True
+            try:
+                if self._bell_id is None:
+                    self._bell_id = await self._bell_xadd(self._client)
+                streams: dict[Any, Any] = {self._bell: self._bell_id}
+                for run_id, cursor in issued.items():
+                    streams[self._keys.log(run_id)] = f"{cursor}-0"
+                response = await self._client.xread(streams, count=READ_COUNT, block=BLOCK_MS)
+            except (RedisError, OSError) as exc:
+                self._bell_id = None
+                if not failing:
+                    logger.warning("Redis unreachable while following event logs: %s", exc)
+                failing = True
+                self.release_all()  # they read again, and meet the outage themselves
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX)
+                continue
+            finally:
+                self._reading = False
+            if failing:
+                logger.info("Redis reachable again: following event logs")
+                failing = False
+            delay = _RETRY_FIRST
+            try:
+                self._dispatch(response)
+            except Exception:  # a malformed entry must not stop every reader of this worker
+                logger.exception("could not dispatch events read from Redis")
+                self.release_all()
+
+    def _dispatch(self, response: Any) -> None:
+        if not response:
+            return
+        for key, entries in response:  # RESP2: [[stream, [(id, fields), ...]], ...]
+            name = bytes(key).decode()
+            if not entries:
+                continue
+            if name == self._bell:
+                self._bell_id = bytes(entries[-1][0])
+                continue
+            group = self._waiters.get(self._keys.run_of_log(name))
+            if not group:
+                continue
+            events = [_decode_entry(entry_id, fields) for entry_id, fields in entries]
+            for waiter in list(group):
+                batch = [event for event in events if event.seq > waiter.cursor]
+                if batch:
+                    group.discard(waiter)
+                    waiter.release(batch)
+            if not group:
+                self._waiters.pop(self._keys.run_of_log(name), None)
+
+
+class RedisSubscription:
+    """One reader of one run's log, from its own cursor (see ``app.bus.base.Subscription``)."""
+
+    __slots__ = (
+        "_closed",
+        "_cursor",
+        "_finished",
+        "_interrupted",
+        "_log",
+        "_need_read",
+        "_outage_since",
+        "_pause",
+        "_prefetched",
+        "_run_id",
+        "_waiter",
+    )
+
+    def __init__(self, log: RedisEventLog, run_id: str, after: int, prefetched: _ReadState) -> None:
+        self._log = log
+        self._run_id = run_id
+        self._cursor = after
+        self._prefetched: _ReadState | None = prefetched
+        self._need_read = True
+        self._finished = False
+        self._interrupted = False
+        self._closed = False
+        self._waiter: _Waiter | None = None
+        self._pause: asyncio.Future[None] | None = None
+        self._outage_since: float | None = None
+
+    @property
+    def cursor(self) -> int:
+        return self._cursor
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def _take(self, events: Sequence[WireEvent]) -> Sequence[WireEvent]:
+        batch = [event for event in events if event.seq > self._cursor]
+        if not batch:
+            return _EMPTY
+        self._cursor = batch[-1].seq
+        if batch[-1].terminal:
+            self._finished = True
+        return batch
+
+    async def next(self) -> Sequence[WireEvent]:
+        log = self._log
+        while not self._closed and not self._finished:
+            if log.closed:
+                self._finished = True
+                break
+            if self._need_read:
+                state = self._prefetched
+                self._prefetched = None
+                if state is None:
+                    try:
+                        state = await log.read(self._run_id, self._cursor)
+                    except BusUnavailable:
+                        if not await self._ride_out_outage():
+                            return _EMPTY  # interrupted while waiting for Redis
+                        continue
+                    self._outage_since = None
+                if state is None:  # the log expired or was deleted under us: nothing will come
+                    self._finished = True
+                    break
+                batch = self._take(state.events)
+                if state.sealed and self._cursor >= state.last:
+                    self._finished = True
+                self._need_read = len(state.events) >= READ_COUNT
+                if batch or self._finished:
+                    return batch
+            if self._take_interrupt():
+                self._need_read = True  # the next call looks at the log itself again
+                return _EMPTY
+            waiter = log.follower.wait(self._run_id, self._cursor)
+            self._waiter = waiter
+            try:
+                events = await waiter.future
+            finally:
+                self._waiter = None
+                log.follower.discard(waiter)
+            batch = self._take(events)
+            if batch:
+                return batch
+            # woken empty-handed: an interrupt, a close, or the follower lost Redis
+            self._need_read = True
+            if self._take_interrupt():
+                return _EMPTY
+        return _EMPTY
+
+    def _take_interrupt(self) -> bool:
+        interrupted, self._interrupted = self._interrupted, False
+        return interrupted
+
+    async def _ride_out_outage(self) -> bool:
+        """Wait a little before reading again; False if interrupted, raises past the grace."""
+        now = time.monotonic()
+        if self._outage_since is None:
+            self._outage_since = now
+        elif now - self._outage_since > self._log.outage_grace:
+            raise BusUnavailable(
+                f"Redis stayed unreachable for {self._log.outage_grace:.0f} s while following "
+                f"the events of run {self._run_id!r}"
+            )
+        if self._take_interrupt():
+            return False
+        pause: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pause = pause
+        try:
+            await asyncio.wait([pause], timeout=min(_RETRY_MAX, 0.2 + (now - self._outage_since)))
+        finally:
+            self._pause = None
+        return not self._take_interrupt()
+
+    def interrupt(self) -> None:
+        self._interrupted = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            waiter.release()
+        pause = self._pause
+        if pause is not None and not pause.done():
+            pause.set_result(None)
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._log.subscription_closed()
+            self._wake()
+
+
+class RedisEventLog:
+    """Event logs in Redis streams (see the module docstring).
+
+    ``ttl``: seconds a sealed log is kept; ``max_events`` per run (trimmed approximately);
+    ``live_ttl``: how long an unsealed log outlives its writer's last lease renewal;
+    ``outage_grace``: seconds a subscription rides out an unreachable Redis.
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        follower_client: Redis,
+        keys: Keys,
+        where: str,
+        worker: str,
+        *,
+        ttl: float,
+        max_events: int,
+        live_ttl: float,
+        outage_grace: float,
+    ) -> None:
+        self._client = client
+        self._keys = keys
+        self._where = where
+        self._ttl_ms = milliseconds(max(ttl, 0.1))
+        self._live_ttl_ms = milliseconds(live_ttl)
+        self._max_events = max_events
+        self.outage_grace = outage_grace
+        self._create: Any = client.register_script(scripts.CREATE)
+        self._append: Any = client.register_script(scripts.APPEND)
+        self._read: Any = client.register_script(scripts.READ)
+        self.follower = _Follower(follower_client, client, keys, keys.bell(worker))
+        self._writing: dict[str, str] = {}  # run id -> session id, for logs created here
+        self._subscribers = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+    def start(self) -> None:
+        self.follower.start()
+
+    async def create(self, run_id: str, *, session_id: str, fence: int) -> None:
+        keys = self._keys
+        with unavailable(self._where, "creating an event log"):
+            created = await self._create(
+                keys=[keys.meta(run_id), keys.live],
+                args=[session_id, fence, self._live_ttl_ms, run_id],
+            )
+        if not created:
+            raise BusError(f"run {run_id!r} already has an event log")
+        self._writing[run_id] = session_id
+
+    async def append(self, run_id: str, event: WireEvent, *, fence: int) -> None:
+        keys = self._keys
+        terminal = event.terminal
+        if terminal:
+            session_id = self._writing.pop(run_id, None)
+            if session_id is None:  # a log this worker did not start (the reaper's append)
+                session_id = str(event.document["session_id"])
+            lock = keys.lock(session_id)
+        else:
+            lock = keys.meta(run_id)  # not touched: only a terminal event releases the lock
+        with unavailable(self._where, "appending to an event log"):
+            status = await self._append(
+                keys=[keys.meta(run_id), keys.log(run_id), keys.live, lock, keys.route(run_id)],
+                args=[
+                    fence,
+                    event.seq,
+                    event.type,
+                    event.frame,
+                    self._max_events,
+                    1 if terminal else 0,
+                    self._ttl_ms,
+                    run_id,
+                ],
+            )
+        if status >= scripts.APPEND_DUPLICATE:
+            return
+        if status == scripts.APPEND_NO_LOG:
+            raise LogNotFound(run_id)
+        if status == scripts.APPEND_STALE:
+            raise LeaseLost(f"stale fencing token for run {run_id!r}: another worker took over")
+        if status == scripts.APPEND_SEALED:
+            raise BusError(f"the log of run {run_id!r} is sealed: its terminal event was sent")
+        raise BusError(f"run {run_id!r}: event seq {event.seq} does not follow the log's last")
+
+    async def read(self, run_id: str, after: int) -> _ReadState | None:
+        """The events after ``after`` (at most ``READ_COUNT``); None if there is no log."""
+        keys = self._keys
+        cursor = min(max(0, after), _MAX_CURSOR)
+        with unavailable(self._where, "reading an event log"):
+            raw = await self._read(
+                keys=[keys.meta(run_id), keys.log(run_id)], args=[cursor, READ_COUNT]
+            )
+        if not raw or not raw[0]:
+            return None
+        events = [_decode_entry(entry_id, _pairs(fields)) for entry_id, fields in raw[3]]
+        return _ReadState(events, int(raw[1]), int(raw[2]) == 1)
+
+    async def last_seq(self, run_id: str) -> int | None:
+        with unavailable(self._where, "reading an event log"):
+            last = await self._client.hget(self._keys.meta(run_id), "last")
+        return None if last is None else int(last)
+
+    async def subscribe(self, run_id: str, after: int = 0) -> RedisSubscription:
+        after = max(0, after)
+        state = await self.read(run_id, after)
+        if state is None:
+            raise LogNotFound(run_id)
+        self._subscribers += 1
+        return RedisSubscription(self, run_id, after, state)
+
+    async def exists(self, run_id: str) -> bool:
+        with unavailable(self._where, "reading an event log"):
+            found = await self._client.exists(self._keys.meta(run_id))
+        return bool(found)
+
+    def discard(self, run_id: str) -> None:
+        """Forget a log at once (a run that never started); the deletion runs in the
+        background."""
+        self._writing.pop(run_id, None)
+        task = asyncio.get_running_loop().create_task(self._delete(run_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _delete(self, run_id: str) -> None:
+        keys = self._keys
+        try:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.delete(keys.meta(run_id), keys.log(run_id))
+                pipe.zrem(keys.live, run_id)
+                await pipe.execute()
+        except (RedisError, OSError):
+            logger.warning("could not delete the event log of run %s", run_id, exc_info=True)
+
+    async def orphans(self, limit: int = 500) -> list[tuple[str, str]]:
+        """Unsealed logs whose run has no route left (no worker renews its lease), oldest
+        first: ``(run_id, session_id)``. Logs that expired are dropped from the index."""
+        keys = self._keys
+        with unavailable(self._where, "listing unsealed event logs"):
+            members = await self._client.zrange(keys.live, 0, limit - 1)
+            if not members:
+                return []
+            runs = [text(member) for member in members]
+            async with self._client.pipeline(transaction=False) as pipe:
+                for run_id in runs:
+                    pipe.hget(keys.meta(run_id), "session")
+                    pipe.exists(keys.route(run_id))
+                answers = await pipe.execute()
+            found: list[tuple[str, str]] = []
+            gone: list[str] = []
+            for index, run_id in enumerate(runs):
+                session, routed = answers[2 * index], answers[2 * index + 1]
+                if session is None:
+                    gone.append(run_id)
+                elif not routed:
+                    found.append((run_id, text(session)))
+            if gone:
+                await self._client.zrem(keys.live, *gone)
+        return found
+
+    def subscription_closed(self) -> None:
+        self._subscribers -= 1
+
+    @property
+    def subscribers(self) -> int:
+        """Open subscriptions on this worker."""
+        return self._subscribers
+
+    @property
+    def live_logs(self) -> int:
+        """Logs this worker created and has not sealed yet."""
+        return len(self._writing)
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await self.follower.aclose()
+        if self._tasks:
+            await asyncio.wait(self._tasks)

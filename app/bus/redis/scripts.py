@@ -1,0 +1,167 @@
+"""The Lua scripts of the Redis bus: each check-and-write is one atomic step on the server.
+
+Values and their layout (see ``app.bus.redis`` for the key names):
+
+- a session lock is a string ``"<token> <holder>"``; ``token`` comes from one ``INCR``
+  counter shared by every session, so it only grows, across sessions and workers;
+- a log's meta hash has ``session``, ``fence`` (the highest token that wrote), ``last`` (the
+  last seq) and ``sealed`` (``1`` once the terminal event is in);
+- a log's stream entries have the id ``<seq>-0`` (our own counter, so a reader's cursor *is*
+  the stream id) and the fields ``t`` (the SSE type) and ``f`` (the encoded frame).
+
+Every script returns small integers as status codes rather than raising, so that the Python
+side maps each to one of the bus's own errors.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "ACQUIRE",
+    "APPEND",
+    "APPEND_DUPLICATE",
+    "APPEND_NO_LOG",
+    "APPEND_OK",
+    "APPEND_SEALED",
+    "APPEND_SEQ",
+    "APPEND_STALE",
+    "CREATE",
+    "READ",
+    "RELEASE",
+    "RENEW",
+    "UNREGISTER",
+]
+
+# KEYS: lock, fence counter. ARGV: holder, ttl (ms).
+# The token of the new lease; the same token again when ``holder`` already holds the lock (a
+# call retried after its answer was lost); nil when someone else holds it.
+ACQUIRE: Final = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local space = string.find(current, ' ', 1, true)
+  if space and string.sub(current, space + 1) == ARGV[1] then
+    return tonumber(string.sub(current, 1, space - 1))
+  end
+  return false
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], token .. ' ' .. ARGV[1], 'NX', 'PX', ARGV[2])
+return token
+"""
+
+# KEYS: lock, route of the holder, meta of the holder's log, stream of the holder's log.
+# ARGV: lock value, lease ttl (ms), live log ttl (ms).
+# 1 if the lease was extended (with the run's route, and its log while unsealed), else 0.
+RENEW: Final = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if redis.call('HGET', KEYS[3], 'sealed') == '0' then
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+end
+return 1
+"""
+
+# KEYS: lock. ARGV: lock value. Deletes the lock only if this lease still holds it.
+RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+# KEYS: route. ARGV: worker id. Deletes the route only if it still names this worker.
+UNREGISTER: Final = RELEASE
+
+# KEYS: meta, live set. ARGV: session id, fence, live ttl (ms), run id.
+# 1 if created, 0 if the log exists already.
+CREATE: Final = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'session', ARGV[1], 'fence', ARGV[2], 'last', 0, 'sealed', 0)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local now = redis.call('TIME')
+redis.call('ZADD', KEYS[2], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),
+  ARGV[4])
+return 1
+"""
+
+APPEND_OK: Final = 1
+APPEND_DUPLICATE: Final = 0
+APPEND_NO_LOG: Final = -1
+APPEND_STALE: Final = -2
+APPEND_SEALED: Final = -3
+APPEND_SEQ: Final = -4
+
+# KEYS: meta, stream, live set, session lock, route.
+# ARGV: fence, seq, type, frame, max events, terminal (0/1), sealed ttl (ms), run id.
+#
+# The fence check is what keeps a worker that lost its lease from writing after whoever took
+# over (with a higher token) wrote the run's end. The same event sent twice by the same
+# writer (a call retried after its answer was lost) is accepted once and answered
+# APPEND_DUPLICATE. A terminal event seals the log, gives it its TTL, and ends the run's hold
+# in the same step: the session lock taken with this fence is released and the route
+# dropped, so a reader that sees the end never finds the session still busy.
+APPEND: Final = """
+local meta = redis.call('HMGET', KEYS[1], 'fence', 'last', 'sealed')
+if not meta[1] then
+  return -1
+end
+local fence = tonumber(ARGV[1])
+local stored = tonumber(meta[1])
+if fence < stored then
+  return -2
+end
+local seq = tonumber(ARGV[2])
+local last = tonumber(meta[2])
+if seq == last and fence == stored and last > 0 then
+  return 0
+end
+if meta[3] == '1' then
+  return -3
+end
+if seq ~= last + 1 then
+  return -4
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], seq .. '-0', 't', ARGV[3], 'f', ARGV[4])
+if ARGV[6] == '1' then
+  redis.call('HSET', KEYS[1], 'fence', fence, 'last', seq, 'sealed', 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  redis.call('PEXPIRE', KEYS[2], ARGV[7])
+  redis.call('ZREM', KEYS[3], ARGV[8])
+  local lock = redis.call('GET', KEYS[4])
+  if lock and string.sub(lock, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
+    redis.call('DEL', KEYS[4])
+  end
+  redis.call('DEL', KEYS[5])
+else
+  if fence > stored then
+    redis.call('HSET', KEYS[1], 'fence', fence, 'last', seq)
+  else
+    redis.call('HSET', KEYS[1], 'last', seq)
+  end
+  if seq == 1 then
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl > 0 then
+      redis.call('PEXPIRE', KEYS[2], ttl)
+    end
+  end
+end
+return 1
+"""
+
+# KEYS: meta, stream. ARGV: cursor (the last seq read), count.
+# {0} when there is no log; else {1, last, sealed, entries after the cursor (at most count)}.
+READ: Final = """
+local meta = redis.call('HMGET', KEYS[1], 'last', 'sealed')
+if not meta[1] then
+  return {0}
+end
+local entries = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])
+return {1, tonumber(meta[1]), tonumber(meta[2]), entries}
+"""

@@ -1,0 +1,706 @@
+"""The scenarios: each starts what it measures, drives it through the load generator, and
+answers a ``Outcome``: rows for the table, targets met or missed, and the raw figures.
+
+Every figure is put beside a baseline measured in the same run, on the same machine, with the
+same load generator (see docs/benchmarks.md for the method).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.procs import (
+    HOST,
+    ROOT,
+    Server,
+    ServerFailed,
+    agent_server,
+    baseline_server,
+    free_port,
+    run_loadgen,
+)
+
+__all__ = ["SCENARIOS", "Config", "Outcome", "Target", "relay_input"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """How big a run is: ``quick`` for CI (seconds), else the documented sizes."""
+
+    quick: bool = False
+    peers: bool = True
+    results_dir: Path = ROOT / "bench" / "results"
+    redis_url: str = "redis://127.0.0.1:6379/13"
+
+    def pick(self, full: Any, quick: Any) -> Any:
+        return quick if self.quick else full
+
+
+@dataclass
+class Target:
+    """One target: ``value`` against ``limit`` (``<=`` or ``>=``)."""
+
+    name: str
+    value: float | None
+    limit: float
+    op: str = "<="
+    unit: str = ""
+    note: str = ""
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value <= self.limit if self.op == "<=" else self.value >= self.limit
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "limit": self.limit,
+            "op": self.op,
+            "unit": self.unit,
+            "met": self.met,
+            "note": self.note,
+        }
+
+
+@dataclass
+class Outcome:
+    """What a scenario measured."""
+
+    number: int
+    title: str
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[Any]] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    background_cpu_pct: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Outcome:
+        targets = [
+            Target(t["name"], t["value"], t["limit"], t["op"], t["unit"], t.get("note", ""))
+            for t in data.get("targets", [])
+        ]
+        return cls(
+            number=data["number"],
+            title=data["title"],
+            columns=list(data.get("columns", [])),
+            rows=[list(row) for row in data.get("rows", [])],
+            targets=targets,
+            notes=list(data.get("notes", [])),
+            raw=dict(data.get("raw", {})),
+            seconds=float(data.get("seconds", 0.0)),
+            background_cpu_pct=data.get("background_cpu_pct"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "title": self.title,
+            "columns": self.columns,
+            "rows": self.rows,
+            "targets": [target.to_dict() for target in self.targets],
+            "notes": self.notes,
+            "raw": self.raw,
+            "seconds": self.seconds,
+            "background_cpu_pct": self.background_cpu_pct,
+        }
+
+
+def relay_input(words: int) -> str:
+    """An input of ``words`` words (no word the demo model reacts to)."""
+    return " ".join(f"w{i}" for i in range(words))
+
+
+@contextlib.contextmanager
+def _serving(server: Server, stop_timeout: float = 30.0) -> Iterator[Server]:
+    try:
+        yield server
+    finally:
+        server.stop(stop_timeout)
+
+
+def _capture_frames(server: Server, text: str, path: Path) -> int:
+    """One real run's frames, as ``[id, event, data]``, for the baseline to replay."""
+    # the session id has the length of the load generator's ("<8 hex>-<client>-<run>")
+    with httpx.Client(trust_env=False, timeout=60) as client:
+        answer = client.post(f"{server.url}/v1/sessions/capture0-0-0/runs", json={"input": text})
+    answer.raise_for_status()
+    frames = []
+    for block in answer.text.split("\n\n"):
+        if not block.strip():
+            continue
+        fields = dict(line.split(": ", 1) for line in block.split("\n"))
+        frames.append([fields["id"], fields["event"], fields["data"]])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(frames))
+    return len(frames)
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or base is None or base == 0:
+        return None
+    return value / base
+
+
+# --- 1. relay ------------------------------------------------------------------------------------
+
+
+def relay_spec(
+    server: Server, text: str, concurrency: int, runs: int, *, path: str, body: str, ok: str
+) -> dict[str, Any]:
+    return {
+        "task": "relay",
+        "host": HOST,
+        "port": server.port,
+        "path": path,
+        "body": body,
+        "ok_marker": ok,
+        "concurrency": concurrency,
+        "runs_per_client": runs,
+        "server_pid": server.pid,
+        "time_limit": 120,
+    }
+
+
+def scenario_relay(cfg: Config) -> Outcome:
+    """1. Events per second through one worker, beside a minimal sse-starlette app."""
+    words = cfg.pick(2000, 200)
+    levels: list[tuple[int, int]] = cfg.pick([(1, 40), (10, 8), (100, 2)], [(1, 2), (10, 1)])
+    text = relay_input(words)
+    body = json.dumps({"input": text})
+    frames_path = cfg.results_dir / "relay-frames.json"
+    out = Outcome(1, "Relay: events/s through one worker vs a minimal sse-starlette app")
+    out.columns = [
+        "clients",
+        "service ev/s",
+        "baseline ev/s",
+        "ratio",
+        "service CPU%",
+        "baseline CPU%",
+        "loadgen CPU% (svc/base)",
+        "writes/run (svc/base)",
+    ]
+    service: dict[int, dict[str, Any]] = {}
+    baseline: dict[int, dict[str, Any]] = {}
+    with _serving(agent_server("relay")) as server:
+        frames = _capture_frames(server, text, frames_path)
+        for concurrency, runs in levels:
+            spec = relay_spec(
+                server,
+                text,
+                concurrency,
+                runs,
+                path="/v1/sessions/{n}/runs",
+                body=body,
+                ok="event: run.completed",
+            )
+            service[concurrency] = run_loadgen(spec)
+    with _serving(baseline_server("baseline-relay", frames_path)) as base:
+        for concurrency, runs in levels:
+            spec = relay_spec(
+                base,
+                text,
+                concurrency,
+                runs,
+                path="/v1/sessions/{n}/runs",
+                body=body,
+                ok="event: run.completed",
+            )
+            baseline[concurrency] = run_loadgen(spec)
+    for concurrency, _ in levels:
+        s, b = service[concurrency], baseline[concurrency]
+        ratio = _ratio(s["events_per_s"], b["events_per_s"])
+        out.rows.append(
+            [
+                concurrency,
+                round(s["events_per_s"]),
+                round(b["events_per_s"]),
+                ratio,
+                round(s["server_cpu_pct"]),
+                round(b["server_cpu_pct"]),
+                f"{s['client_cpu_pct']:.0f} / {b['client_cpu_pct']:.0f}",
+                f"{s['writes_per_run']:.0f} / {b['writes_per_run']:.0f}",
+            ]
+        )
+        out.targets.append(
+            Target(f"{concurrency} clients: service/baseline events/s", ratio, 0.7, ">=", "x")
+        )
+        if s["ok"] != s["runs"] or s["errors"]:
+            out.notes.append(
+                f"{concurrency} clients: {s['runs'] - s['ok']} runs without run.completed, "
+                f"{s['errors']} errors"
+            )
+    out.notes.append(
+        f"{words} words per run: {frames} events per run (run.started, {words + 2} text.delta, "
+        "usage, run.completed); the baseline replays the frames of one real run."
+    )
+    out.raw = {"service": service, "baseline": baseline, "words": words, "frames_per_run": frames}
+    return out
+
+
+# --- 2. added latency ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def fake_upstream() -> Iterator[int]:
+    """``bench.fake_openai`` in its own process; its port."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.fake_openai", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if b"listening" not in line:
+            raise ServerFailed("the fake upstream did not start", line.decode(errors="replace"))
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def scenario_latency(cfg: Config) -> Outcome:
+    """2. Time to first text.delta through the service vs the same upstream called directly."""
+    requests = cfg.pick(300, 10)
+    out = Outcome(2, "Added latency: time to first text.delta, service vs the upstream directly")
+    out.columns = ["path", "p50 ms", "p90 ms", "p99 ms", "mean ms"]
+    with fake_upstream() as up_port:
+        upstream_url = f"http://{HOST}:{up_port}/v1"
+        env = {
+            "AGENT_MODEL": "openai:bench-model",
+            "OPENAI_BASE_URL": upstream_url,
+            "OPENAI_API_KEY": "bench-key",
+        }
+        with _serving(agent_server("latency", env)) as server:
+            result = run_loadgen(
+                {
+                    "task": "ttfe",
+                    "host": HOST,
+                    "port": server.port,
+                    "upstream_url": upstream_url,
+                    "model": "bench-model",
+                    "requests": requests,
+                    "warmup": cfg.pick(30, 3),
+                    "time_limit": 120,
+                }
+            )
+    for name, key in (
+        ("upstream directly (openai SDK)", "direct"),
+        ("through the service", "service"),
+    ):
+        row = result[key]
+        out.rows.append([name, row["p50"], row["p90"], row["p99"], row["mean"]])
+    paired = result["paired_added"]
+    out.rows.append(
+        ["added (paired difference)", paired["p50"], paired["p90"], paired["p99"], paired["mean"]]
+    )
+    out.targets.append(Target("added p50", result["added_p50_ms"], 2.0, "<=", "ms"))
+    out.targets.append(Target("added p99", result["added_p99_ms"], 5.0, "<=", "ms"))
+    out.notes.append(
+        f"{requests} sequential requests after warm-up, alternating the two paths; each service "
+        "request starts a new session. Added = p(service) - p(direct)."
+    )
+    out.raw = result
+    return out
+
+
+# --- 3. waiting capacity ------------------------------------------------------------------------
+
+
+def scenario_capacity(cfg: Config) -> Outcome:
+    """3. Memory and CPU of runs parked at a confirmation; then approve them all."""
+    runs = cfg.pick(10_000, 50)
+    rest = cfg.pick(10.0, 0.5)
+    out = Outcome(3, f"Waiting capacity: {runs:,} runs waiting for a confirmation in one worker")
+    out.columns = ["server", "bytes/run", "CPU% at rest", "submit s", "approve all s", "completed"]
+    env = {
+        "AGENT_MAX_CONCURRENT_RUNS": str(runs + 100),
+        "AGENT_MAX_QUEUED_RUNS": str(runs + 100),
+        "AGENT_CONFIRMATION_TIMEOUT": "3600",
+        "AGENT_RUN_TIMEOUT": "3600",
+    }
+    spec = {
+        "task": "capacity",
+        "host": HOST,
+        "runs": runs,
+        "concurrency": 32,
+        "rest_seconds": rest,
+        "settle": cfg.pick(1.0, 0.2),
+        "time_limit": 300,
+    }
+    with _serving(agent_server("capacity", env)) as server:
+        service = run_loadgen({**spec, "port": server.port, "server_pid": server.pid})
+    with _serving(baseline_server("baseline-park")) as base:
+        baseline = run_loadgen(
+            {**spec, "port": base.port, "server_pid": base.pid, "baseline": True}
+        )
+    completed = service["statuses"].get("completed", 0)
+    out.rows.append(
+        [
+            "service (background runs)",
+            round(service["bytes_per_run"]),
+            round(service["rest_cpu_pct"], 2),
+            round(service["submit_s"], 2),
+            round(service["approve_all_s"], 2),
+            f"{completed}/{runs}",
+        ]
+    )
+    out.rows.append(
+        [
+            "baseline (a parked asyncio task)",
+            round(baseline["bytes_per_run"]),
+            round(baseline["rest_cpu_pct"], 2),
+            round(baseline["submit_s"], 2),
+            round(baseline["approve_all_s"], 2),
+            f"{baseline['accepted']}/{runs}",
+        ]
+    )
+    out.targets.append(
+        Target("memory per waiting run", service["bytes_per_run"] / 1024, 20.0, "<=", "KiB")
+    )
+    out.targets.append(Target("runs completed after approval", completed, runs, ">=", "runs"))
+    out.notes.append(
+        f"RSS delta over {runs:,} runs, measured 1 s after the last one reached its confirmation; "
+        f"CPU at rest over {rest:g} s; approve all = first POST /external-events to the last "
+        f"run finished. Statuses after approval: {service['statuses']}. Ratio of memory per "
+        f"run to the floor: {_fmt(_ratio(service['bytes_per_run'], baseline['bytes_per_run']))}x."
+    )
+    out.raw = {"service": service, "baseline": baseline}
+    return out
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+# --- 4. confirmation round trip -------------------------------------------------------------------
+
+
+def _startup_error(exc: ServerFailed) -> str:
+    """The most telling line of a server that did not start."""
+    found = re.findall(r"\b(\w+(?:Error|Exception): [^\\\"\n]+)", exc.log)
+    if found:
+        text = str(found[-1])
+        # a JSON log escapes the newline before it: "...\\nRuntimeError: ..."
+        if len(text) > 1 and text[0] == "n" and text[1].isupper():
+            text = text[1:]
+        return text[:300]
+    lines = [line for line in exc.log.splitlines() if line.strip()]
+    return lines[-1].strip()[-300:] if lines else str(exc)
+
+
+def _redis_ready(url: str) -> str | None:
+    """None if Redis answers at ``url`` (and its db was flushed), else why not."""
+    try:
+        import redis
+    except ImportError:
+        return "the redis client is not installed"
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=1)
+        client.ping()
+        client.flushdb()
+        client.close()
+    except Exception as exc:
+        return f"Redis at {url} does not answer ({type(exc).__name__})"
+    return None
+
+
+def scenario_confirm(cfg: Config) -> Outcome:
+    """4. POST /external-events → tool.call.completed, in one worker and across two."""
+    requests = cfg.pick(300, 5)
+    warmup = cfg.pick(20, 2)
+    out = Outcome(4, "Confirmation round trip: POST /external-events → tool.call.completed")
+    out.columns = ["path", "p50 ms", "p90 ms", "p99 ms", "202 p50 ms", "ratio p50 vs floor"]
+    spec = {"task": "confirm", "host": HOST, "requests": requests, "warmup": warmup}
+    with _serving(baseline_server("baseline-signal")) as base:
+        floor = run_loadgen(
+            {
+                **spec,
+                "port": base.port,
+                "follow_port": base.port,
+                "answer_port": base.port,
+                "baseline": True,
+            }
+        )
+    with _serving(agent_server("confirm")) as server:
+        local = run_loadgen(
+            {**spec, "port": server.port, "follow_port": server.port, "answer_port": server.port}
+        )
+    results: dict[str, Any] = {"floor": floor, "local": local}
+    rows = [("floor: sse-starlette signal → frame", floor), ("service, one worker", local)]
+    problem = _redis_ready(cfg.redis_url)
+    if problem is None:
+        shared = Path(tempfile.mkdtemp(prefix="bench-confirm-shared-"))
+        # the two workers share the bus (Redis) and the store (one SQLite file)
+        env = {
+            "AGENT_REDIS_URL": cfg.redis_url,
+            "AGENT_DATABASE_URL": f"sqlite:///{shared}/agent.db",
+        }
+        try:
+            with (
+                _serving(agent_server("confirm-a", env, timeout=20)) as a,
+                _serving(agent_server("confirm-b", env, timeout=20)) as b,
+            ):
+                # started and followed on A, answered on B: the answer crosses the bus
+                redis_result = run_loadgen(
+                    {**spec, "port": a.port, "follow_port": a.port, "answer_port": b.port}
+                )
+            results["redis"] = redis_result
+            rows.append(("service, two workers via Redis", redis_result))
+        except ServerFailed as exc:
+            reason = _startup_error(exc)
+            results["redis"] = {"pending": reason}
+            out.notes.append(
+                f"Across workers via Redis: pending — the server did not start: {reason}"
+            )
+        except RuntimeError as exc:
+            reason = str(exc).strip().splitlines()[-1][:300]
+            results["redis"] = {"pending": f"failed while measured: {reason}"}
+            out.notes.append(f"Across workers via Redis: pending — failed while measured: {reason}")
+        finally:
+            shutil.rmtree(shared, ignore_errors=True)
+    else:
+        results["redis"] = {"pending": problem}
+        out.notes.append(f"Across workers via Redis: pending — {problem}")
+    for name, result in rows:
+        trip, ack = result["round_trip"], result["ack"]
+        out.rows.append(
+            [
+                name,
+                trip["p50"],
+                trip["p90"],
+                trip["p99"],
+                ack["p50"],
+                _ratio(trip["p50"], floor["round_trip"]["p50"]),
+            ]
+        )
+    if "redis" in results and "pending" in results["redis"]:
+        out.rows.append(["service, two workers via Redis", "pending", "", "", "", None])
+    out.notes.append(
+        "Round trip = from writing POST /external-events to reading the tool.call.completed "
+        "frame on a GET /v1/runs/{id}/events stream opened before the answer (the demo tool is "
+        f"synchronous, so that frame marks the tool having run). {requests} sequential round "
+        "trips after warm-up."
+    )
+    out.raw = results
+    return out
+
+
+# --- 5. overload ---------------------------------------------------------------------------------
+
+
+def scenario_overload(cfg: Config) -> Outcome:
+    """5. 3x capacity: 429s fast with Retry-After; admitted runs' TTFE near the unloaded one."""
+    slots, queue = 4, 2
+    duration = cfg.pick(6.0, 1.0)
+    out = Outcome(5, f"Overload at 3x capacity (AGENT_MAX_CONCURRENT_RUNS={slots})")
+    out.columns = [
+        "phase",
+        "clients",
+        "requests",
+        "429 p50 ms",
+        "429 p99 ms",
+        "TTFE p50 ms",
+        "TTFE p99 ms",
+        "server CPU%",
+        "loadgen CPU%",
+    ]
+    words = 20
+    text = relay_input(words)
+    results: dict[str, Any] = {}
+    for q in (queue, 0):
+        env = {
+            "AGENT_MAX_CONCURRENT_RUNS": str(slots),
+            "AGENT_MAX_QUEUED_RUNS": str(q),
+            "AGENT_DEMO_TOKEN_DELAY": "0.005",
+        }
+        with _serving(agent_server(f"overload-q{q}", env)) as server:
+            base_spec = {
+                "task": "overload",
+                "host": HOST,
+                "port": server.port,
+                "input": text,
+                "server_pid": server.pid,
+                "retry_pause": 0.02,
+            }
+            unloaded = run_loadgen(
+                {
+                    **base_spec,
+                    "clients": 1,
+                    "duration": duration / 2,
+                    "max_requests": cfg.pick(200, 10),
+                }
+            )
+            clients = 3 * (slots + q)
+            loaded = run_loadgen({**base_spec, "clients": clients, "duration": duration})
+        results[f"q{q}"] = {"unloaded": unloaded, "overload": loaded}
+        for phase, result in (
+            (f"Q={q}: 1 client (unloaded)", unloaded),
+            (f"Q={q}: 3x(C+Q) clients", loaded),
+        ):
+            rej, ttfe = result["rejected"], result["admitted_ttfe"]
+            out.rows.append(
+                [
+                    phase,
+                    result["clients"],
+                    result["requests"],
+                    rej.get("p50"),
+                    rej.get("p99"),
+                    ttfe.get("p50"),
+                    ttfe.get("p99"),
+                    round(result["server_cpu_pct"]),
+                    round(result["client_cpu_pct"]),
+                ]
+            )
+    q0 = results["q0"]
+    qq = results[f"q{queue}"]
+    worst_429 = max(
+        qq["overload"]["rejected"].get("p99", 0), q0["overload"]["rejected"].get("p99", 0)
+    )
+    out.targets.append(Target("429 answered, p99", worst_429, 5.0, "<=", "ms"))
+    missing = qq["overload"]["retry_after_missing"] + q0["overload"]["retry_after_missing"]
+    out.targets.append(Target("429s without Retry-After", missing, 0, "<=", ""))
+    ttfe_ratio = _ratio(
+        q0["overload"]["admitted_ttfe"].get("p50"), q0["unloaded"]["admitted_ttfe"].get("p50")
+    )
+    out.targets.append(
+        Target("admitted TTFE p50, overloaded / unloaded (Q=0)", ttfe_ratio, 1.10, "<=", "x")
+    )
+    out.notes.append(
+        f"C={slots}; each run streams {words + 2} words {0.005 * 1000:g} ms apart. Clients loop "
+        "for the duration; a client answered 429 retries after 20 ms (ignoring Retry-After, to "
+        f"keep the pressure). With Q={queue} every admitted run waits in the queue behind a full "
+        "set of slots, so its TTFE is mostly queue time; the TTFE target is judged with Q=0, "
+        "where an admitted run gets its slot at once."
+    )
+    out.raw = results
+    return out
+
+
+# --- 6. drain ----------------------------------------------------------------------------------
+
+
+def scenario_drain(cfg: Config) -> Outcome:
+    """6. SIGTERM with runs in flight: time to drain, runs lost."""
+    runs = cfg.pick(1000, 20)
+    words, delay = cfg.pick((50, 0.1), (10, 0.05))
+    text = relay_input(words)
+    out = Outcome(6, f"Drain: SIGTERM with {runs:,} streamed runs in flight")
+    out.columns = [
+        "drain timeout",
+        "completed",
+        "cancelled (shutdown)",
+        "other",
+        "lost",
+        "last terminal s",
+        "process exit s",
+        "nominal run s",
+        "late run status",
+    ]
+    results: dict[str, Any] = {}
+    nominal = (words + 1) * delay
+    for drain_timeout in (cfg.pick(60.0, 20.0), 1.0):
+        env = {
+            "AGENT_MAX_CONCURRENT_RUNS": str(runs + 10),
+            "AGENT_MAX_QUEUED_RUNS": str(runs + 10),
+            "AGENT_DEMO_TOKEN_DELAY": str(delay),
+            "AGENT_DRAIN_TIMEOUT": str(drain_timeout),
+        }
+        server = agent_server(f"drain-{drain_timeout:g}", env)
+        try:
+            result = run_loadgen(
+                {
+                    "task": "drain",
+                    "host": HOST,
+                    "port": server.port,
+                    "server_pid": server.pid,
+                    "runs": runs,
+                    "input": text,
+                    "time_limit": drain_timeout + 60,
+                }
+            )
+        finally:
+            server.stop(5)
+        results[f"{drain_timeout:g}"] = result
+        outcomes = result.get("outcomes", {})
+        completed = outcomes.get("completed", 0)
+        shutdown = outcomes.get("cancelled:shutdown", 0)
+        other = sum(
+            v for k, v in outcomes.items() if k not in ("completed", "cancelled:shutdown", "lost")
+        )
+        out.rows.append(
+            [
+                f"{drain_timeout:g} s",
+                completed,
+                shutdown,
+                other,
+                result.get("lost"),
+                result.get("last_terminal_s"),
+                result.get("exit_s"),
+                nominal,
+                result.get("late_request_status"),
+            ]
+        )
+        out.targets.append(
+            Target(
+                f"runs lost (drain timeout {drain_timeout:g} s)",
+                result.get("lost", runs),
+                0,
+                "<=",
+                "runs",
+            )
+        )
+    long_run = results[f"{cfg.pick(60.0, 20.0):g}"]
+    out.targets.append(
+        Target(
+            "drain time / nominal run length (long drain timeout)",
+            _ratio(long_run.get("last_terminal_s"), nominal),
+            1.5,
+            "<=",
+            "x",
+            note="informational: runs were partly done when the signal came",
+        )
+    )
+    out.notes.append(
+        f"Each run streams {words + 2} words {delay * 1000:g} ms apart (nominal {nominal:g} s); "
+        "SIGTERM is sent once every client has its first text.delta. A run is lost when its "
+        "client saw the stream end without a terminal event. 'late run status' is the answer to "
+        "a new run asked for just after the signal (503 = draining)."
+    )
+    out.raw = results
+    return out
+
+
+SCENARIOS: dict[int, Callable[[Config], Outcome]] = {
+    1: scenario_relay,
+    2: scenario_latency,
+    3: scenario_capacity,
+    4: scenario_confirm,
+    5: scenario_overload,
+    6: scenario_drain,
+}
+
+
+def elapsed(start: float) -> float:
+    return time.perf_counter() - start

@@ -1,0 +1,694 @@
+"""The Redis bus on a real Redis: event logs (replay, follow, bounds, expiry, fencing),
+session leases, routing between workers, the lost-run sweep, and Redis going away.
+
+Each test has its own key prefix on the machine's Redis (removed afterwards); the outage
+tests start a ``redis-server`` of their own on a spare port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from app.admission import Admission
+from app.agents import load_config
+from app.bus import BusError, BusUnavailable, LeaseLost, LogNotFound, WireEvent
+from app.bus.redis import RedisBus, check_redis
+from app.lifespan import build_agent
+from app.metrics import Metrics
+from app.runs import RunManager
+from app.settings import Settings
+from app.storage import RunRecord, Store, open_store
+from app.wire import WireEncoder
+from tests.scale.services import REDIS_URL, RedisServer, drop_prefix, new_prefix
+
+pytestmark = pytest.mark.redis
+
+
+def event(seq: int, type_: str = "text.delta", run_id: str = "run_1") -> WireEvent:
+    return WireEncoder(run_id, "s").encode(seq, type_, 0.0, {"delta": str(seq)})
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    value = new_prefix()
+    yield value
+    drop_prefix(value)
+
+
+class Buses:
+    """Opens buses (workers) on one prefix; closes them all at the end."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.opened: list[RedisBus] = []
+
+    async def open(self, url: str = REDIS_URL, **options: Any) -> RedisBus:
+        values: dict[str, Any] = {"prefix": self.prefix, "lease_seconds": 5.0}
+        values.update(options)
+        bus = RedisBus(url, **values)
+        await bus.start()
+        self.opened.append(bus)
+        return bus
+
+
+@pytest.fixture
+async def buses(prefix: str) -> AsyncIterator[Buses]:
+    opened = Buses(prefix)
+    try:
+        yield opened
+    finally:
+        for bus in opened.opened:
+            await bus.aclose()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], *, within: float = 5.0) -> None:
+    """Wait until ``check`` answers True."""
+    async with asyncio.timeout(within):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.02)
+
+
+async def gone(bus: RedisBus, run_id: str) -> bool:
+    return not await bus.events.exists(run_id)
+
+
+async def free(bus: RedisBus, session_id: str) -> bool:
+    return await bus.locks.holder(session_id) is None
+
+
+async def read_until_finished(subscription: Any) -> list[int]:
+    seqs: list[int] = []
+    async with asyncio.timeout(10):
+        while not subscription.finished:
+            seqs.extend(e.seq for e in await subscription.next())
+    return seqs
+
+
+# --- event logs -----------------------------------------------------------------------------
+
+
+async def test_replay_then_follow_from_another_worker(buses: Buses) -> None:
+    writer, reader = await buses.open(), await buses.open()
+    log = writer.events
+    await log.create("run_1", session_id="s", fence=1)
+    for seq in (1, 2, 3):
+        await log.append("run_1", event(seq), fence=1)
+    subscription = await reader.events.subscribe("run_1", after=1)
+    assert [e.seq for e in await subscription.next()] == [2, 3]
+    assert subscription.cursor == 3
+    pending = asyncio.ensure_future(subscription.next())
+    await asyncio.sleep(0.05)
+    assert not pending.done()
+    await log.append("run_1", event(4), fence=1)
+    first = [e.seq for e in await pending]
+    await log.append("run_1", event(5, "run.completed"), fence=1)
+    rest = await read_until_finished(subscription)
+    assert first + rest == [4, 5]
+    assert subscription.finished
+    assert await subscription.next() == ()
+    frames = [e.frame for e in (await (await reader.events.subscribe("run_1")).next())]
+    assert frames == [
+        event(seq, "run.completed" if seq == 5 else "text.delta").frame for seq in range(1, 6)
+    ]
+    await subscription.aclose()
+    assert reader.events.subscribers == 1  # the one opened for the frames is still open
+
+
+async def test_subscribing_after_the_end_finishes_at_once(buses: Buses) -> None:
+    bus = await buses.open()
+    await bus.events.create("run_1", session_id="s", fence=1)
+    await bus.events.append("run_1", event(1, "run.cancelled"), fence=1)
+    subscription = await bus.events.subscribe("run_1", after=1)
+    assert await subscription.next() == ()
+    assert subscription.finished
+    await subscription.aclose()
+    assert bus.events.subscribers == 0
+
+
+async def test_interrupt_wakes_a_waiting_reader(buses: Buses) -> None:
+    bus = await buses.open()
+    await bus.events.create("run_1", session_id="s", fence=1)
+    subscription = await bus.events.subscribe("run_1")
+    pending = asyncio.ensure_future(subscription.next())
+    await asyncio.sleep(0.05)
+    subscription.interrupt()
+    assert await pending == ()
+    assert not subscription.finished
+    # an interrupt while not waiting is kept for the next call
+    subscription.interrupt()
+    assert await subscription.next() == ()
+    # closing wakes a pending reader too
+    pending = asyncio.ensure_future(subscription.next())
+    await asyncio.sleep(0.05)
+    await subscription.aclose()
+    assert await pending == ()
+    await subscription.aclose()
+    assert bus.events.subscribers == 0
+
+
+async def test_append_checks_and_fencing(buses: Buses) -> None:
+    log = (await buses.open()).events
+    with pytest.raises(LogNotFound):
+        await log.append("run_x", event(1), fence=1)
+    with pytest.raises(LogNotFound):
+        await log.subscribe("run_x")
+    assert not await log.exists("run_x")
+    assert await log.last_seq("run_x") is None
+    await log.create("run_1", session_id="s", fence=7)
+    with pytest.raises(BusError):
+        await log.create("run_1", session_id="s", fence=7)
+    with pytest.raises(LeaseLost):
+        await log.append("run_1", event(1), fence=6)
+    with pytest.raises(BusError):
+        await log.append("run_1", event(2), fence=7)
+    assert await log.last_seq("run_1") == 0
+    await log.append("run_1", event(1), fence=7)
+    # the same event again from the same writer (a retried call) is taken once
+    await log.append("run_1", event(1), fence=7)
+    assert await log.last_seq("run_1") == 1
+    # a higher token takes over the log, and the old one is refused from then on
+    await log.append("run_1", event(2, "run.failed"), fence=9)
+    assert await log.last_seq("run_1") == 2
+    with pytest.raises(BusError):
+        await log.append("run_1", event(3), fence=9)
+    with pytest.raises(LeaseLost):
+        await log.append("run_1", event(3), fence=7)
+    assert await log.exists("run_1")
+
+
+async def test_bounded_log_drops_the_oldest(buses: Buses) -> None:
+    bus = await buses.open(max_events=16)
+    await bus.events.create("run_1", session_id="s", fence=1)
+    for seq in range(1, 601):
+        await bus.events.append("run_1", event(seq), fence=1)
+    subscription = await bus.events.subscribe("run_1")
+    kept = await subscription.next()
+    # MAXLEN ~ trims whole stream nodes (100 entries each by default)
+    assert 16 <= len(kept) <= 250
+    assert [e.seq for e in kept] == list(range(kept[0].seq, 601))
+    await subscription.aclose()
+
+
+async def test_a_long_replay_comes_in_batches(buses: Buses) -> None:
+    bus = await buses.open()
+    await bus.events.create("run_1", session_id="s", fence=1)
+    for seq in range(1, 2500):
+        await bus.events.append("run_1", event(seq), fence=1)
+    await bus.events.append("run_1", event(2500, "run.completed"), fence=1)
+    subscription = await bus.events.subscribe("run_1", after=10)
+    assert await read_until_finished(subscription) == list(range(11, 2501))
+    await subscription.aclose()
+
+
+async def test_sealed_logs_expire_and_live_ones_are_kept_alive(buses: Buses) -> None:
+    bus = await buses.open(event_log_ttl=0.2, lease_seconds=1.0)
+    lease = await bus.locks.acquire("s", "run_1", 1.0)
+    assert lease is not None
+    await bus.events.create("run_1", session_id="s", fence=lease.token)
+    await bus.events.append("run_1", event(1), fence=lease.token)
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        meta, stream = bus.keys.meta("run_1"), bus.keys.log("run_1")
+        # unsealed: a live TTL (10 leases here), extended by each renewal
+        assert 5_000 < client.pttl(meta) <= 10_000
+        assert 5_000 < client.pttl(stream) <= 10_000
+        client.pexpire(meta, 3_000)
+        await bus.locks.renew(lease, 1.0)
+        assert client.pttl(meta) > 5_000
+        await bus.events.append("run_1", event(2, "run.completed"), fence=lease.token)
+        assert client.pttl(meta) <= 200 and client.pttl(stream) <= 200
+    finally:
+        client.close()
+    await eventually(lambda: gone(bus, "run_1"))
+
+
+# --- session locks --------------------------------------------------------------------------
+
+
+async def test_session_locks(buses: Buses) -> None:
+    one, two = await buses.open(), await buses.open()
+    first = await one.locks.acquire("s", "run_a", 15)
+    assert first is not None
+    assert await two.locks.acquire("s", "run_b", 15) is None
+    assert await two.locks.holder("s") == "run_a"
+    await one.locks.renew(first, 15)
+    await one.locks.release(first)
+    assert await one.locks.holder("s") is None
+    with pytest.raises(LeaseLost):
+        await one.locks.renew(first, 15)
+    second = await two.locks.acquire("s", "run_b", 15)
+    assert second is not None and second.token > first.token
+    await one.locks.release(first)  # a stale lease releases nothing
+    assert await one.locks.holder("s") == "run_b"
+    assert (one.locks.held, two.locks.held) == (0, 1)
+    # a retried acquire by the same holder gets its own lease back
+    again = await two.locks.acquire("s", "run_b", 15)
+    assert again == second
+
+
+async def test_a_lease_lapses_unless_renewed(buses: Buses) -> None:
+    bus = await buses.open()
+    lease = await bus.locks.acquire("s", "run_a", 0.2)
+    assert lease is not None
+    await asyncio.sleep(0.1)
+    await bus.locks.renew(lease, 0.3)
+    await asyncio.sleep(0.15)
+    assert await bus.locks.holder("s") == "run_a"
+    await eventually(lambda: free(bus, "s"))
+    with pytest.raises(LeaseLost):
+        await bus.locks.renew(lease, 1)
+    successor = await bus.locks.acquire("s", "run_b", 5)
+    assert successor is not None and successor.token > lease.token
+
+
+async def test_two_hundred_contenders_one_winner(buses: Buses) -> None:
+    workers = [await buses.open() for _ in range(3)]
+    leases = await asyncio.gather(
+        *(workers[i % 3].locks.acquire("s", f"run_{i}", 15) for i in range(200))
+    )
+    won = [lease for lease in leases if lease is not None]
+    assert len(won) == 1
+    assert await workers[0].locks.holder("s") == won[0].holder
+
+
+async def test_the_terminal_event_releases_the_lock_and_the_route(buses: Buses) -> None:
+    bus = await buses.open()
+    lease = await bus.locks.acquire("s", "run_1", 15)
+    assert lease is not None
+    await bus.events.create("run_1", session_id="s", fence=lease.token)
+    await bus.router.register("run_1", "s")
+    await bus.events.append("run_1", event(1), fence=lease.token)
+    assert await bus.locks.holder("s") == "run_1"
+    await bus.events.append("run_1", event(2, "run.completed"), fence=lease.token)
+    assert await bus.locks.holder("s") is None
+    assert await bus.router.cancel("run_1", "cancel_requested") is False
+    await bus.locks.release(lease)
+    await bus.router.unregister("run_1")
+    assert bus.stats() == {
+        "event_logs": 0,
+        "live_event_logs": 0,
+        "subscribers": 0,
+        "locks": 0,
+        "routed_runs": 0,
+    }
+
+
+async def test_a_sealing_with_another_token_leaves_the_lock_alone(buses: Buses) -> None:
+    bus = await buses.open()
+    lease = await bus.locks.acquire("s", "run_1", 15)
+    assert lease is not None
+    await bus.events.create("run_1", session_id="s", fence=lease.token)
+    await bus.locks.release(lease)
+    successor = await bus.locks.acquire("s", "run_2", 15)
+    assert successor is not None
+    # the lost run's end, written under the old token, must not free its successor's lock
+    await bus.events.append("run_1", event(1, "run.failed"), fence=lease.token)
+    assert await bus.locks.holder("s") == "run_2"
+
+
+# --- routing --------------------------------------------------------------------------------
+
+
+class Handler:
+    def __init__(self, runs: set[str]) -> None:
+        self.runs = runs
+        self.calls: list[tuple[Any, ...]] = []
+
+    def cancel_local(self, run_id: str, reason: str) -> bool:
+        self.calls.append(("cancel", run_id, reason))
+        return run_id in self.runs
+
+    def deliver_local(
+        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+    ) -> list[str]:
+        self.calls.append(("deliver", session_id, run_id, name, dict(payload)))
+        if run_id in self.runs or (run_id is None and session_id == "s-held"):
+            return ["ConfirmationExtension"]
+        return []
+
+
+async def test_commands_reach_the_worker_holding_the_run(buses: Buses) -> None:
+    holder, other = await buses.open(), await buses.open()
+    held, elsewhere = Handler({"run_h"}), Handler(set())
+    holder.router.bind(held)
+    other.router.bind(elsewhere)
+    lease = await holder.locks.acquire("s-held", "run_h", 15)
+    assert lease is not None
+    await holder.router.register("run_h", "s-held")
+    assert other.stats()["routed_runs"] == 0 and holder.stats()["routed_runs"] == 1
+
+    assert await other.router.cancel("run_h", "cancel_requested") is True
+    assert held.calls[-1:] == [("cancel", "run_h", "cancel_requested")]
+    accepted = await other.router.deliver_external(
+        "s-held", "run_h", "confirmation_response", {"a": 1}
+    )
+    assert accepted == ["ConfirmationExtension"]
+    assert held.calls[-1:] == [("deliver", "s-held", "run_h", "confirmation_response", {"a": 1})]
+    # without a run id, the answer goes to whichever run holds the session
+    assert await other.router.deliver_external("s-held", None, "n", {}) == ["ConfirmationExtension"]
+    # the holder's own refusal comes back as is
+    held.runs.clear()
+    assert await other.router.cancel("run_h", "cancel_requested") is False
+    assert await other.router.deliver_external("s-held", "run_h", "n", {}) == []
+    # unknown runs are answered without asking anyone
+    calls = len(held.calls)
+    assert await other.router.cancel("run_nope", "cancel_requested") is False
+    assert await other.router.deliver_external("s-free", None, "n", {}) == []
+    assert len(held.calls) == calls
+    await holder.router.unregister("run_h")
+    assert await other.router.cancel("run_h", "cancel_requested") is False
+
+
+async def test_a_gone_worker_is_answered_for_at_once(buses: Buses) -> None:
+    holder, other = await buses.open(), await buses.open()
+    holder.router.bind(Handler({"run_h"}))
+    other.router.bind(Handler(set()))
+    await holder.router.register("run_h", "s")
+    await holder.aclose()  # its channel has no subscriber any more; its route is still there
+    started = time.monotonic()
+    assert await other.router.cancel("run_h", "cancel_requested") is False
+    assert await other.router.deliver_external("s", "run_h", "n", {}) == []
+    assert time.monotonic() - started < 1.0
+
+
+async def test_a_silent_worker_costs_the_reply_timeout(buses: Buses, prefix: str) -> None:
+    other = await buses.open(reply_timeout=0.3)
+    other.router.bind(Handler(set()))
+    client = redis.asyncio.Redis.from_url(REDIS_URL)
+    pubsub = client.pubsub()
+    await pubsub.subscribe(other.keys.commands("mute-worker"))  # subscribed, never answers
+    try:
+        await client.set(other.keys.route("run_m"), "mute-worker", px=5000)
+        started = time.monotonic()
+        assert await other.router.cancel("run_m", "cancel_requested") is False
+        assert 0.25 < time.monotonic() - started < 2.0
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await client.aclose()
+
+
+# --- the follower ---------------------------------------------------------------------------
+
+
+async def test_many_readers_of_many_runs_on_one_follower(buses: Buses) -> None:
+    writer, reader = await buses.open(), await buses.open()
+    runs = [f"run_{index}" for index in range(20)]
+    for run_id in runs:
+        await writer.events.create(run_id, session_id="s", fence=1)
+
+    async def follow(run_id: str, after: int) -> list[int]:
+        subscription = await reader.events.subscribe(run_id, after=after)
+        try:
+            return await read_until_finished(subscription)
+        finally:
+            await subscription.aclose()
+
+    readers = [asyncio.ensure_future(follow(run_id, 0)) for run_id in runs]
+
+    async def write(run_id: str) -> None:
+        for seq in range(1, 30):
+            await writer.events.append(run_id, event(seq, run_id=run_id), fence=1)
+            if seq % 7 == 0:
+                await asyncio.sleep(0.01)
+        await writer.events.append(run_id, event(30, "run.completed", run_id=run_id), fence=1)
+
+    await asyncio.sleep(0.05)
+    late = [asyncio.ensure_future(follow(run_id, 3)) for run_id in runs[:5]]
+    await asyncio.gather(*(write(run_id) for run_id in runs))
+    for result in await asyncio.gather(*readers):
+        assert result == list(range(1, 31))
+    for result in await asyncio.gather(*late):
+        assert result == list(range(4, 31))
+    assert reader.events.subscribers == 0
+    assert reader.events.follower.waiting == 0
+
+
+async def test_a_reader_that_joins_while_the_follower_waits_is_not_missed(buses: Buses) -> None:
+    writer, reader = await buses.open(), await buses.open()
+    for run_id in ("run_a", "run_b"):
+        await writer.events.create(run_id, session_id="s", fence=1)
+    first = await reader.events.subscribe("run_a")
+    pending_a = asyncio.ensure_future(first.next())
+    await asyncio.sleep(0.1)  # the follower now blocks on run_a only
+    second = await reader.events.subscribe("run_b")
+    pending_b = asyncio.ensure_future(second.next())
+    await asyncio.sleep(0.01)
+    started = time.monotonic()
+    await writer.events.append("run_b", event(1, run_id="run_b"), fence=1)
+    async with asyncio.timeout(2):
+        assert [e.seq for e in await pending_b] == [1]
+    assert time.monotonic() - started < 1.0  # well before the XREAD's own 5 s timeout
+    assert not pending_a.done()
+    await first.aclose()
+    await second.aclose()
+    assert await pending_a == ()
+
+
+async def test_a_deleted_log_ends_its_readers(buses: Buses) -> None:
+    bus = await buses.open()
+    await bus.events.create("run_1", session_id="s", fence=1)
+    await bus.events.append("run_1", event(1), fence=1)
+    subscription = await bus.events.subscribe("run_1")
+    assert [e.seq for e in await subscription.next()] == [1]
+    bus.events.discard("run_1")
+    await eventually(lambda: gone(bus, "run_1"))
+    subscription.interrupt()  # what an SSE response's ping does
+    assert await subscription.next() == ()
+    assert await subscription.next() == ()
+    assert subscription.finished
+    await subscription.aclose()
+
+
+# --- the sweep of lost runs -----------------------------------------------------------------
+
+
+async def test_orphans_are_unsealed_logs_without_a_route(buses: Buses) -> None:
+    bus = await buses.open()
+    for run_id, session in (("run_held", "s1"), ("run_lost", "s2"), ("run_done", "s3")):
+        await bus.events.create(run_id, session_id=session, fence=1)
+    await bus.router.register("run_held", "s1")
+    await bus.events.append("run_done", event(1, "run.completed", run_id="run_done"), fence=1)
+    assert await bus.events.orphans() == [("run_lost", "s2")]
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.delete(bus.keys.meta("run_lost"))  # expired
+    finally:
+        client.close()
+    assert await bus.events.orphans() == []
+    bus.events.discard("run_held")
+
+
+@pytest.fixture
+async def manager_on_redis(
+    tmp_path: Path, buses: Buses
+) -> AsyncIterator[tuple[RunManager, Store, RedisBus]]:
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/a.db", lease_seconds=30)
+    store = await open_store(settings.database_url)
+    bus = await buses.open(lease_seconds=30)
+    agent = await build_agent(settings, load_config(None))
+    manager = RunManager(
+        agent=agent,
+        store=store,
+        bus=bus,
+        admission=Admission(max_running=4, max_queued=4),
+        metrics=Metrics(),
+        profiles=load_config(None).agents,
+        queue_timeout=1,
+        lease_seconds=30,
+    )
+    try:
+        yield manager, store, bus
+    finally:
+        await manager.aclose()
+        await agent.aclose()
+        await store.close()
+
+
+async def orphan(store: Store, bus: RedisBus, run_id: str, session_id: str) -> None:
+    """A run that some other worker started and wrote two events of, then died."""
+    await store.get_or_create_session(session_id, "anonymous")
+    await store.create_run(
+        RunRecord(
+            run_id=run_id,
+            session_id=session_id,
+            principal="anonymous",
+            agent="default",
+            input="x",
+            status="running",
+        )
+    )
+    await bus.events.create(run_id, session_id=session_id, fence=1)
+    encoder = WireEncoder(run_id, session_id)
+    await bus.events.append(run_id, encoder.encode(1, "run.started", 0.0, {}), fence=1)
+    await bus.events.append(run_id, encoder.encode(2, "text.delta", 0.0, {"delta": "a"}), fence=1)
+
+
+async def test_the_sweep_fails_lost_runs_and_seals_their_logs(
+    manager_on_redis: tuple[RunManager, Store, RedisBus], buses: Buses
+) -> None:
+    manager, store, bus = manager_on_redis
+    reader_bus = await buses.open()
+    await orphan(store, bus, "run_dead", "s-dead")
+    await orphan(store, bus, "run_alive", "s-alive")
+    alive = await bus.locks.acquire("s-alive", "run_alive", 30)  # its worker still renews
+    assert alive is not None
+    assert sorted(await bus.events.orphans()) == [("run_alive", "s-alive"), ("run_dead", "s-dead")]
+    await bus.router.register("run_alive", "s-alive")
+    reader = await reader_bus.events.subscribe("run_dead", after=2)
+    waiting = asyncio.ensure_future(reader.next())
+    assert await manager.reap_lost_runs() == 1
+    async with asyncio.timeout(5):
+        (terminal,) = await waiting
+    assert terminal.seq == 3
+    assert terminal.document["data"]["error"]["code"] == "worker_lost"
+    assert reader.finished
+    await reader.aclose()
+    dead = await store.get_run("run_dead")
+    assert dead is not None and dead.status == "failed"
+    assert dead.error is not None and dead.error["code"] == "worker_lost"
+    still = await store.get_run("run_alive")
+    assert still is not None and still.status == "running"
+    assert await bus.locks.holder("s-dead") is None
+    # the lost worker, back from the dead, can no longer write to the log
+    with pytest.raises(LeaseLost):
+        await bus.events.append(
+            "run_dead", WireEncoder("run_dead", "s-dead").encode(3, "text.delta", 0.0, {}), fence=1
+        )
+    assert await manager.reap_lost_runs() == 0
+    assert await bus.events.orphans() == []
+
+
+async def test_the_sweep_seals_a_log_its_worker_left_open_after_storing_the_end(
+    manager_on_redis: tuple[RunManager, Store, RedisBus],
+) -> None:
+    """The worker stored the run's outcome, then died before appending its terminal event."""
+    manager, store, bus = manager_on_redis
+    await orphan(store, bus, "run_half", "s-half")
+    await store.update_run(
+        "run_half", status="completed", output={"content": "done"}, usage={"input_tokens": 1}
+    )
+    reader = await bus.events.subscribe("run_half", after=2)
+    assert await manager.reap_lost_runs() == 0  # nothing failed: its end was known
+    async with asyncio.timeout(5):
+        (terminal,) = await reader.next()
+    assert terminal.type == "run.completed" and terminal.seq == 3
+    assert terminal.document["data"]["output"] == {"content": "done"}
+    await reader.aclose()
+    record = await store.get_run("run_half")
+    assert record is not None and record.status == "completed"
+    assert await bus.events.orphans() == []
+
+
+async def test_the_sweep_stores_the_end_a_log_has_but_the_store_missed(
+    manager_on_redis: tuple[RunManager, Store, RedisBus],
+) -> None:
+    """The log got the run's end (store unreachable at the time), the store did not."""
+    manager, store, bus = manager_on_redis
+    await orphan(store, bus, "run_log", "s-log")
+    end = WireEncoder("run_log", "s-log").encode(
+        3, "run.failed", 0.0, {"error": {"code": "internal", "message": "boom"}}
+    )
+    await bus.events.append("run_log", end, fence=1)
+    assert await manager.reap_lost_runs() == 0
+    record = await store.get_run("run_log")
+    assert record is not None and record.status == "failed"
+    assert record.error == {"code": "internal", "message": "boom"}
+
+
+# --- Redis going away -----------------------------------------------------------------------
+
+
+async def test_check_redis_names_the_problem_in_one_line() -> None:
+    with pytest.raises(BusUnavailable) as caught:
+        await check_redis("redis://user:hunter2@127.0.0.1:1/0", timeout=2)
+    message = str(caught.value)
+    assert "\n" not in message and "hunter2" not in message
+    assert "127.0.0.1:1" in message
+
+
+async def test_a_redis_outage_fails_calls_quickly_and_the_bus_recovers(
+    tmp_path: Path, buses: Buses
+) -> None:
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        writer = await buses.open(server.url, lease_seconds=1.0)
+        reader = await buses.open(server.url, lease_seconds=1.0)
+        writer.router.bind(Handler({"run_1"}))
+        await writer.events.create("run_1", session_id="s", fence=1)
+        await writer.router.register("run_1", "s")
+        subscription = await reader.events.subscribe("run_1")
+        pending = asyncio.ensure_future(subscription.next())
+        await asyncio.sleep(0.1)
+        server.stop()
+        started = time.monotonic()
+        with pytest.raises(BusUnavailable):
+            await writer.events.append("run_1", event(1), fence=1)
+        with pytest.raises(BusUnavailable):
+            await reader.locks.acquire("s2", "run_2", 5)
+        with pytest.raises(BusUnavailable):
+            await reader.router.cancel("run_1", "cancel_requested")
+        assert time.monotonic() - started < 10
+        # a reader rides the outage out, and answers its interrupts meanwhile
+        await asyncio.sleep(0.3)
+        assert not pending.done()
+        subscription.interrupt()
+        async with asyncio.timeout(2):
+            assert await pending == ()
+        # Redis comes back empty (no persistence): the log is gone, its reader ends
+        server.start()
+        async with asyncio.timeout(10):
+            while True:
+                batch = await subscription.next()
+                assert batch == ()
+                if subscription.finished:
+                    break
+        await subscription.aclose()
+        # and everything works again, scripts included (reloaded after the restart)
+        async with asyncio.timeout(10):
+            while True:
+                try:
+                    lease = await writer.locks.acquire("s3", "run_3", 5)
+                    break
+                except BusUnavailable:
+                    await asyncio.sleep(0.1)
+        assert lease is not None
+        await writer.events.create("run_3", session_id="s3", fence=lease.token)
+        await writer.router.register("run_3", "s3")
+        writer.router.bind(Handler({"run_3"}))
+        # once the writer's listener has subscribed again
+        await eventually(lambda: reader.router.cancel("run_3", "cancel_requested"), within=10)
+        follow = await reader.events.subscribe("run_3")
+        await writer.events.append(
+            "run_3", event(1, "run.completed", run_id="run_3"), fence=lease.token
+        )
+        assert await read_until_finished(follow) == [1]
+        await follow.aclose()
+    finally:
+        server.stop()
+
+
+async def test_a_reader_gives_up_after_the_outage_grace(tmp_path: Path, buses: Buses) -> None:
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        bus = await buses.open(server.url, outage_grace=0.5)
+        await bus.events.create("run_1", session_id="s", fence=1)
+        subscription = await bus.events.subscribe("run_1")
+        server.stop()
+        with pytest.raises(BusUnavailable):
+            async with asyncio.timeout(15):
+                while True:
+                    await subscription.next()
+        await subscription.aclose()
+    finally:
+        server.stop()

@@ -1,0 +1,408 @@
+"""Bad input: a schema-driven fuzzer, then hand-picked malformed requests, against a real server.
+
+schemathesis loads the live server's ``/openapi.json`` and runs all of its phases in-process
+(examples, coverage, fuzzing, and the stateful phase, which follows the document's links: a
+started run → its status, events, confirmation answer, cancellation). Every check is on: no
+5xx, no status, header, content type or body outside the document, valid data accepted, invalid
+data refused, undeclared methods answered 405, the API keys honoured. The hand-picked requests
+are the ones a fuzzer does not write: bodies that are not JSON, are too large (declared or
+chunked), nested too deeply; bad ids; NUL bytes. Each must be a 4xx problem with the right code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+from schemathesis.engine import events as engine_events
+from schemathesis.engine import from_schema
+
+from tests.e2e.conftest import Server, launch
+
+from .conftest import API_KEYS, PROBLEM, assert_problem, auth, read_events, state, wait_idle
+
+MAX_BODY = 64 * 1024
+SEED = 20261130
+MAX_EXAMPLES = 60
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server with API keys, a small body limit and short waits (confirmations, runs)."""
+    running = launch(
+        tmp_path_factory.mktemp("bad-input"),
+        {
+            "AGENT_API_KEYS": API_KEYS,
+            "AGENT_MAX_BODY_BYTES": str(MAX_BODY),
+            "AGENT_CONFIRMATION_TIMEOUT": "0.5",
+            "AGENT_RUN_TIMEOUT": "10",
+            "AGENT_DEMO_SLOW_SECONDS": "0.05",
+        },
+    )
+    yield running
+    running.stop()
+
+
+# --- schemathesis -------------------------------------------------------------------------------
+
+
+def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
+    """Run every schemathesis phase; the end event and what was sent and received."""
+    config = schemathesis.Config.from_dict(
+        {
+            "seed": SEED,
+            "headers": auth("alice"),
+            "request-timeout": 20,
+            "generation": {"max-examples": MAX_EXAMPLES, "database": "none"},
+            "phases": {"stateful": {"max-steps": 12}},
+        }
+    )
+    schema = schemathesis.openapi.from_url(f"{server.base_url}/openapi.json", config=config)
+
+    @schema.hook
+    def map_body(context: schemathesis.HookContext, body: Any) -> Any:
+        # most generated agent names are unknown (a 404): name the configured one instead, so
+        # that runs start and the stateful phase has something to follow
+        if isinstance(body, dict) and isinstance(body.get("agent"), str):
+            body["agent"] = "default"
+        return body
+
+    statuses: collections.Counter[tuple[str, int]] = collections.Counter()
+    transitions: collections.Counter[str] = collections.Counter()
+    failures: list[str] = []
+    finished: engine_events.EngineFinished | None = None
+    for event in from_schema(schema).execute():
+        if isinstance(event, engine_events.ScenarioFinished | engine_events.FuzzScenarioFinished):
+            recorder = event.recorder
+            for interaction in recorder.interactions.values():
+                if interaction.response is not None:
+                    label = f"{interaction.request.method}"
+                    statuses[(label, interaction.response.status_code)] += 1
+            for node in recorder.cases.values():
+                if node.transition is not None:
+                    transitions[node.transition.id] += 1
+            for checks in recorder.checks.values():
+                for check in checks:
+                    if check.failure_info is not None:
+                        failure = check.failure_info.failure
+                        failures.append(f"{recorder.label}: {check.name}: {failure.title}")
+        elif isinstance(event, engine_events.NonFatalError | engine_events.FatalError):
+            failures.append(f"engine error: {event!r}")
+        elif isinstance(event, engine_events.EngineFinished):
+            finished = event
+    assert finished is not None
+    return finished, {"statuses": statuses, "transitions": transitions, "failures": failures}
+
+
+@pytest.mark.slow
+async def test_schemathesis_finds_nothing_outside_the_schema(server: Server) -> None:
+    started = time.monotonic()
+    finished, seen = await asyncio.to_thread(fuzz, server)
+    elapsed = time.monotonic() - started
+    statuses: collections.Counter[tuple[str, int]] = seen["statuses"]
+    transitions: collections.Counter[str] = seen["transitions"]
+    print(
+        f"schemathesis: {sum(statuses.values())} requests in {elapsed:.1f} s, "
+        f"{sum(transitions.values())} link transitions, statuses {dict(sorted(statuses.items()))}"
+    )
+    assert not seen["failures"], "\n".join(sorted(set(seen["failures"])))
+    assert not finished.failures
+    assert finished.stop_reason.value == "completed"
+    assert not [key for key in statuses if key[1] >= 500]
+    # the fuzzing reached the service, not only its validation: runs started and were followed
+    assert statuses[("POST", 200)] > 10
+    assert any("GetRun" in name or "FollowEvents" in name for name in transitions), transitions
+    assert any("AnswerConfirmation" in name for name in transitions), transitions
+    assert any("CancelRun" in name for name in transitions), transitions
+    # and left nothing behind
+    async with server.client() as client:
+        await wait_idle(client, headers=auth("alice"))
+    assert '"level": "error"' not in server.log()
+
+
+async def test_the_document_declares_problems_links_and_auth(server: Server) -> None:
+    async with server.client() as client:
+        document = (await client.get("/openapi.json")).json()
+    assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if int(status) >= 400:
+                    assert list(response["content"]) == [PROBLEM], (method, path, status)
+                    schema = response["content"][PROBLEM]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/Problem"}
+            if path.startswith(("/v1/", "/external-events")):
+                assert "401" in operation["responses"], (method, path)
+                assert operation["security"] == [{"bearer": []}]
+    start = document["paths"]["/v1/sessions/{session_id}/runs"]["post"]["responses"]
+    assert {"GetRun", "FollowEvents", "CancelRun", "AnswerConfirmation"} <= set(
+        start["202"]["links"]
+    )
+    assert start["429"]["headers"]["Retry-After"]["required"] is True
+    events = document["paths"]["/v1/runs/{run_id}/events"]["get"]["responses"]["200"]
+    assert list(events["content"]) == ["text/event-stream"]
+
+
+# --- hand-picked bad requests -------------------------------------------------------------------
+
+JSON = {"content-type": "application/json"}
+
+
+def deep(levels: int) -> bytes:
+    return b'{"input": "x", "metadata": ' + b'{"a": ' * levels + b"1" + b"}" * levels + b"}"
+
+
+BAD_RUN_BODIES: list[tuple[str, bytes, dict[str, str]]] = [
+    ("truncated JSON", b'{"input": "hel', JSON),
+    ("two documents", b'{"input": "a"}{"input": "b"}', JSON),
+    ("not UTF-8", b'{"input": "\xff\xfe\xfa"}', JSON),
+    ("a JSON string", b'"hello"', JSON),
+    ("a JSON array", b'[{"input": "x"}]', JSON),
+    ("null", b"null", JSON),
+    ("empty object", b"{}", JSON),
+    ("input is a number", b'{"input": 5}', JSON),
+    ("input is null", b'{"input": null}', JSON),
+    ("stream is a string", b'{"input": "x", "stream": "yes"}', JSON),
+    ("stream is 0", b'{"input": "x", "stream": 0}', JSON),
+    ("background is 1", b'{"input": "x", "background": 1}', JSON),
+    ("max_iterations is a string", b'{"input": "x", "max_iterations": "3"}', JSON),
+    ("max_iterations is a fraction", b'{"input": "x", "max_iterations": 2.5}', JSON),
+    ("max_iterations is 0", b'{"input": "x", "max_iterations": 0}', JSON),
+    ("max_iterations is true", b'{"input": "x", "max_iterations": true}', JSON),
+    ("run_timeout is NaN", b'{"input": "x", "run_timeout": NaN}', JSON),
+    ("run_timeout is Infinity", b'{"input": "x", "run_timeout": Infinity}', JSON),
+    ("run_timeout is negative", b'{"input": "x", "run_timeout": -1}', JSON),
+    ("run_timeout is 1e999", b'{"input": "x", "run_timeout": 1e999}', JSON),
+    ("a 5000-digit number", b'{"input": "x", "max_iterations": ' + b"9" * 5000 + b"}", JSON),
+    ("on_disconnect unknown", b'{"input": "x", "on_disconnect": "explode"}', JSON),
+    ("metadata is a list", b'{"input": "x", "metadata": [1]}', JSON),
+    ("unknown field", b'{"input": "x", "inputs": "y"}', JSON),
+    ("lone surrogate in input", b'{"input": "a\\ud800b"}', JSON),
+    ("lone surrogate in a metadata key", b'{"input": "a", "metadata": {"\\udfff": 1}}', JSON),
+    ("nested past the parser's limit", deep(5000), JSON),
+    ("text/plain", b'{"input": "x"}', {"content-type": "text/plain"}),
+    ("form-encoded", b"input=x", {"content-type": "application/x-www-form-urlencoded"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [pytest.param(body, headers, id=name) for name, body, headers in BAD_RUN_BODIES],
+)
+async def test_a_bad_run_body_is_a_validation_problem(
+    server: Server, body: bytes, headers: dict[str, str]
+) -> None:
+    async with server.client(headers=auth("alice")) as client:
+        response = await client.post("/v1/sessions/bad-body/runs", content=body, headers=headers)
+        problem = assert_problem(response, 422, "validation_error")
+        assert problem["errors"], problem
+        # nothing of the request is echoed: pydantic's "input" is dropped
+        assert all(set(error) == {"loc", "msg", "type"} for error in problem["errors"])
+        # the session was not left busy
+        assert (await client.get("/v1/sessions/bad-body")).status_code in (200, 404)
+
+
+BAD_EVENT_BODIES: list[tuple[str, bytes]] = [
+    ("truncated JSON", b'{"session_id": "s", '),
+    ("not UTF-8", b'{"session_id": "\xc3\x28"}'),
+    ("missing name", b'{"session_id": "s", "payload": {}}'),
+    ("empty name", b'{"session_id": "s", "name": "", "payload": {}}'),
+    ("blank name", b'{"session_id": "s", "name": "  ", "payload": {}}'),
+    ("payload is a list", b'{"session_id": "s", "name": "n", "payload": []}'),
+    ("payload is a string", b'{"session_id": "s", "name": "n", "payload": "yes"}'),
+    ("session id with a slash", b'{"session_id": "a/b", "name": "n", "payload": {}}'),
+    ("session id with NUL", b'{"session_id": "a\\u0000b", "name": "n", "payload": {}}'),
+    ("session id too long", b'{"session_id": "' + b"s" * 129 + b'", "name": "n"}'),
+    ("run id too long", b'{"session_id": "s", "run_id": "' + b"r" * 129 + b'", "name": "n"}'),
+    ("run id is a number", b'{"session_id": "s", "run_id": 7, "name": "n"}'),
+    ("lone surrogate in payload", b'{"session_id": "s", "name": "n", "payload": {"a": "\\ud834"}}'),
+    ("unknown field", b'{"session_id": "s", "name": "n", "extra": 1}'),
+]
+
+
+@pytest.mark.parametrize("body", [pytest.param(body, id=name) for name, body in BAD_EVENT_BODIES])
+async def test_a_bad_external_event_is_a_validation_problem(server: Server, body: bytes) -> None:
+    async with server.client(headers=auth("alice")) as client:
+        response = await client.post("/external-events", content=body, headers=JSON)
+        assert_problem(response, 422, "validation_error")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("POST", "/v1/sessions/" + "s" * 129 + "/runs", 422, "validation_error"),
+        ("POST", "/v1/sessions/a%20b/runs", 422, "validation_error"),
+        ("POST", "/v1/sessions/%C3%A9t%C3%A9/runs", 422, "validation_error"),
+        ("POST", "/v1/sessions/a%00b/runs", 422, "validation_error"),
+        ("POST", "/v1/sessions/a%2Fb/runs", 404, "not_found"),
+        ("POST", "/v1/sessions//runs", 404, "not_found"),
+        ("GET", "/v1/sessions/a%00b", 422, "validation_error"),
+        ("GET", "/v1/sessions/" + "s" * 129 + "/messages", 422, "validation_error"),
+        ("DELETE", "/v1/sessions/%E2%80%A8", 422, "validation_error"),
+        ("GET", "/v1/runs/run_00000000000000000000000000000000", 404, "not_found"),
+        ("GET", "/v1/runs/run%00x", 404, "not_found"),
+        ("GET", "/v1/runs/" + "r" * 5000, 404, "not_found"),
+        ("GET", "/v1/runs/..%2F..%2Fetc%2Fpasswd", 404, "not_found"),
+        ("GET", "/v1/runs/%F0%9F%98%80/events", 404, "not_found"),
+        ("POST", "/v1/runs/run_unknown/cancel", 404, "not_found"),
+        ("POST", "/v1/runs/%00/cancel", 404, "not_found"),
+        ("GET", "/v1/runs/run_x/events?after=-1", 422, "validation_error"),
+        ("GET", "/v1/runs/run_x/events?after=abc", 422, "validation_error"),
+        ("PUT", "/v1/runs/run_x", 405, "method_not_allowed"),
+        ("GET", "/external-events", 405, "method_not_allowed"),
+        ("PATCH", "/v1/sessions/s", 405, "method_not_allowed"),
+        ("GET", "/v2/anything", 404, "not_found"),
+    ],
+)
+async def test_bad_ids_and_paths_are_problems(
+    server: Server, method: str, path: str, status: int, code: str
+) -> None:
+    async with server.client(headers=auth("alice")) as client:
+        response = await client.request(method, path)
+        assert_problem(response, status, code)
+        if status == 405:
+            # every method the path takes, not only the first route's (GET and DELETE here)
+            allowed = {item.strip() for item in response.headers["allow"].split(",")}
+            assert method not in allowed
+            assert allowed == ALLOWED[path]
+
+
+ALLOWED = {
+    "/v1/runs/run_x": {"GET", "HEAD"},
+    "/external-events": {"POST"},
+    "/v1/sessions/s": {"GET", "HEAD", "DELETE"},
+}
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5", "١٢", "+3", "1_000", "9" * 40])
+async def test_a_bad_last_event_id_is_a_validation_problem(server: Server, value: str) -> None:
+    async with server.client(headers=auth("alice")) as client:
+        _, response = await read_events(
+            client, "POST", "/v1/sessions/lei/runs", json={"input": "hi"}
+        )
+        run_id = response.headers["x-run-id"]
+        response = await client.get(
+            f"/v1/runs/{run_id}/events", headers={b"Last-Event-ID": value.encode()}
+        )
+        assert_problem(response, 422, "validation_error")
+
+
+async def raw_request(server: Server, head: bytes, body: list[bytes]) -> tuple[int, bytes]:
+    """Send ``head`` and then the body pieces on a raw connection, stopping as soon as the
+    server answers; the status and the answer's bytes."""
+    host, port = server.base_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(head)
+        await writer.drain()
+        answer = asyncio.ensure_future(reader.read(65536))
+        for piece in body:
+            if answer.done():
+                break
+            writer.write(piece)
+            try:
+                await writer.drain()
+            except ConnectionError:
+                break
+            await asyncio.sleep(0)
+        data = await asyncio.wait_for(answer, 10)
+        while b"}" not in data.partition(b"\r\n\r\n")[2]:  # the whole problem object
+            more = await asyncio.wait_for(reader.read(65536), 10)
+            if not more:
+                break
+            data += more
+    finally:
+        writer.close()
+    status = int(data.split(b" ", 2)[1])
+    return status, data
+
+
+def head(path: str, *headers: str) -> bytes:
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: test",
+        f"Authorization: {auth('alice')['Authorization']}",
+    ]
+    return ("\r\n".join([*lines, *headers]) + "\r\n\r\n").encode()
+
+
+@pytest.mark.parametrize("path", ["/v1/sessions/huge/runs", "/external-events"])
+async def test_a_huge_declared_body_is_refused_before_it_is_read(server: Server, path: str) -> None:
+    # a terabyte announced, nothing sent: the answer comes at once, not after a read
+    status, data = await raw_request(
+        server, head(path, "Content-Type: application/json", f"Content-Length: {10**12}"), []
+    )
+    assert status == 413
+    assert b"application/problem+json" in data
+    assert b'"code":"payload_too_large"' in data
+
+
+@pytest.mark.parametrize("path", ["/v1/sessions/huge/runs", "/external-events"])
+async def test_a_huge_chunked_body_is_refused_as_it_arrives(server: Server, path: str) -> None:
+    # no length: counted as it arrives, refused once past the limit, without reading the rest
+    piece = b'{"input": "' + b"x" * 8192
+    chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+    filler = b"y" * 8192
+    more = f"{len(filler):x}\r\n".encode() + filler + b"\r\n"
+    status, data = await raw_request(
+        server,
+        head(path, "Content-Type: application/json", "Transfer-Encoding: chunked"),
+        [chunk, *[more] * (4 * MAX_BODY // len(filler))],
+    )
+    assert status == 413
+    assert b'"code":"payload_too_large"' in data
+
+
+async def test_a_body_just_over_the_limit_is_refused_and_one_at_it_accepted(
+    server: Server,
+) -> None:
+    async with server.client(headers=auth("alice")) as client:
+        prefix = b'{"input": "'
+        suffix = b'", "stream": false}'
+        filler = MAX_BODY - len(prefix) - len(suffix)
+        fits = prefix + b"x" * filler + suffix
+        assert len(fits) == MAX_BODY
+        response = await client.post("/v1/sessions/limit/runs", content=fits, headers=JSON)
+        assert response.status_code == 200, response.text[:300]
+        over = prefix + b"x" * (filler + 1) + suffix
+        response = await client.post("/v1/sessions/limit/runs", content=over, headers=JSON)
+        assert_problem(response, 413, "payload_too_large")
+
+        async def chunks() -> Any:
+            yield over[: len(over) // 2]
+            yield over[len(over) // 2 :]
+
+        response = await client.post("/v1/sessions/limit/runs", content=chunks(), headers=JSON)
+        assert_problem(response, 413, "payload_too_large")
+
+
+async def test_nul_bytes_in_text_are_kept_not_refused(server: Server) -> None:
+    # NUL is a character like any other in JSON text: stored and answered intact
+    async with server.client(headers=auth("alice")) as client:
+        text = "nul\x00inside\x00"
+        response = await client.post(
+            "/v1/sessions/nul/runs",
+            json={"input": text, "stream": False, "metadata": {"k\x00": "v\x00"}},
+        )
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["output"]["content"] == f"You said: {text}"
+        run = (await client.get(f"/v1/runs/{body['run_id']}")).json()
+        assert run["metadata"] == {"k\x00": "v\x00"}
+        messages = (await client.get("/v1/sessions/nul/messages")).json()["messages"]
+        assert [m["content"] for m in messages] == [text, f"You said: {text}"]
+
+
+async def test_the_server_is_still_healthy_and_idle(server: Server) -> None:
+    async with server.client() as client:
+        assert (await client.get("/healthz")).status_code == 200
+        assert (await client.get("/readyz")).status_code == 200
+        body = await wait_idle(client, headers=auth("alice"))
+        assert body["locks"] == 0
+        assert (await state(client, headers=auth("alice")))["runs"] == 0
+    assert "Traceback" not in server.log()

@@ -1,0 +1,265 @@
+"""Upstream faults at the service level: a real server whose models are a fake upstream.
+
+The server runs ``openai:fake-model`` with ``openai:fake-fallback`` as its fallback, both on a
+fake OpenAI upstream on loopback, with ``AGENT_CLIENT_TIMEOUT=1`` and no SDK retries. Each test
+scripts what the upstream does to the next call(s), streams one run, and checks that the run
+ends the one way it should (failover and completion, ``run_timeout``, or ``run.failed`` with a
+typed error), within a bound, with exactly one terminal event that ``GET /v1/runs/{id}``
+agrees with, and that the server let go of every upstream response (nothing left hanging).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Server, launch
+from tests.fakes.upstream import (
+    Behaviour,
+    Drop,
+    Endless,
+    FakeUpstream,
+    Stall,
+    StreamError,
+    Text,
+    status,
+)
+
+from .conftest import TERMINAL, Event, assert_well_formed, read_events, upstream_env, wait_idle
+
+PRIMARY = "fake-model"
+FALLBACK = "fake-fallback"
+CLIENT_TIMEOUT = 1.0
+
+
+@pytest.fixture(scope="module")
+def server(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = launch(
+        tmp_path_factory.mktemp("upstream-faults"),
+        upstream_env(
+            upstream,
+            AGENT_FALLBACK_MODELS=f"openai:{FALLBACK}",
+            AGENT_CLIENT_TIMEOUT=str(CLIENT_TIMEOUT),
+            AGENT_CLIENT_MAX_RETRIES="0",
+        ),
+    )
+    yield running
+    running.stop()
+
+
+async def run_through(
+    server: Server,
+    upstream: FakeUpstream,
+    *,
+    primary: Sequence[Behaviour],
+    fallback: Sequence[Behaviour] = (),
+    within: float = 10.0,
+    **options: Any,
+) -> tuple[list[Event], dict[str, Any], float]:
+    """Script the upstream, stream one run; its events, ``GET /v1/runs/{id}`` and duration."""
+    upstream.script(*primary, model=PRIMARY)
+    if fallback:
+        upstream.script(*fallback, model=FALLBACK)
+    before = len(upstream.requests)
+    started = time.monotonic()
+    async with server.client() as client:
+        async with asyncio.timeout(within):
+            events, response = await read_events(
+                client,
+                "POST",
+                f"/v1/sessions/faults-{time.monotonic_ns()}/runs",
+                json={"input": "hello upstream", **options},
+            )
+        elapsed = time.monotonic() - started
+        assert response.status_code == 200
+        run_id = response.headers["x-run-id"]
+        assert_well_formed(events, run_id)
+        run: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
+        # the server let go of every upstream response it opened
+        await upstream.wait_until(lambda: upstream.active == 0, limit=10)
+        await wait_idle(client)
+    upstream.assert_consumed()
+    calls = [request.model for request in upstream.requests[before:]]
+    assert calls == [PRIMARY] * len(primary) + [FALLBACK] * len(fallback), calls
+    terminal = events[-1]
+    assert (
+        run["status"]
+        == {
+            "run.completed": "completed",
+            "run.failed": "failed",
+            "run.cancelled": "cancelled",
+        }[terminal.type]
+    )
+    if terminal.type == "run.failed":
+        assert run["error"] == terminal.data["data"]["error"]
+    return events, run, elapsed
+
+
+def completed_by_fallback(events: list[Event]) -> None:
+    assert events[-1].type == "run.completed", events[-1]
+    assert events[-1].data["data"]["output"]["content"] == "the fallback answered"
+
+
+def failed(events: list[Event], code: str) -> str:
+    assert events[-1].type == "run.failed", events[-1]
+    error = events[-1].data["data"]["error"]
+    assert error["code"] == code, error
+    message: str = error["message"]
+    return message
+
+
+FALLBACK_TEXT = Text("the fallback answered")
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(status(429, retry_after=30), id="429-retry-after"),
+        pytest.param(status(429, retry_after_ms=500), id="429-retry-after-ms"),
+        pytest.param(status(500), id="500"),
+        pytest.param(status(503, retry_after=5), id="503"),
+        pytest.param(status(529, error_type="overloaded_error"), id="529"),
+        pytest.param(Drop(), id="closed-before-answering"),
+        pytest.param(Drop(reset=True), id="reset-before-answering"),
+        pytest.param(Drop(send_headers=True, reset=True), id="reset-after-headers"),
+        pytest.param(StreamError("overloaded_error"), id="error-event-before-text"),
+        pytest.param(Stall(), id="slow-first-byte"),
+    ],
+)
+async def test_a_retryable_fault_before_any_text_fails_over(
+    server: Server, upstream: FakeUpstream, fault: Behaviour
+) -> None:
+    events, _, elapsed = await run_through(
+        server, upstream, primary=[fault], fallback=[FALLBACK_TEXT]
+    )
+    completed_by_fallback(events)
+    # at once: the upstream's Retry-After is not slept on when another model can answer, and
+    # a stall costs the client timeout, no more
+    assert elapsed < CLIENT_TIMEOUT + 2.0
+    assert "text.delta" in {event.type for event in events}
+
+
+async def test_every_model_failing_is_a_typed_failure(
+    server: Server, upstream: FakeUpstream
+) -> None:
+    events, _, _ = await run_through(
+        server, upstream, primary=[status(500)], fallback=[status(529)]
+    )
+    message = failed(events, "provider_error")
+    assert "529" in message
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(status(401, "invalid api key"), id="401"),
+        pytest.param(status(400, "bad request"), id="400"),
+        pytest.param(status(404, "no such model"), id="404"),
+    ],
+)
+async def test_a_fault_no_retry_can_fix_fails_without_failover(
+    server: Server, upstream: FakeUpstream, fault: Behaviour
+) -> None:
+    events, _, _ = await run_through(server, upstream, primary=[fault])
+    failed(events, "provider_error")
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(Drop(after_chunks=2, reset=True), id="reset-mid-stream"),
+        pytest.param(Drop(after_chunks=2), id="closed-mid-stream"),
+        pytest.param(StreamError("overloaded_error", after_chunks=2), id="error-event-mid-stream"),
+        pytest.param(Endless(after_chunks=2), id="silent-after-text"),
+    ],
+)
+async def test_a_fault_after_text_reached_the_client_is_a_failure(
+    server: Server, upstream: FakeUpstream, fault: Behaviour
+) -> None:
+    # the client already shows part of an answer: another model cannot take over invisibly
+    events, _, elapsed = await run_through(server, upstream, primary=[fault])
+    failed(events, "provider_error")
+    deltas = [event.data["data"]["delta"] for event in events if event.type == "text.delta"]
+    assert len(deltas) == 2
+    assert elapsed < CLIENT_TIMEOUT + 2.0
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(Endless(after_chunks=1, ping_interval=0.1), id="text-then-keepalives"),
+        pytest.param(Endless(after_chunks=0, ping_interval=0.1), id="keepalives-only"),
+    ],
+)
+async def test_a_stream_that_never_ends_meets_the_run_timeout(
+    server: Server, upstream: FakeUpstream, fault: Behaviour
+) -> None:
+    # keep-alive comments defeat the client's read timeout: only the run's own deadline ends it
+    events, _, elapsed = await run_through(server, upstream, primary=[fault], run_timeout=1.5)
+    failed(events, "run_timeout")
+    assert 1.4 < elapsed < 5.0
+
+
+async def test_the_sdk_retry_honours_retry_after(
+    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # with retries configured (and no fallback), the wait the upstream asks for is honoured
+    server = launch(
+        tmp_path_factory.mktemp("retry-after"),
+        upstream_env(upstream, AGENT_CLIENT_MAX_RETRIES="1", AGENT_CLIENT_TIMEOUT="5"),
+    )
+    try:
+        upstream.script(status(429, retry_after=0.8), Text("second try"), model=PRIMARY)
+        started = time.monotonic()
+        async with server.client() as client:
+            events, _ = await read_events(
+                client, "POST", "/v1/sessions/retry-after/runs", json={"input": "hi"}
+            )
+        elapsed = time.monotonic() - started
+        upstream.assert_consumed()
+        assert events[-1].type == "run.completed"
+        assert events[-1].data["data"]["output"]["content"] == "second try"
+        assert elapsed >= 0.75
+    finally:
+        server.stop()
+
+
+async def test_faults_while_many_runs_stream_end_each_run_once(
+    server: Server, upstream: FakeUpstream
+) -> None:
+    # thirty runs at once, each meeting a different fault or none: every client gets its one
+    # terminal event, and the server is idle afterwards
+    faults: list[Behaviour] = [
+        status(429, retry_after=1),
+        status(500),
+        Drop(reset=True),
+        Drop(after_chunks=1, reset=True),
+        Stall(),
+        Endless(after_chunks=1),
+        Text("fine"),
+    ]
+    # the fallback is not scripted: it answers like the demo model
+    upstream.script(*(faults[index % len(faults)] for index in range(30)), model=PRIMARY)
+
+    async def one(index: int, client: httpx.AsyncClient) -> list[Event]:
+        events, response = await read_events(
+            client, "POST", f"/v1/sessions/many-{index}/runs", json={"input": "go"}
+        )
+        assert_well_formed(events, response.headers["x-run-id"])
+        return events
+
+    async with server.client() as client:
+        async with asyncio.timeout(20):
+            results = await asyncio.gather(*(one(index, client) for index in range(30)))
+        await upstream.wait_until(lambda: upstream.active == 0, limit=10)
+        await wait_idle(client)
+    ends = [events[-1] for events in results]
+    assert all(end.type in TERMINAL for end in ends)
+    outcomes = {(end.type, end.data["data"].get("error", {}).get("code")) for end in ends}
+    assert outcomes == {("run.completed", None), ("run.failed", "provider_error")}
+    upstream.assert_consumed()
