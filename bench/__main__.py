@@ -148,10 +148,23 @@ START = "<!-- bench:results:start -->"
 END = "<!-- bench:results:end -->"
 
 
-def update_docs(results: Path, doc: Path) -> None:
-    """Rewrite the results section of ``doc`` (between the markers) from a results file."""
-    report = json.loads(results.read_text())
-    outcomes = [Outcome.from_dict(item) for item in report["scenarios"]]
+def update_docs(results: list[Path], doc: Path) -> None:
+    """Rewrite the results section of ``doc`` (between the markers) and the plots from
+    results files.
+
+    With several files, a scenario of a later file replaces the same scenario of an earlier
+    one (a scenario re-run on its own); the header names the first file's run.
+    """
+    report = json.loads(results[0].read_text())
+    by_number = {item["number"]: item for item in report["scenarios"]}
+    for extra in results[1:]:
+        for item in json.loads(extra.read_text())["scenarios"]:
+            item["notes"] = [
+                *item.get("notes", []),
+                f"re-run on its own: {extra.parent.name}/{extra.name}",
+            ]
+            by_number[item["number"]] = item
+    outcomes = [Outcome.from_dict(by_number[number]) for number in sorted(by_number)]
     machine_info = report["machine"]
     header = (
         f"Run of {report['when']} (`{report.get('command', 'python -m bench run')}`, "
@@ -170,7 +183,9 @@ def update_docs(results: Path, doc: Path) -> None:
             f"```\n{report['runtime_overhead']}\n```\n"
         )
     doc.write_text(f"{before}{START}\n{body}\n{END}{after}")
-    print(f"updated {doc} from {results}")
+    for path in write_plots(outcomes):
+        print(f"plot: {path}")
+    print(f"updated {doc} from {', '.join(str(path) for path in results)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,11 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     runner.add_argument("--no-plots", action="store_true", help="write no PNG")
     runner.add_argument("--results", type=Path, help="results folder (bench/results)")
     docs = sub.add_parser("docs", help="rewrite docs/benchmarks.md's results from a run")
-    docs.add_argument("results", nargs="?", type=Path, default=Config().results_dir / "latest.json")
+    docs.add_argument(
+        "results",
+        nargs="*",
+        type=Path,
+        help="results files (default bench/results/latest.json); later ones replace scenarios",
+    )
     docs.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args(argv)
     if args.command == "docs":
-        update_docs(args.results, args.doc)
+        update_docs(args.results or [Config().results_dir / "latest.json"], args.doc)
         return 0
     cfg = Config(quick=args.quick, peers=not (args.quick or args.no_peers))
     if args.results is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,15 +163,20 @@ def start_langgraph(python: Path) -> Server:
         "LANGCHAIN_TRACING_V2": "false",
         "LOG_LEVEL": "WARNING",
     }
-    return start_server(
-        "langgraph",
-        command,
-        port=port,
-        env=env,
-        ready_path="/ok",
-        timeout=120,
-        cwd=APPS / "langgraph_app",
-    )
+    # langgraph dev persists its in-memory state to .langgraph_api/ in its working directory
+    # and reloads it at start: run it from a scratch copy of the app, never from the tree
+    app_dir = Path(tempfile.mkdtemp(prefix="bench-langgraph-app-"))
+    for name in ("graph.py", "langgraph.json"):
+        shutil.copy(APPS / "langgraph_app" / name, app_dir / name)
+    try:
+        server = start_server(
+            "langgraph", command, port=port, env=env, ready_path="/ok", timeout=120, cwd=app_dir
+        )
+    except ServerFailed:
+        shutil.rmtree(app_dir, ignore_errors=True)
+        raise
+    server.cleanup.append(app_dir)
+    return server
 
 
 # --- what each server is asked, in the same words -----------------------------------------------

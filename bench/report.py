@@ -113,7 +113,12 @@ def _bars(
         heights = [0.0 if v is None else float(v) for v in values]
         bars = ax.bar(xs, heights, width, label=name)
         for bar, value in zip(bars, values, strict=True):
-            label = "n/a" if value is None else format_cell(float(value))
+            if value is None:
+                label = "n/a"
+            elif float(value).is_integer() and abs(float(value)) < 1e15:
+                label = format_cell(int(value))
+            else:
+                label = format_cell(float(value))
             ax.annotate(
                 label,
                 (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -130,7 +135,8 @@ def _bars(
 
 def _plot_relay(outcome: Outcome, plt: Any) -> Any:
     raw = outcome.raw
-    levels = sorted(int(k) for k in raw["service"])
+    # int keys in a fresh outcome, str keys once read back from JSON
+    levels = sorted(raw["service"], key=int)
     fig, ax = plt.subplots(figsize=(7, 4))
     _bars(
         ax,
