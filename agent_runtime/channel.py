@@ -29,7 +29,8 @@ class Channel(Generic[T]):
         self._buffer: deque[T] = deque()
         self._limit = limit
         self._get_waiter: asyncio.Future[None] | None = None
-        self._put_waiters: deque[asyncio.Future[None]] = deque()
+        # created on first use: most channels never fill up, and idle runs are many
+        self._put_waiters: deque[asyncio.Future[None]] | None = None
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._closed = False
 
@@ -40,12 +41,15 @@ class Channel(Generic[T]):
         """Append ``item``, waiting while the channel is full."""
         while len(self._buffer) >= self._limit:
             waiter = asyncio.get_running_loop().create_future()
-            self._put_waiters.append(waiter)
+            if self._put_waiters is None:
+                self._put_waiters = deque()
+            waiters = self._put_waiters
+            waiters.append(waiter)
             try:
                 await waiter
             finally:
-                if waiter in self._put_waiters:
-                    self._put_waiters.remove(waiter)
+                if waiter in waiters:
+                    waiters.remove(waiter)
         self.put_nowait(item)
 
     def put_nowait(self, item: T) -> None:
@@ -76,8 +80,9 @@ class Channel(Generic[T]):
             finally:
                 self._get_waiter = None
         item = buffer.popleft()
-        if self._put_waiters:
-            first = self._put_waiters.popleft()
+        waiters = self._put_waiters
+        if waiters:
+            first = waiters.popleft()
             if not first.done():
                 first.set_result(None)
         return item

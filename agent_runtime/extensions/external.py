@@ -202,8 +202,10 @@ class ExternalEventExtension(AgentExtension):
         # guards _waits and every _Wait.state: accept() runs on arbitrary threads
         self._lock = threading.Lock()
         self._waits: dict[tuple[str, str], _Wait] = {}
+        # the same waits by run, so ending a run costs its own waits, not a scan of everyone's
+        self._run_waits: dict[AgentRunContext, dict[str, _Wait]] = {}
         # only touched on the loop thread, by the run that owns the context
-        self._staged: dict[tuple[AgentRunContext, str], ExternalEvent] = {}
+        self._staged: dict[AgentRunContext, dict[str, ExternalEvent]] = {}
 
     # introspection --------------------------------------------------------------------------
 
@@ -226,7 +228,7 @@ class ExternalEventExtension(AgentExtension):
 
     def staged_count(self) -> int:
         """How many accepted answers are staged and not yet taken by their tool."""
-        return len(self._staged)
+        return sum(len(answers) for answers in self._staged.values())
 
     def is_waiting(self, session_id: str, correlation_id: str) -> bool:
         """True while a wait for this id in this session can still accept an answer."""
@@ -280,15 +282,15 @@ class ExternalEventExtension(AgentExtension):
                     f"{correlation_id!r}; one wait per id at a time"
                 )
             self._waits[slot] = wait
+            self._run_waits.setdefault(context, {})[correlation_id] = wait
         try:
             yield handle
             with context.waiting():
                 answer = await self._answer_of(wait)
-            self._staged[(context, correlation_id)] = answer
+            self._staged.setdefault(context, {})[correlation_id] = answer
         finally:
             with self._lock:
-                if self._waits.get(slot) is wait:
-                    del self._waits[slot]
+                self._forget(wait)
                 wait.state = _State.CLOSED
             future = wait.future
             if not future.done():
@@ -308,9 +310,7 @@ class ExternalEventExtension(AgentExtension):
                     expired = wait.state is _State.OPEN
                     if expired:
                         wait.state = _State.CLOSED
-                        key = (wait.context.session_id, wait.correlation_id)
-                        if self._waits.get(key) is wait:
-                            del self._waits[key]
+                        self._forget(wait)
                 if expired:
                     raise ExternalEventExpiredError(wait.correlation_id, wait.timeout or 0.0)
                 # an answer was claimed just before expiry: accept() told its sender True, so
@@ -331,7 +331,10 @@ class ExternalEventExtension(AgentExtension):
                 "no tool call is executing here: call _take_external_event inside the tool or "
                 "pass correlation_id"
             )
-        answer = self._staged.pop((context, key_id), None)
+        answers = self._staged.get(context)
+        answer = answers.pop(key_id, None) if answers is not None else None
+        if answers is not None and not answers:
+            del self._staged[context]
         if answer is None:
             raise RuntimeError(
                 f"no external answer is staged for {key_id!r}: it was never accepted, or it "
@@ -391,7 +394,11 @@ class ExternalEventExtension(AgentExtension):
         self, context: AgentRunContext, call: ToolCall, outcome: ToolOutcome
     ) -> None:
         """Drop an answer its tool never took (the call was refused or its arguments invalid)."""
-        self._staged.pop((context, call.id), None)
+        answers = self._staged.get(context)
+        if answers is not None:
+            answers.pop(call.id, None)
+            if not answers:
+                del self._staged[context]
 
     async def on_event(self, context: AgentRunContext, event: ExtensionEvent) -> None:
         """On cancellation, drop the run's staged answers and cancel its waits."""
@@ -410,15 +417,25 @@ class ExternalEventExtension(AgentExtension):
         self._end_waits(context, None)
 
     def _drop_staged(self, context: AgentRunContext) -> None:
-        for key in [key for key in self._staged if key[0] is context]:
-            self._staged.pop(key, None)
+        self._staged.pop(context, None)
+
+    def _forget(self, wait: _Wait) -> None:
+        """Remove a wait from both indexes (the caller holds the lock)."""
+        key = (wait.context.session_id, wait.correlation_id)
+        if self._waits.get(key) is wait:
+            del self._waits[key]
+        run_waits = self._run_waits.get(wait.context)
+        if run_waits is not None and run_waits.get(wait.correlation_id) is wait:
+            del run_waits[wait.correlation_id]
+            if not run_waits:
+                del self._run_waits[wait.context]
 
     def _end_waits(self, context: AgentRunContext, error: BaseException | None) -> None:
         with self._lock:
-            ended = [(key, wait) for key, wait in self._waits.items() if wait.context is context]
-            for key, wait in ended:
-                del self._waits[key]
+            ended = list(self._run_waits.get(context, {}).values())
+            for wait in ended:
+                self._forget(wait)
                 wait.state = _State.CLOSED
-        for _, wait in ended:
+        for wait in ended:
             with contextlib.suppress(RuntimeError):  # a closed loop has no waiter left
                 _on_loop(wait.future.get_loop(), functools.partial(_abort, wait.future, error))

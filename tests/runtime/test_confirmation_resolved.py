@@ -21,10 +21,11 @@ def launch() -> str:
 )
 async def test_each_decision_is_reported(answer: bool | None, outcome: str) -> None:
     timeout = 0.05 if answer is None else 30.0
+    extension = ConfirmationExtension(timeout=timeout)
     agent = AgentCore(
         ScriptedModel([tool_call_turn("launch", call_id="c1"), "done"]),
         tools=[launch],
-        extensions=[ConfirmationExtension(timeout=timeout)],
+        extensions=[extension],
     )
     config = AgentRunConfig(session_id="s")
     events: list[AgentEvent] = []
@@ -41,3 +42,5 @@ async def test_each_decision_is_reported(answer: bool | None, outcome: str) -> N
     assert resolved.payload == {"tool_call_id": "c1", "outcome": outcome}
     done = next(e for e in events if e.type is AgentEventType.TOOL_CALL_COMPLETED)
     assert done.is_error is (outcome != "approved")
+    assert extension.pending_count() == 0 and extension.staged_count() == 0
+    assert not extension._run_waits and not extension._staged  # both indexes are emptied
