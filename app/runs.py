@@ -209,28 +209,33 @@ class RunManager:
         if self.draining:
             self._reject("draining")
             raise self._draining_problem()
-        try:
-            await self._store.get_or_create_session(session_id, principal)
-        except SessionOwnedByOther:
-            raise ProblemError(404, "not_found", f"no session {session_id!r}") from None
-        run_id = new_run_id()
-        lease = await self._bus.locks.acquire(session_id, run_id, self._lease_seconds)
-        if lease is None:
-            self._reject("session_busy")
-            active = await self._bus.locks.holder(session_id)
-            raise ProblemError(
-                409,
-                "session_busy",
-                f"session {session_id!r} already has an active run; wait for it to finish "
-                "or cancel it",
-                extra={"active_run_id": active},
-            )
+        # admission first: it is in memory, so a refused request (429) costs no storage write
+        # and leaves no session behind, which keeps refusals fast under overload
         try:
             ticket = self._admission.reserve(principal)
         except AdmissionRejected as exc:
-            await self._bus.locks.release(lease)
             self._reject(exc.reason)
             raise self._admission_problem(exc) from None
+        try:
+            try:
+                await self._store.get_or_create_session(session_id, principal)
+            except SessionOwnedByOther:
+                raise ProblemError(404, "not_found", f"no session {session_id!r}") from None
+            run_id = new_run_id()
+            lease = await self._bus.locks.acquire(session_id, run_id, self._lease_seconds)
+            if lease is None:
+                self._reject("session_busy")
+                active = await self._bus.locks.holder(session_id)
+                raise ProblemError(
+                    409,
+                    "session_busy",
+                    f"session {session_id!r} already has an active run; wait for it to finish "
+                    "or cancel it",
+                    extra={"active_run_id": active},
+                )
+        except BaseException:
+            ticket.release()
+            raise
         handle = RunHandle(run_id, session_id, principal, profile, options, lease, ticket)
         self._runs[run_id] = handle
         self._idle.clear()
