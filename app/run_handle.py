@@ -91,6 +91,7 @@ class RunHandle:
         "finalizing",
         "finished",
         "finished_at",
+        "history_size",
         "in_runtime",
         "input",
         "lease",
@@ -149,6 +150,8 @@ class RunHandle:
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.t_accepted = time.monotonic()
         self.t_first_event: float | None = None
+        # messages the session held when the run was admitted; 0 spares reading them back
+        self.history_size = -1
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id} session={self.session_id} status={self.status}>"

@@ -48,7 +48,14 @@ from app.run_handle import (
     now,
     record_view,
 )
-from app.storage import RunRecord, RunStatus, SessionNotFound, SessionOwnedByOther, Store
+from app.storage import (
+    RunRecord,
+    RunStatus,
+    SessionNotFound,
+    SessionOwnedByOther,
+    StorageUnavailable,
+    Store,
+)
 from app.wire import WireEncoder, delta_json, encode_data
 
 __all__ = ["RunHandle", "RunManager", "RunRequestOptions", "record_view"]
@@ -218,7 +225,7 @@ class RunManager:
             raise self._admission_problem(exc) from None
         try:
             try:
-                await self._store.get_or_create_session(session_id, principal)
+                session = await self._store.get_or_create_session(session_id, principal)
             except SessionOwnedByOther:
                 raise ProblemError(404, "not_found", f"no session {session_id!r}") from None
             run_id = new_run_id()
@@ -237,6 +244,7 @@ class RunManager:
             ticket.release()
             raise
         handle = RunHandle(run_id, session_id, principal, profile, options, lease, ticket)
+        handle.history_size = session.message_count
         self._runs[run_id] = handle
         self._idle.clear()
         created = False
@@ -372,7 +380,8 @@ class RunManager:
     async def _drive(self, handle: RunHandle) -> Outcome:
         """Run the agent and forward its events; the outcome of its terminal event."""
         run_id = handle.run_id
-        stored = await self._store.list_messages(handle.session_id)
+        # a new session has nothing to read back: skip the query on the way to the first event
+        stored = await self._store.list_messages(handle.session_id) if handle.history_size else []
         history = [message_from_dict(item.message) for item in stored]
         if handle.status == "queued":
             handle.status = "running"
@@ -624,8 +633,14 @@ class RunManager:
         payload: Mapping[str, Any],
     ) -> list[str]:
         """Deliver an answer to a waiting run of the caller's session; 404 if not theirs."""
-        session = await self._store.get_session(session_id)
-        if session is None or session.principal != principal:
+        local = self._runs.get(run_id) if run_id is not None else None
+        if local is not None and local.session_id == session_id:
+            # the run is held here: its handle answers the ownership question without a query
+            owned = local.principal == principal
+        else:
+            session = await self._store.get_session(session_id)
+            owned = session is not None and session.principal == principal
+        if not owned:
             self._metrics.external_events.labels("not_found").inc()
             raise ProblemError(404, "not_found", f"no session {session_id!r}")
         accepted = await self._bus.router.deliver_external(session_id, run_id, name, payload)
@@ -707,6 +722,8 @@ class RunManager:
             rounds += 1
             try:
                 await self.reap_lost_runs(from_store=rounds % 3 == 0)
+            except (BusUnavailable, StorageUnavailable) as exc:  # an outage: no traceback
+                logger.warning("could not check for lost runs: %s", exc)
             except Exception:
                 logger.warning("could not check for lost runs", exc_info=True)
 
