@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.bus.base import BusUnavailable
@@ -172,15 +172,24 @@ def _unreadable_json(cause: BaseException) -> Response:
     )
 
 
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
 def _allowed_methods(request: Request) -> str:
-    """Every method some route takes at this path (Starlette names only the first route's)."""
-    methods: set[str] = set()
-    scope = {**request.scope, "method": "GET"}
-    for route in request.app.router.routes:
-        route_methods = getattr(route, "methods", None)
-        if route_methods and route.matches(scope)[0] is not Match.NONE:
-            methods.update(route_methods)
-    return ", ".join(sorted(methods))
+    """Every method some route takes at this path (Starlette names only the first route's).
+
+    Asked of the routes themselves, method by method: included routers nest theirs. Mounts
+    (the UI's files) are left out: they take any path.
+    """
+    routes = [route for route in request.app.router.routes if not isinstance(route, Mount)]
+    allowed = [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    ]
+    return ", ".join(allowed)
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> Response:

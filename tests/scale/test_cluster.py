@@ -149,11 +149,12 @@ async def test_one_active_run_per_session_across_workers(start_cluster: StartClu
     try:
         session = new_session()
         for round_ in range(3):
+            # the admitted run waits for a confirmation: it holds the session until cancelled
             answers = await asyncio.gather(
                 *(
                     clients[index % 3].post(
                         f"/v1/sessions/{session}/runs",
-                        json={"input": "slow a b c d e", "background": True},
+                        json={"input": "delete x.txt", "background": True},
                     )
                     for index in range(20)
                 )
@@ -166,16 +167,18 @@ async def test_one_active_run_per_session_across_workers(start_cluster: StartClu
                     body = answer.json()
                     assert body["code"] == "session_busy"
                     assert body["active_run_id"] in (admitted, None)
-            # it ends on its worker; any worker then sees the session free again
+            cancel = await clients[(round_ + 1) % 3].post(f"/v1/runs/{admitted}/cancel")
+            assert cancel.status_code == 202
+            # it ends on its worker; any worker then finds the session free again
             events, _ = await read_events(clients[2], "GET", f"/v1/runs/{admitted}/events")
             assert_well_formed(events, admitted)
-            assert events[-1].type == "run.completed"
+            assert events[-1].type == "run.cancelled"
         final = await clients[1].post(
             f"/v1/sessions/{session}/runs", json={"input": "hello", "stream": False}
         )
         assert final.status_code == 200
         history = (await clients[0].get(f"/v1/sessions/{session}/messages")).json()["messages"]
-        assert len(history) == 8  # three contested runs and the last one, two messages each
+        assert [m["content"] for m in history] == ["hello", "You said: hello"]
     finally:
         for client in clients:
             await client.aclose()
