@@ -102,6 +102,9 @@ class RunManager:
         self._agents = dict(agents or {})
         self._queue_timeout = queue_timeout
         self._lease_seconds = lease_seconds
+        # A dead worker's runs must end within lease_seconds of its death: the lease lapses
+        # 2/3 of the way there at the latest, and the sweep, every 1/6, notices it by 5/6.
+        self._lease_ttl = lease_seconds * 2 / 3
         self._debug = debug
         self._runs: dict[str, RunHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -229,7 +232,7 @@ class RunManager:
             except SessionOwnedByOther:
                 raise ProblemError(404, "not_found", f"no session {session_id!r}") from None
             run_id = new_run_id()
-            lease = await self._bus.locks.acquire(session_id, run_id, self._lease_seconds)
+            lease = await self._bus.locks.acquire(session_id, run_id, self._lease_ttl)
             if lease is None:
                 self._reject("session_busy")
                 active = await self._bus.locks.holder(session_id)
@@ -714,14 +717,14 @@ class RunManager:
 
     async def _maintain(self) -> None:
         """With a shared bus: renew this worker's leases, and fail other workers' lost runs."""
-        interval = self._lease_seconds / 3
+        interval = self._lease_seconds / 6
         rounds = 0
         while True:
             await asyncio.sleep(interval)
             await self._renew_leases()
             rounds += 1
             try:
-                await self.reap_lost_runs(from_store=rounds % 3 == 0)
+                await self.reap_lost_runs(from_store=rounds % 6 == 0)
             except (BusUnavailable, StorageUnavailable) as exc:  # an outage: no traceback
                 logger.warning("could not check for lost runs: %s", exc)
             except Exception:
@@ -732,7 +735,7 @@ class RunManager:
             if handle.done or handle.finalizing:
                 continue
             try:
-                await self._bus.locks.renew(handle.lease, self._lease_seconds)
+                await self._bus.locks.renew(handle.lease, self._lease_ttl)
             except LeaseLost:
                 logger.error(
                     "lost the session lease of a run; stopping it", extra={"run_id": handle.run_id}
@@ -769,7 +772,7 @@ class RunManager:
             if await locks.holder(session_id) == run_id:
                 continue  # its worker still renews the lease
             reaper = f"reaper_{secrets.token_hex(8)}"
-            lease = await locks.acquire(session_id, reaper, self._lease_seconds)
+            lease = await locks.acquire(session_id, reaper, self._lease_ttl)
             if lease is None:
                 continue  # the session is busy again; a later round decides
             try:

@@ -209,8 +209,9 @@ async def test_a_killed_worker_s_runs_end_worker_lost(start_cluster: StartCluste
         terminal = followed[-1]
         assert terminal.type == "run.failed"
         assert terminal.data["data"]["error"]["code"] == "worker_lost"
-        # its lease lapses within LEASE_SECONDS, the survivors' sweep runs every third of it
-        assert ended_after < 2 * LEASE_SECONDS + 3, ended_after
+        # the contract: within AGENT_LEASE_SECONDS (the lease lapses by 2/3 of it, the sweep
+        # notices by 5/6); the margin is for a loaded machine and the client's own read
+        assert ended_after < LEASE_SECONDS + 1.0, ended_after
         print(f"worker_lost {ended_after:.2f} s after the kill (lease {LEASE_SECONDS} s)")
         # a reader resuming on the third worker gets exactly the end
         rest, _ = await read_events(
