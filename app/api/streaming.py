@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -24,13 +25,15 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.api.errors import problem_response
-from app.bus.base import EventLog, LogNotFound, Subscription
+from app.bus.base import BusError, EventLog, LogNotFound, Subscription
 from app.wire import PING_FRAME
 
 if TYPE_CHECKING:
     from app.runs import RunHandle, RunManager
 
 __all__ = ["EventStreamResponse", "RunResultResponse"]
+
+logger = logging.getLogger("app.streaming")
 
 
 async def _reap(task: asyncio.Task[None]) -> None:
@@ -149,6 +152,10 @@ class EventStreamResponse(Response):
             gone = True  # a write blocked for send_timeout: the client is not reading
         except OSError:
             gone = True  # servers implementing ASGI 2.4 raise it for a closed connection
+        except BusError as exc:
+            # the shared log is out of reach (Redis down): end this response; the client
+            # resumes with Last-Event-ID once it is back, and the run's fate is the bus's
+            logger.warning("event stream of run %s ended: %s", self._run_id, exc)
         finally:
             if ticker is not None:
                 ticker.cancel()
