@@ -14,11 +14,9 @@ TCP connections to the fake upstream.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import secrets
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -30,10 +28,8 @@ from tests.e2e.conftest import (
     Event,
     Server,
     assert_well_formed,
-    launch,
     open_stream,
     read_events,
-    to_event,
     wait_for,
 )
 from tests.fakes.upstream import (
@@ -54,7 +50,6 @@ __all__ = [
     "PROBLEM",
     "TERMINAL",
     "Event",
-    "Launch",
     "Server",
     "assert_problem",
     "assert_well_formed",
@@ -64,7 +59,7 @@ __all__ = [
     "read_events",
     "rss",
     "state",
-    "to_event",
+    "stop",
     "upstream_env",
     "upstream_sockets",
     "wait_for",
@@ -94,8 +89,6 @@ LEAK_KEYS = (
     "routed_runs",
     "live_event_logs",
 )
-
-Launch = Callable[..., Server]
 
 
 def auth(principal: str) -> dict[str, str]:
@@ -156,38 +149,11 @@ def upstream_env(upstream: FakeUpstream, **extra: str) -> dict[str, str]:
     }
 
 
-# --- servers -------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def serving(
-    directory: Path, env: dict[str, str], request: pytest.FixtureRequest
-) -> Iterator[Server]:
-    """A server for the block; its log's tail is printed if a test failed meanwhile."""
-    failed = request.session.testsfailed
-    server = launch(directory, env)
-    try:
-        yield server
-    finally:
-        server.stop()
-        if request.session.testsfailed > failed:
-            print(f"--- {server.base_url} log (tail) ---\n{server.log()[-20000:]}")
-
-
-@pytest.fixture
-def start_server(
-    tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[Callable[[dict[str, str]], Server]]:
-    """``start_server(env)``: a server for this test, stopped afterwards."""
-    with contextlib.ExitStack() as stack:
-        count = 0
-
-        def start(env: dict[str, str]) -> Server:
-            nonlocal count
-            count += 1
-            return stack.enter_context(serving(tmp_path / f"server-{count}", env, request))
-
-        yield start
+def stop(server: Server, request: pytest.FixtureRequest, failed_before: int) -> None:
+    """Stop a module's server; print its log's tail if a test failed while it served."""
+    server.stop()
+    if request.session.testsfailed > failed_before:
+        print(f"--- {server.base_url} log (tail) ---\n{server.log()[-20000:]}")
 
 
 # --- probes --------------------------------------------------------------------------------------

@@ -21,17 +21,20 @@ import pytest
 
 from tests.e2e.conftest import Server, launch
 
-from .conftest import API_KEYS, assert_problem, auth, open_stream, read_events, wait_idle
+from .conftest import API_KEYS, assert_problem, auth, open_stream, read_events, stop, wait_idle
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    failed = request.session.testsfailed
     running = launch(
         tmp_path_factory.mktemp("authz"),
         {"AGENT_API_KEYS": API_KEYS, "AGENT_CONFIRMATION_TIMEOUT": "60"},
     )
     yield running
-    running.stop()
+    stop(running, request, failed)
 
 
 @dataclass

@@ -45,6 +45,7 @@ from .conftest import (
     read_events,
     rss,
     state,
+    stop,
     upstream_env,
     upstream_sockets,
     wait_for,
@@ -78,7 +79,10 @@ EXPECTED: dict[str, set[str]] = {  # the terminal events a kind may end with
 
 
 @pytest.fixture(scope="module")
-def server(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    failed = request.session.testsfailed
     running = launch(
         tmp_path_factory.mktemp("churn"),
         upstream_env(
@@ -91,7 +95,7 @@ def server(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> 
         ),
     )
     yield running
-    running.stop()
+    stop(running, request, failed)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from .conftest import (
     assert_well_formed,
     open_stream,
     read_events,
+    stop,
     wait_idle,
 )
 
@@ -35,7 +36,10 @@ STATUS_OF = {"run.completed": "completed", "run.failed": "failed", "run.cancelle
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    failed = request.session.testsfailed
     running = launch(
         tmp_path_factory.mktemp("races"),
         {
@@ -45,7 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         },
     )
     yield running
-    running.stop()
+    stop(running, request, failed)
 
 
 def session() -> str:

@@ -24,6 +24,8 @@ from agent_runtime.events import AgentEvent
 from agent_runtime.providers.demo import DemoModel
 from tests.e2e.conftest import Server, launch
 
+from .conftest import stop
+
 
 async def consume(stream: object, into: list[AgentEvent]) -> None:
     async for event in stream:  # type: ignore[attr-defined]
@@ -53,13 +55,16 @@ async def test_a_run_cancelled_before_its_task_started_ends_once() -> None:
 
 
 @pytest.fixture(scope="module")
-def pinging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def pinging(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    failed = request.session.testsfailed
     running = launch(
         tmp_path_factory.mktemp("pings"),
         {"AGENT_SSE_PING": "0.05", "AGENT_CONFIRMATION_TIMEOUT": "30"},
     )
     yield running
-    running.stop()
+    stop(running, request, failed)
 
 
 async def test_keepalive_pings_are_not_events_to_httpx_sse(pinging: Server) -> None:

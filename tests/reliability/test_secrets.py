@@ -43,6 +43,7 @@ from .conftest import (
     auth,
     demo_like,
     read_events,
+    stop,
     upstream_env,
     wait_idle,
 )
@@ -83,7 +84,10 @@ FAULTS: list[tuple[str, Behaviour]] = [
 
 
 @pytest.fixture(scope="module")
-def server(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    failed = request.session.testsfailed
     running = launch(
         tmp_path_factory.mktemp("secrets"),
         upstream_env(
@@ -98,7 +102,7 @@ def server(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> 
         ),
     )
     yield running
-    running.stop()
+    stop(running, request, failed)
 
 
 @pytest.mark.slow

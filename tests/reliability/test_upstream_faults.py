@@ -30,7 +30,15 @@ from tests.fakes.upstream import (
     status,
 )
 
-from .conftest import TERMINAL, Event, assert_well_formed, read_events, upstream_env, wait_idle
+from .conftest import (
+    TERMINAL,
+    Event,
+    assert_well_formed,
+    read_events,
+    stop,
+    upstream_env,
+    wait_idle,
+)
 
 PRIMARY = "fake-model"
 FALLBACK = "fake-fallback"
@@ -38,7 +46,10 @@ CLIENT_TIMEOUT = 1.0
 
 
 @pytest.fixture(scope="module")
-def server(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    failed = request.session.testsfailed
     running = launch(
         tmp_path_factory.mktemp("upstream-faults"),
         upstream_env(
@@ -49,7 +60,7 @@ def server(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> 
         ),
     )
     yield running
-    running.stop()
+    stop(running, request, failed)
 
 
 async def run_through(
