@@ -124,6 +124,23 @@ def require_status(status: str) -> None:
         raise ValueError(f"unknown run status {status!r}; expected one of {sorted(RUN_STATUSES)}")
 
 
+def run_update_stamps(
+    status: str, started_at: datetime | None, finished_at: datetime | None
+) -> tuple[datetime | None, datetime | None]:
+    """Check an ``update_run`` call; the start and end times a store fills in when it has none.
+
+    A run gets its start time on its first move to running or waiting, and its end time on a
+    terminal status; both backends apply these with ``COALESCE`` in their own SQL.
+    """
+    require_status(status)
+    require_aware("started_at", started_at)
+    require_aware("finished_at", finished_at)
+    now = utcnow()
+    auto_started = now if status in ("running", "waiting") else None
+    auto_finished = now if status in TERMINAL_STATUSES else None
+    return auto_started, auto_finished
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionRecord:
     """One conversation, owned by one principal."""

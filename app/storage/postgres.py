@@ -43,8 +43,7 @@ from app.storage.base import (
     encode_optional_json,
     finish_on_cancel,
     message_role,
-    require_aware,
-    require_status,
+    run_update_stamps,
     utcnow,
 )
 
@@ -451,12 +450,7 @@ class PostgresStore(BackgroundOperations):
         finished_at: datetime | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
-        require_status(status)
-        require_aware("started_at", started_at)
-        require_aware("finished_at", finished_at)
-        now = utcnow()
-        auto_started = now if status in ("running", "waiting") else None
-        auto_finished = now if status in TERMINAL_STATUSES else None
+        auto_started, auto_finished = run_update_stamps(status, started_at, finished_at)
         async with self._connection() as conn:
             row = await conn.fetchrow(
                 "UPDATE runs SET status = $2, output = COALESCE($3::jsonb, output),"

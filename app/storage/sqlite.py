@@ -37,8 +37,7 @@ from app.storage.base import (
     encode_optional_json,
     finish_on_cancel,
     message_role,
-    require_aware,
-    require_status,
+    run_update_stamps,
     utcnow,
 )
 
@@ -366,12 +365,8 @@ class SQLiteStore(BackgroundOperations):
         finished_at: datetime | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
-        require_status(status)
-        require_aware("started_at", started_at)
-        require_aware("finished_at", finished_at)
-        now = _ts(utcnow())
-        auto_started = now if status in ("running", "waiting") else None
-        auto_finished = now if status in TERMINAL_STATUSES else None
+        started, finished = run_update_stamps(status, started_at, finished_at)
+        auto_started, auto_finished = _optional_ts(started), _optional_ts(finished)
         async with self._transaction() as conn:
             await conn.execute(
                 "UPDATE runs SET status = ?, output = COALESCE(?, output),"
