@@ -432,6 +432,28 @@ async def test_many_readers_of_many_runs_on_one_follower(buses: Buses) -> None:
     assert reader.events.follower.waiting == 0
 
 
+async def test_a_waiter_behind_the_pending_read_is_not_served_from_it(buses: Buses) -> None:
+    # A read issued from seq 3 returns seq 4; a waiter at seq 2 joined after it was issued.
+    # Serving it from that read would skip seq 3: it must wait for the next read instead.
+    bus = await buses.open()
+    await bus.events.create("run_1", session_id="s", fence=1)
+    for seq in range(1, 5):
+        await bus.events.append("run_1", event(seq), fence=1)
+    follower = bus.events.follower
+    ahead = follower.wait("run_1", 3)
+    behind = follower.wait("run_1", 2)
+    fourth = event(4)
+    entry = (b"4-0", {b"t": fourth.type.encode(), b"f": fourth.frame})
+    follower._dispatch([[f"{buses.prefix}log:run_1".encode(), [entry]]], {"run_1": 3})
+    assert [e.seq for e in ahead.future.result()] == [4]
+    assert not behind.future.done()
+    async with asyncio.timeout(2):
+        assert [e.seq for e in await behind.future] == [3, 4]
+    follower.discard(ahead)
+    follower.discard(behind)
+    assert follower.waiting == 0
+
+
 async def test_a_reader_that_joins_while_the_follower_waits_is_not_missed(buses: Buses) -> None:
     writer, reader = await buses.open(), await buses.open()
     for run_id in ("run_a", "run_b"):

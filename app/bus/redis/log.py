@@ -200,12 +200,12 @@ class _Follower:
                 failing = False
             delay = _RETRY_FIRST
             try:
-                self._dispatch(response)
+                self._dispatch(response, issued)
             except Exception:  # a malformed entry must not stop every reader of this worker
                 logger.exception("could not dispatch events read from Redis")
                 self.release_all()
 
-    def _dispatch(self, response: Any) -> None:
+    def _dispatch(self, response: Any, issued: Mapping[str, int]) -> None:
         if not response:
             return
         for key, entries in response:  # RESP2: [[stream, [(id, fields), ...]], ...]
@@ -215,17 +215,23 @@ class _Follower:
             if name == self._bell:
                 self._bell_id = bytes(entries[-1][0])
                 continue
-            group = self._waiters.get(self._keys.run_of_log(name))
+            run_id = self._keys.run_of_log(name)
+            group = self._waiters.get(run_id)
             if not group:
                 continue
+            # The read started after ``start``: a waiter that joined since with an older
+            # cursor would see a gap. It rang the bell and the next read starts at its cursor.
+            start = issued.get(run_id, _MAX_CURSOR)
             events = [_decode_entry(entry_id, fields) for entry_id, fields in entries]
             for waiter in list(group):
+                if waiter.cursor < start:
+                    continue
                 batch = [event for event in events if event.seq > waiter.cursor]
                 if batch:
                     group.discard(waiter)
                     waiter.release(batch)
             if not group:
-                self._waiters.pop(self._keys.run_of_log(name), None)
+                self._waiters.pop(run_id, None)
 
 
 class RedisSubscription:
