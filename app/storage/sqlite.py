@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +42,8 @@ from app.storage.base import (
     run_update_stamps,
     utcnow,
 )
+
+logger = logging.getLogger("app.storage")
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -192,7 +196,7 @@ class SQLiteStore(BackgroundOperations):
                 # WAL lets readers in other processes proceed during a write; NORMAL
                 # synchronisation is durable against process crashes, which is what a
                 # worker restart needs, at a fraction of FULL's fsyncs.
-                await c.execute("PRAGMA journal_mode = WAL")
+                await _use_wal(c)
                 await c.execute("PRAGMA synchronous = NORMAL")
                 await c.execute("PRAGMA foreign_keys = ON")
             await store.migrate()
@@ -453,6 +457,30 @@ class SQLiteStore(BackgroundOperations):
                 with contextlib.suppress(Exception):
                     await conn.rollback()
                 raise
+
+
+async def _use_wal(conn: aiosqlite.Connection) -> None:
+    """Switch the file to WAL, retrying while another process does the same.
+
+    Changing the journal mode needs an exclusive lock, and SQLite reports "database is
+    locked" at once rather than waiting on the busy timeout when several workers open a new
+    file together; so retry, within that timeout, until one of them has made the switch.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_SECONDS
+    delay = 0.005
+    while True:
+        try:
+            rows = await conn.execute_fetchall("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+            continue
+        mode = str(next(iter(rows))[0]).lower()
+        if mode not in ("wal", "memory"):
+            logger.warning("SQLite database kept journal mode %r instead of WAL", mode)
+        return
 
 
 async def _one(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import traceback
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -365,6 +366,23 @@ async def test_many_stores_opening_at_once_migrate_once(open_backend: OpenStore)
         assert await s.migrate() == expected  # idempotent, and the schema is complete
     await stores[0].get_or_create_session("s1", "alice")
     assert await stores[7].get_session("s1") is not None
+
+
+async def test_workers_opening_a_new_sqlite_file_together_all_switch_it_to_wal(
+    tmp_path: Path,
+) -> None:
+    # Switching the journal mode fails at once (no busy wait) when another connection is
+    # switching too; every opener must retry until the file is in WAL mode.
+    for round_ in range(20):
+        path = str(tmp_path / f"agent_{round_}.db")
+        stores = await asyncio.gather(*(SQLiteStore.connect(path) for _ in range(8)))
+        try:
+            await stores[0].get_or_create_session("s1", "alice")
+            assert await stores[-1].get_session("s1") is not None
+        finally:
+            await asyncio.gather(*(s.close() for s in stores))
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 # --- URLs ---------------------------------------------------------------------------------
