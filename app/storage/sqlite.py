@@ -1,24 +1,24 @@
-"""The SQLite backend, on aiosqlite: one connection, WAL, JSON as TEXT.
+"""The SQLite backend: one connection on a thread of its own, WAL, JSON as TEXT.
 
-aiosqlite runs every statement on the connection's own thread, in the order they were
-queued, so the event loop never blocks on disk. Because all tasks share that one
-connection, an `asyncio.Lock` gives each operation (and each transaction) the connection to
-itself: otherwise one task's statements would land inside another task's transaction.
+Each store operation is one plain function run on that thread (statements, transaction and
+the conversion of rows into records together), so the event loop never blocks on disk and
+an operation costs one hand-off to the thread and back, however many statements it runs.
+The thread runs operations one at a time, in the order they were submitted, which is what
+keeps one operation's statements out of another's transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
-
-import aiosqlite
+from typing import Any, Final, TypeVar
 
 from app.storage.base import (
     TERMINAL_STATUSES,
@@ -44,6 +44,8 @@ from app.storage.base import (
 )
 
 logger = logging.getLogger("app.storage")
+
+T = TypeVar("T")
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -165,11 +167,13 @@ def _make_parent_dirs(path: str) -> None:
 class SQLiteStore(BackgroundOperations):
     """A `Store` in one SQLite file (or in memory). Open it with `await SQLiteStore.connect()`."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
+    def __init__(self, path: str) -> None:
         super().__init__()
-        self._conn: aiosqlite.Connection | None = conn
         self._path = path
-        self._lock = asyncio.Lock()
+        self._db: sqlite3.Connection | None = None  # used on the store's thread only
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        self._closed = False
+        self._closing_db: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r})"
@@ -181,24 +185,9 @@ class SQLiteStore(BackgroundOperations):
         `path` is a file path or ":memory:". Raises `StorageUnavailable` if it cannot be
         opened.
         """
+        store = cls(path)
         try:
-            if path != ":memory:":
-                await asyncio.to_thread(_make_parent_dirs, path)
-            conn = await aiosqlite.connect(
-                path, isolation_level=None, timeout=_BUSY_TIMEOUT_SECONDS
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise StorageUnavailable(f"cannot open SQLite database {path!r}: {exc}") from exc
-        store = cls(conn, path)
-        try:
-            conn.row_factory = sqlite3.Row
-            async with store._connection() as c:
-                # WAL lets readers in other processes proceed during a write; NORMAL
-                # synchronisation is durable against process crashes, which is what a
-                # worker restart needs, at a fraction of FULL's fsyncs.
-                await _use_wal(c)
-                await c.execute("PRAGMA synchronous = NORMAL")
-                await c.execute("PRAGMA foreign_keys = ON")
+            await store._call(store._open)
             await store.migrate()
         except BaseException:
             await store.close()
@@ -208,60 +197,33 @@ class SQLiteStore(BackgroundOperations):
     async def close(self) -> None:
         """Refuse new calls, let those in flight finish, then close. Idempotent."""
         await self._finish_operations()
-        async with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                await conn.close()
+        if self._closing_db is None:
+            self._closing_db = asyncio.ensure_future(self._close_db())
+        await asyncio.shield(self._closing_db)
+
+    async def _close_db(self) -> None:
+        try:
+            await self._call(self._close_on_thread)
+        finally:
+            self._closed = True
+            self._thread.shutdown(wait=False)
 
     @finish_on_cancel
     async def migrate(self) -> int:
         """Bring the schema up to date (idempotent); return its version."""
-        async with self._transaction() as conn:
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_version"
-                " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
-            rows = await conn.execute_fetchall(
-                "SELECT COALESCE(MAX(version), 0) FROM schema_version"
-            )
-            current: int = next(iter(rows))[0]
-            if current > SCHEMA_VERSION:
-                raise StorageError(
-                    f"the database {self._path!r} has schema version {current}, newer than"
-                    f" this code's {SCHEMA_VERSION}: upgrade the service"
-                )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[version - 1]:
-                    await conn.execute(statement)
-                await conn.execute(
-                    "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
-                    (version, _ts(utcnow())),
-                )
-        return max(current, SCHEMA_VERSION)
+        return await self._write(self._migrate)
 
     @finish_on_cancel
     async def ping(self) -> None:
         """Run a trivial query; raises `StorageUnavailable`."""
-        async with self._connection() as conn:
-            await conn.execute_fetchall("SELECT 1")
+        await self._read(_ping)
 
     # --- sessions -------------------------------------------------------------------------
 
     @finish_on_cancel
     async def get_or_create_session(self, session_id: str, principal: str) -> SessionRecord:
         """Return the session, creating it for `principal` on first use."""
-        now = _ts(utcnow())
-        async with self._transaction() as conn:
-            await conn.execute(
-                "INSERT OR IGNORE INTO sessions (id, principal, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?)",
-                (session_id, principal, now, now),
-            )
-            row = await _one(
-                conn, f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
-            )
-        assert row is not None  # inserted or already there, inside one transaction
-        record = _session(row)
+        record = await self._write(_get_or_create_session, session_id, principal)
         if record.principal != principal:
             raise SessionOwnedByOther(session_id)
         return record
@@ -269,92 +231,34 @@ class SQLiteStore(BackgroundOperations):
     @finish_on_cancel
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None."""
-        async with self._connection() as conn:
-            row = await _one(
-                conn, f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
-            )
-        return None if row is None else _session(row)
+        return await self._read(_get_session, session_id)
 
     @finish_on_cancel
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its messages and runs (by ON DELETE CASCADE)."""
-        async with self._transaction() as conn:
-            cursor = await conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-            return cursor.rowcount > 0
+        return await self._write(_delete_session, session_id)
 
     # --- messages -------------------------------------------------------------------------
 
     @finish_on_cancel
     async def list_messages(self, session_id: str) -> list[StoredMessage]:
         """The conversation in order."""
-        async with self._connection() as conn:
-            rows = await conn.execute_fetchall(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY position",
-                (session_id,),
-            )
-        return [_message(row) for row in rows]
+        return await self._read(_list_messages, session_id)
 
     @finish_on_cancel
     async def append_messages(
         self, session_id: str, run_id: str, messages: Sequence[Mapping[str, Any]]
     ) -> None:
         """Append one run's messages atomically; an empty sequence changes nothing."""
-        if not messages:
-            return
-        now = _ts(utcnow())
-        async with self._transaction() as conn:
-            row = await _one(conn, "SELECT message_count FROM sessions WHERE id = ?", (session_id,))
-            if row is None:
-                raise SessionNotFound(session_id)
-            start: int = row["message_count"]
-            await conn.execute(
-                "UPDATE sessions SET message_count = message_count + ?, last_run_id = ?,"
-                " updated_at = ? WHERE id = ?",
-                (len(messages), run_id, now, session_id),
-            )
-            # Encoding happens inside the transaction: a bad message rolls back the
-            # session update above along with any rows, leaving nothing half-written.
-            rows = [
-                (session_id, run_id, start + i, message_role(i, m), encode_json(m), now)
-                for i, m in enumerate(messages)
-            ]
-            await conn.executemany(
-                f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows
-            )
+        if messages:
+            await self._write(_append_messages, session_id, run_id, messages)
 
     # --- runs -----------------------------------------------------------------------------
 
     @finish_on_cancel
     async def create_run(self, run: RunRecord) -> None:
         """Store a new run of an existing session owned by `run.principal`."""
-        async with self._transaction() as conn:
-            row = await _one(conn, "SELECT principal FROM sessions WHERE id = ?", (run.session_id,))
-            if row is None:
-                raise SessionNotFound(run.session_id)
-            if row["principal"] != run.principal:
-                raise SessionOwnedByOther(run.session_id)
-            try:
-                await conn.execute(
-                    f"INSERT INTO runs ({_RUN_COLUMNS})"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run.run_id,
-                        run.session_id,
-                        run.principal,
-                        run.agent,
-                        run.status,
-                        _ts(run.created_at),
-                        _optional_ts(run.started_at),
-                        _optional_ts(run.finished_at),
-                        run.input,
-                        encode_optional_json(run.output),
-                        encode_optional_json(run.error),
-                        encode_optional_json(run.usage),
-                        encode_json(run.metadata),
-                    ),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise RunAlreadyExists(run.run_id) from exc
+        await self._write(_create_run, run)
 
     @finish_on_cancel
     async def update_run(
@@ -370,96 +274,137 @@ class SQLiteStore(BackgroundOperations):
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
         started, finished = run_update_stamps(status, started_at, finished_at)
-        auto_started, auto_finished = _optional_ts(started), _optional_ts(finished)
-        async with self._transaction() as conn:
-            await conn.execute(
-                "UPDATE runs SET status = ?, output = COALESCE(?, output),"
-                " error = COALESCE(?, error), usage = COALESCE(?, usage),"
-                " started_at = COALESCE(?, started_at, ?),"
-                " finished_at = COALESCE(?, finished_at, ?)"
-                f" WHERE run_id = ? AND status NOT IN ({_TERMINAL_SQL})",
-                (
-                    status,
-                    encode_optional_json(output),
-                    encode_optional_json(error),
-                    encode_optional_json(usage),
-                    _optional_ts(started_at),
-                    auto_started,
-                    _optional_ts(finished_at),
-                    auto_finished,
-                    run_id,
-                ),
-            )
-            row = await _one(conn, f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
-        if row is None:
+        parameters = (
+            status,
+            encode_optional_json(output),
+            encode_optional_json(error),
+            encode_optional_json(usage),
+            _optional_ts(started_at),
+            _optional_ts(started),
+            _optional_ts(finished_at),
+            _optional_ts(finished),
+            run_id,
+        )
+        record = await self._write(_update_run, run_id, parameters)
+        if record is None:
             raise RunNotFound(run_id)
-        return _run(row)
+        return record
 
     @finish_on_cancel
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or None."""
-        async with self._connection() as conn:
-            row = await _one(conn, f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
-        return None if row is None else _run(row)
+        return await self._read(_get_run, run_id)
 
     @finish_on_cancel
     async def list_runs(self, session_id: str, limit: int = 20) -> list[RunRecord]:
         """The session's most recent runs, newest first."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        async with self._connection() as conn:
-            rows = await conn.execute_fetchall(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = ?"
-                " ORDER BY created_at DESC, rowid DESC LIMIT ?",
-                (session_id, limit),
-            )
-        return [_run(row) for row in rows]
+        return await self._read(_list_runs, session_id, limit)
 
     @finish_on_cancel
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs still queued, running or waiting, oldest first."""
-        async with self._connection() as conn:
-            rows = await conn.execute_fetchall(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('queued', 'running', 'waiting')"
-                " ORDER BY created_at, rowid"
-            )
-        return [_run(row) for row in rows]
+        return await self._read(_list_unfinished_runs)
 
-    # --- plumbing -------------------------------------------------------------------------
+    # --- plumbing: on the event loop --------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[aiosqlite.Connection]:
-        """The connection, to this task alone; SQLite's operational errors become ours."""
-        async with self._lock:
-            if self._conn is None:
-                raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
-            try:
-                yield self._conn
-            except sqlite3.OperationalError as exc:
-                # Locked beyond the busy timeout, disk full, I/O error, file gone.
-                raise StorageUnavailable(f"SQLite database {self._path!r}: {exc}") from exc
+    async def _call(self, function: Callable[..., T], *args: Any) -> T:
+        """Run `function(*args)` on the store's thread; SQLite's operational errors become ours."""
+        if self._closed:
+            raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._thread, functools.partial(function, *args))
+        except sqlite3.OperationalError as exc:
+            # Locked beyond the busy timeout, disk full, I/O error, file gone.
+            raise StorageUnavailable(f"SQLite database {self._path!r}: {exc}") from exc
 
-    @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction, committed on success and rolled back on any exception.
+    async def _read(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(db, *args)` on the store's thread."""
+        result: T = await self._call(self._on_connection, function, *args)
+        return result
+
+    async def _write(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(db, *args)` in one write transaction on the store's thread."""
+        result: T = await self._call(self._in_transaction, function, *args)
+        return result
+
+    # --- plumbing: on the store's thread ----------------------------------------------------
+
+    def _open(self) -> None:
+        if self._path != ":memory:":
+            _make_parent_dirs(self._path)
+        try:
+            db = sqlite3.connect(self._path, isolation_level=None, timeout=_BUSY_TIMEOUT_SECONDS)
+        except (OSError, sqlite3.Error) as exc:
+            raise StorageUnavailable(f"cannot open SQLite database {self._path!r}: {exc}") from exc
+        self._db = db
+        db.row_factory = sqlite3.Row
+        # WAL lets readers in other processes proceed during a write; NORMAL synchronisation
+        # is durable against process crashes, which is what a worker restart needs, at a
+        # fraction of FULL's fsyncs.
+        _use_wal(db)
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.execute("PRAGMA foreign_keys = ON")
+
+    def _close_on_thread(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
+        return self._db
+
+    def _on_connection(self, function: Callable[..., T], *args: Any) -> T:
+        return function(self._connection(), *args)
+
+    def _in_transaction(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(db, *args)` in one write transaction: committed, or rolled back on error.
 
         IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
         cannot fail half-way on another process's lock.
         """
-        async with self._connection() as conn:
-            try:
-                await conn.execute("BEGIN IMMEDIATE")
-                yield conn
-                await conn.commit()
-            except BaseException:
-                # Even when cancelled, the ROLLBACK is queued on the connection's thread
-                # before the lock is released, so the next user finds no open transaction.
-                with contextlib.suppress(Exception):
-                    await conn.rollback()
-                raise
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            result = function(db, *args)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return result
+
+    def _migrate(self, db: sqlite3.Connection) -> int:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version"
+            " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
+        current: int = db.execute(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_version"
+        ).fetchone()[0]
+        if current > SCHEMA_VERSION:
+            raise StorageError(
+                f"the database {self._path!r} has schema version {current}, newer than"
+                f" this code's {SCHEMA_VERSION}: upgrade the service"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[version - 1]:
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                (version, _ts(utcnow())),
+            )
+        return max(current, SCHEMA_VERSION)
 
 
-async def _use_wal(conn: aiosqlite.Connection) -> None:
+# --- operations, each run on the store's thread -----------------------------------------------
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
     """Switch the file to WAL, retrying while another process does the same.
 
     Changing the journal mode needs an exclusive lock, and SQLite reports "database is
@@ -470,21 +415,140 @@ async def _use_wal(conn: aiosqlite.Connection) -> None:
     delay = 0.005
     while True:
         try:
-            rows = await conn.execute_fetchall("PRAGMA journal_mode = WAL")
+            mode = str(db.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() + delay > deadline:
                 raise
-            await asyncio.sleep(delay)
+            time.sleep(delay)  # on the store's thread, not the event loop
             delay = min(delay * 2, 0.1)
             continue
-        mode = str(next(iter(rows))[0]).lower()
         if mode not in ("wal", "memory"):
             logger.warning("SQLite database kept journal mode %r instead of WAL", mode)
         return
 
 
-async def _one(
-    conn: aiosqlite.Connection, sql: str, parameters: Iterable[Any]
-) -> sqlite3.Row | None:
-    rows = await conn.execute_fetchall(sql, parameters)
-    return next(iter(rows), None)
+def _ping(db: sqlite3.Connection) -> None:
+    db.execute("SELECT 1").fetchall()
+
+
+def _get_session(db: sqlite3.Connection, session_id: str) -> SessionRecord | None:
+    row = db.execute(
+        f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    return None if row is None else _session(row)
+
+
+def _get_or_create_session(
+    db: sqlite3.Connection, session_id: str, principal: str
+) -> SessionRecord:
+    now = _ts(utcnow())
+    db.execute(
+        "INSERT OR IGNORE INTO sessions (id, principal, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?)",
+        (session_id, principal, now, now),
+    )
+    record = _get_session(db, session_id)
+    assert record is not None  # inserted or already there, inside one transaction
+    return record
+
+
+def _delete_session(db: sqlite3.Connection, session_id: str) -> bool:
+    return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+
+
+def _list_messages(db: sqlite3.Connection, session_id: str) -> list[StoredMessage]:
+    rows = db.execute(
+        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY position",
+        (session_id,),
+    ).fetchall()
+    return [_message(row) for row in rows]
+
+
+def _append_messages(
+    db: sqlite3.Connection,
+    session_id: str,
+    run_id: str,
+    messages: Sequence[Mapping[str, Any]],
+) -> None:
+    row = db.execute("SELECT message_count FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    start: int = row["message_count"]
+    now = _ts(utcnow())
+    db.execute(
+        "UPDATE sessions SET message_count = message_count + ?, last_run_id = ?,"
+        " updated_at = ? WHERE id = ?",
+        (len(messages), run_id, now, session_id),
+    )
+    # Encoding happens inside the transaction: a bad message rolls back the session update
+    # above along with any rows, leaving nothing half-written.
+    rows = [
+        (session_id, run_id, start + i, message_role(i, m), encode_json(m), now)
+        for i, m in enumerate(messages)
+    ]
+    db.executemany(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+
+def _create_run(db: sqlite3.Connection, run: RunRecord) -> None:
+    row = db.execute("SELECT principal FROM sessions WHERE id = ?", (run.session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(run.session_id)
+    if row["principal"] != run.principal:
+        raise SessionOwnedByOther(run.session_id)
+    try:
+        db.execute(
+            f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run.run_id,
+                run.session_id,
+                run.principal,
+                run.agent,
+                run.status,
+                _ts(run.created_at),
+                _optional_ts(run.started_at),
+                _optional_ts(run.finished_at),
+                run.input,
+                encode_optional_json(run.output),
+                encode_optional_json(run.error),
+                encode_optional_json(run.usage),
+                encode_json(run.metadata),
+            ),
+        )
+    except sqlite3.IntegrityError as exc:
+        raise RunAlreadyExists(run.run_id) from exc
+
+
+def _update_run(
+    db: sqlite3.Connection, run_id: str, parameters: tuple[Any, ...]
+) -> RunRecord | None:
+    db.execute(
+        "UPDATE runs SET status = ?, output = COALESCE(?, output),"
+        " error = COALESCE(?, error), usage = COALESCE(?, usage),"
+        " started_at = COALESCE(?, started_at, ?),"
+        " finished_at = COALESCE(?, finished_at, ?)"
+        f" WHERE run_id = ? AND status NOT IN ({_TERMINAL_SQL})",
+        parameters,
+    )
+    return _get_run(db, run_id)
+
+
+def _get_run(db: sqlite3.Connection, run_id: str) -> RunRecord | None:
+    row = db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    return None if row is None else _run(row)
+
+
+def _list_runs(db: sqlite3.Connection, session_id: str, limit: int) -> list[RunRecord]:
+    rows = db.execute(
+        f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = ?"
+        " ORDER BY created_at DESC, rowid DESC LIMIT ?",
+        (session_id, limit),
+    ).fetchall()
+    return [_run(row) for row in rows]
+
+
+def _list_unfinished_runs(db: sqlite3.Connection) -> list[RunRecord]:
+    rows = db.execute(
+        f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('queued', 'running', 'waiting')"
+        " ORDER BY created_at, rowid"
+    ).fetchall()
+    return [_run(row) for row in rows]
