@@ -100,6 +100,7 @@ class RunHandle:
         "output",
         "principal",
         "profile",
+        "recorded",
         "run_id",
         "seq",
         "session_id",
@@ -152,6 +153,8 @@ class RunHandle:
         self.t_first_event: float | None = None
         # messages the session held when the run was admitted; 0 spares reading them back
         self.history_size = -1
+        # the write of the run's record, which runs beside the run's start (see RunManager)
+        self.recorded: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id} session={self.session_id} status={self.status}>"

@@ -250,7 +250,7 @@ class RunManager:
         handle.history_size = session.message_count
         self._runs[run_id] = handle
         self._idle.clear()
-        created = False
+        loop = asyncio.get_running_loop()
         try:
             if not options.background and not ticket.granted:
                 try:
@@ -263,29 +263,43 @@ class RunManager:
             if ticket.granted:
                 handle.status = "running"
                 handle.started_at = now()
-            await self._create_record(
-                RunRecord(
-                    run_id=run_id,
-                    session_id=session_id,
-                    principal=principal,
-                    agent=profile.name,
-                    input=options.input,
-                    status=handle.status,
-                    created_at=handle.created_at,
-                    started_at=handle.started_at,
-                    metadata=handle.metadata,
+            # The record is written while the run starts (its model call is usually what
+            # the first event waits for); this request answers only once it is stored, and
+            # the run awaits it before its own first write.
+            handle.recorded = loop.create_task(
+                self._create_record(
+                    RunRecord(
+                        run_id=run_id,
+                        session_id=session_id,
+                        principal=principal,
+                        agent=profile.name,
+                        input=options.input,
+                        status=handle.status,
+                        created_at=handle.created_at,
+                        started_at=handle.started_at,
+                        metadata=handle.metadata,
+                    )
                 )
             )
-            created = True
             await self._events.create(run_id, session_id=session_id, fence=lease.token)
             await self._bus.router.register(run_id, session_id)
         except BaseException:
-            await self._abandon(handle, created=created)
+            await self._abandon(handle)
             raise
-        task = asyncio.get_running_loop().create_task(self._execute(handle), name=run_id)
+        task = loop.create_task(self._execute(handle), name=run_id)
         handle.task = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        try:
+            await asyncio.shield(handle.recorded)
+        except asyncio.CancelledError:
+            self.cancel_local(run_id, "client_disconnected")  # the request went away
+            raise
+        except BaseException:
+            # not stored (session deleted meanwhile, or the store failed): nobody will learn
+            # this run's id, so end it; it stores nothing more (see _record_stored)
+            self.cancel_local(run_id, "cancel_requested")
+            raise
         logger.info(
             "run accepted",
             extra={
@@ -308,7 +322,7 @@ class RunManager:
         except SessionOwnedByOther:  # deleted, then re-created by someone else
             raise ProblemError(404, "not_found", f"no session {record.session_id!r}") from None
 
-    async def _abandon(self, handle: RunHandle, *, created: bool) -> None:
+    async def _abandon(self, handle: RunHandle) -> None:
         """Undo a start that failed before the run's task existed."""
         self._runs.pop(handle.run_id, None)
         if not self._runs:
@@ -319,7 +333,7 @@ class RunManager:
         discard = getattr(self._events, "discard", None)
         if callable(discard):
             discard(handle.run_id)
-        if created:
+        if await self._record_stored(handle):
             with contextlib.suppress(Exception):
                 await self._store.update_run(
                     handle.run_id,
@@ -328,6 +342,15 @@ class RunManager:
                 )
         if not handle.finished.done():
             handle.finished.set_result(None)
+
+    async def _record_stored(self, handle: RunHandle) -> bool:
+        """Wait for the run's record to be written; False if it was not (start() says why)."""
+        recorded = handle.recorded
+        if recorded is None:
+            return False
+        if not recorded.done():
+            await asyncio.wait([recorded])
+        return not recorded.cancelled() and recorded.exception() is None
 
     def _reject(self, reason: str) -> None:
         self._metrics.runs_rejected.labels(reason).inc()
@@ -484,6 +507,8 @@ class RunManager:
         return Outcome.cancelled(reason)
 
     async def _update_status(self, handle: RunHandle, status: RunStatus) -> None:
+        if not await self._record_stored(handle):
+            return
         try:
             await self._store.update_run(handle.run_id, status=status)
         except Exception:
@@ -499,7 +524,8 @@ class RunManager:
             return
         handle.finalizing = True
         run_id = handle.run_id
-        if outcome.status == "completed" and outcome.messages:
+        stored = await self._record_stored(handle)
+        if stored and outcome.status == "completed" and outcome.messages:
             try:
                 await self._store.append_messages(
                     handle.session_id, run_id, [message_to_dict(m) for m in outcome.messages]
@@ -514,13 +540,14 @@ class RunManager:
         handle.error = outcome.error
         handle.finished_at = now()
         try:
-            await self._store.update_run(
-                run_id,
-                status=outcome.status,
-                output=outcome.output,
-                error=outcome.error,
-                usage=handle.usage.to_dict(),
-            )
+            if stored:
+                await self._store.update_run(
+                    run_id,
+                    status=outcome.status,
+                    output=outcome.output,
+                    error=outcome.error,
+                    usage=handle.usage.to_dict(),
+                )
         except Exception:
             logger.exception("could not store the run's outcome", extra={"run_id": run_id})
         handle.ticket.release()
