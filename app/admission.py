@@ -109,6 +109,13 @@ class Admission:
         """Principals holding at least one ticket (for leak checks)."""
         return len(self._by_principal)
 
+    @property
+    def full(self) -> bool:
+        """True when a new ticket would be refused whoever asks: no free slot, no queue place."""
+        return (self.running >= self.max_running or bool(self._queue)) and len(
+            self._queue
+        ) >= self.max_queued
+
     def reserve(self, principal: str) -> Ticket:
         """A slot now, or a queue place; raises AdmissionRejected when neither is allowed."""
         if self.closed_reason is not None:
@@ -128,14 +135,18 @@ class Admission:
             ticket._future = asyncio.get_running_loop().create_future()
             self._queue.append(ticket)
         else:
-            raise AdmissionRejected(
-                "overloaded",
-                f"all {self.max_running} execution slots and {self.max_queued} queue places "
-                "are taken; retry later",
-            )
+            raise self.overloaded()
         self._by_principal[principal] = held + 1
         self._changed()
         return ticket
+
+    def overloaded(self) -> AdmissionRejected:
+        """The refusal of a ticket when the worker is full."""
+        return AdmissionRejected(
+            "overloaded",
+            f"all {self.max_running} execution slots and {self.max_queued} queue places "
+            "are taken; retry later",
+        )
 
     def close(self, reason: str) -> None:
         """Refuse new tickets and fail every queued one with AdmissionRejected('draining')."""

@@ -24,7 +24,7 @@ from app.auth import Authenticator
 from app.lifespan import make_lifespan
 from app.logs import configure_logging
 from app.metrics import Metrics
-from app.middleware import BodyLimitMiddleware
+from app.middleware import BodyLimitMiddleware, LoadShedMiddleware
 from app.settings import Settings
 
 __all__ = ["UI_DIR", "create_app"]
@@ -65,6 +65,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     # added innermost first: CORS wraps everything, so error answers carry its headers too
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(LoadShedMiddleware)
     origins = settings.cors_origin_list
     if origins:
         app.add_middleware(

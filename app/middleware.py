@@ -1,13 +1,13 @@
-"""ASGI middleware of the service: the request body limit."""
+"""ASGI middleware of the service: the request body limit, and load shedding."""
 
 from __future__ import annotations
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.errors import problem_response
+from app.api.errors import ProblemError, problem_response
 
-__all__ = ["BodyLimitMiddleware", "BodyTooLarge"]
+__all__ = ["BodyLimitMiddleware", "BodyTooLarge", "LoadShedMiddleware"]
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -71,3 +71,46 @@ class BodyLimitMiddleware:
                 413, "payload_too_large", f"the request body is larger than {limit} bytes"
             )
             await response(scope, receive, send)
+
+
+class LoadShedMiddleware:
+    """429 ``overloaded`` for a new run while this worker is full, before the request is parsed.
+
+    Under overload most requests are refused. Answering them here (no routing, no body
+    parsing, no validation) keeps their cost off the runs that were admitted, which share
+    this event loop. A request it cannot decide on (another path, a key that does not
+    authenticate, a worker not full or draining) goes on as usual and gets the same answers
+    as ever; one refused here gets the very answer ``RunManager.start`` would give.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and _starts_run(scope["path"]):
+            problem = _refusal(scope)
+            if problem is not None:
+                await problem.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _starts_run(path: str) -> bool:
+    # /v1/sessions/{session_id}/runs
+    return path.startswith("/v1/sessions/") and path.endswith("/runs") and path.count("/") == 4
+
+
+def _refusal(scope: Scope) -> ProblemError | None:
+    state = scope["app"].state
+    services = state.services
+    if services is None:  # not ready: the route answers 503
+        return None
+    authenticator = state.authenticator
+    if authenticator.enabled:
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+        try:
+            authenticator.principal(None if header is None else header.decode("latin-1"))
+        except ProblemError:
+            return None  # the route answers 401
+    shed: ProblemError | None = services.manager.shed()
+    return shed

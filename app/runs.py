@@ -352,6 +352,15 @@ class RunManager:
             await asyncio.wait([recorded])
         return not recorded.cancelled() and recorded.exception() is None
 
+    def shed(self) -> ProblemError | None:
+        """The 429 any new run gets right now, whoever asks (counted as a rejection); else
+        None. Cheap enough to ask before a request is even parsed."""
+        admission = self._admission
+        if self.draining or admission.closed_reason is not None or not admission.full:
+            return None
+        self._reject("overloaded")
+        return self._admission_problem(admission.overloaded())
+
     def _reject(self, reason: str) -> None:
         self._metrics.runs_rejected.labels(reason).inc()
 

@@ -461,6 +461,42 @@ async def test_full_server_answers_429(serve: Serve) -> None:
         await served.wait_idle()
 
 
+async def test_a_full_worker_refuses_before_parsing_but_after_authenticating(
+    serve: Serve,
+) -> None:
+    async with serve(
+        max_concurrent_runs=1, max_queued_runs=0, demo_slow_seconds=0.1, api_keys="key-a=alice"
+    ) as served:
+        client = served.client
+        auth = {"Authorization": "Bearer key-a"}
+        json_headers = {**auth, "Content-Type": "application/json"}
+
+        async def garbage(session: str) -> httpx.Response:
+            return await client.post(
+                f"/v1/sessions/{session}/runs", content=b"{not json", headers=json_headers
+            )
+
+        # not full: the body is parsed and refused for what it is
+        assert_problem(await garbage("a"), 422, "validation_error")
+        first = await client.post(
+            "/v1/sessions/a/runs", json={"input": "slow a b", "background": True}, headers=auth
+        )
+        assert first.status_code == 202
+        # full: refused at once, body unread, the same answer the run manager gives
+        shed = await garbage("b")
+        assert_problem(shed, 429, "overloaded")
+        assert shed.headers["retry-after"] == "1"
+        # but a caller without a valid key still learns that first
+        anonymous = await client.post("/v1/sessions/b/runs", json={"input": "x"})
+        assert_problem(anonymous, 401, "unauthorized")
+        metrics = (await client.get("/metrics", headers=auth)).text
+        assert 'agent_runs_rejected_total{reason="overloaded"} 1.0' in metrics
+        served.services.manager.begin_drain()  # draining outranks full
+        draining = await client.post("/v1/sessions/b/runs", json={"input": "x"}, headers=auth)
+        assert_problem(draining, 503, "draining")
+        await served.wait_idle()
+
+
 async def test_queued_run_waits_then_runs(serve: Serve) -> None:
     async with serve(
         max_concurrent_runs=1, max_queued_runs=4, queue_timeout=10, demo_slow_seconds=0.05
