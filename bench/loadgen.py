@@ -719,6 +719,8 @@ async def task_overload(spec: Spec) -> Result:
         "admitted_ttfe": summary_ms(admitted_first),
         "admitted_head": summary_ms(admitted_head),
         "other_statuses": other,
+        # raw durations (s), so the harness can pool several blocks of one phase
+        "samples": {"rejected": rejected, "admitted_ttfe": admitted_first},
         **window.report(),
     }
 
