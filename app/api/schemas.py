@@ -8,6 +8,7 @@ from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "SESSION_CURSOR_PATTERN",
     "SESSION_ID_PATTERN",
     "AcceptedBy",
     "BackgroundAccepted",
@@ -19,10 +20,15 @@ __all__ = [
     "RunResult",
     "RunView",
     "SessionId",
+    "SessionList",
     "SessionView",
 ]
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+# the `next` of GET /v1/sessions: a session's updated_at (microseconds since the epoch, up to
+# 17 digits so that every match is a valid time) and its id. Exact, so that every string the
+# pattern admits is a cursor the server accepts (the schema-driven fuzzer holds it to that).
+SESSION_CURSOR_PATTERN = r"^[0-9]{1,17}\.[A-Za-z0-9._:-]{1,128}$"
 
 SessionId = Annotated[
     str,
@@ -149,6 +155,7 @@ class RunView(RunResult):
     """``GET /v1/runs/{run_id}``."""
 
     agent: str
+    input: str = Field(description="The prompt the run was started with.")
     created_at: str | None
     started_at: str | None
     finished_at: str | None
@@ -186,6 +193,16 @@ class SessionView(BaseModel):
     message_count: int
     last_run_id: str | None
     active_run_id: str | None
+
+
+class SessionList(BaseModel):
+    """``GET /v1/sessions``: a page of the caller's sessions, most recently updated first."""
+
+    sessions: list[SessionView]
+    next: str | None = Field(
+        pattern=SESSION_CURSOR_PATTERN,
+        description="The cursor of the next page (pass it as ?before=), or null on the last.",
+    )
 
 
 class MessageView(BaseModel):

@@ -1,18 +1,26 @@
-"""Sessions: a summary, the stored conversation, deletion."""
+"""Sessions: the caller's list, a summary, the stored conversation, deletion."""
 
 from __future__ import annotations
 
 import secrets
-from typing import Annotated, Any
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from starlette.responses import JSONResponse, Response
 
 from app.api.errors import ProblemError
-from app.api.schemas import MessagesView, Problem, SessionId, SessionView
+from app.api.schemas import (
+    SESSION_CURSOR_PATTERN,
+    MessagesView,
+    Problem,
+    SessionId,
+    SessionList,
+    SessionView,
+)
 from app.auth import principal_of
 from app.services import Services, ServicesDep
-from app.storage import SessionRecord
+from app.storage import SessionCursor, SessionRecord
 from app.wire import iso_ms
 
 __all__ = ["router"]
@@ -21,7 +29,38 @@ router = APIRouter(tags=["sessions"])
 
 Principal = Annotated[str, Depends(principal_of)]
 
-_NOT_FOUND = {"model": Problem, "content": {"application/problem+json": {}}}
+_PROBLEM = {"model": Problem, "content": {"application/problem+json": {}}}
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+def encode_cursor(cursor: SessionCursor) -> str:
+    """``<updated_at in microseconds since the epoch>.<session id>``: exact to the
+    microsecond both backends keep, so the next page starts exactly after this session."""
+    return f"{(cursor.updated_at - _EPOCH) // _MICROSECOND}.{cursor.session_id}"
+
+
+def decode_cursor(text: str) -> SessionCursor:
+    """The cursor ``encode_cursor`` made (``text`` already matched SESSION_CURSOR_PATTERN)."""
+    micros, _, session_id = text.partition(".")
+    return SessionCursor(_EPOCH + int(micros) * _MICROSECOND, session_id)
+
+
+def _active_run(holder: str | None) -> str | None:
+    # a session's lock is held by its active run, or for a moment by a deletion
+    return holder if holder is not None and holder.startswith("run_") else None
+
+
+def _session_view(session: SessionRecord, holder: str | None) -> dict[str, Any]:
+    return {
+        "session_id": session.id,
+        "created_at": iso_ms(session.created_at.timestamp()),
+        "updated_at": iso_ms(session.updated_at.timestamp()),
+        "message_count": session.message_count,
+        "last_run_id": session.last_run_id,
+        "active_run_id": _active_run(holder),
+    }
 
 
 async def _owned(services: Services, session_id: str, principal: str) -> SessionRecord:
@@ -32,36 +71,58 @@ async def _owned(services: Services, session_id: str, principal: str) -> Session
 
 
 @router.get(
+    "/v1/sessions",
+    summary="The caller's sessions",
+    response_model=SessionList,
+    responses={422: _PROBLEM},
+)
+async def list_sessions(
+    principal: Principal,
+    services: ServicesDep,
+    limit: Annotated[int, Query(ge=1, le=100, description="Sessions per page")] = 20,
+    before: Annotated[
+        str | None,
+        Query(
+            pattern=SESSION_CURSOR_PATTERN,
+            description="The `next` of the previous page: the sessions after it",
+        ),
+    ] = None,
+) -> Response:
+    """The caller's sessions, most recently updated first, a page at a time."""
+    cursor = None if before is None else decode_cursor(before)
+    # one more than asked: whether it comes tells if there is a next page, so the last page
+    # says so (next: null) instead of a client reading one more, empty, page
+    found = await services.store.list_sessions(principal, limit + 1, cursor)
+    page = found[:limit]
+    # every lock in one round trip (one MGET with Redis), not one per session
+    holders = await services.bus.locks.holders([session.id for session in page])
+    return JSONResponse(
+        {
+            "sessions": [_session_view(s, h) for s, h in zip(page, holders, strict=True)],
+            "next": encode_cursor(SessionCursor.after(page[-1])) if len(found) > limit else None,
+        }
+    )
+
+
+@router.get(
     "/v1/sessions/{session_id}",
     summary="A session's summary",
     response_model=SessionView,
-    responses={404: _NOT_FOUND},
+    responses={404: _PROBLEM},
 )
 async def get_session(
     session_id: SessionId, principal: Principal, services: ServicesDep
 ) -> Response:
     """The session, with the id of its active run (or null)."""
     session = await _owned(services, session_id, principal)
-    active = await services.bus.locks.holder(session_id)
-    if active is not None and not active.startswith("run_"):
-        active = None  # held by a deletion, not a run
-    return JSONResponse(
-        {
-            "session_id": session.id,
-            "created_at": iso_ms(session.created_at.timestamp()),
-            "updated_at": iso_ms(session.updated_at.timestamp()),
-            "message_count": session.message_count,
-            "last_run_id": session.last_run_id,
-            "active_run_id": active,
-        }
-    )
+    return JSONResponse(_session_view(session, await services.bus.locks.holder(session_id)))
 
 
 @router.get(
     "/v1/sessions/{session_id}/messages",
     summary="The stored conversation",
     response_model=MessagesView,
-    responses={404: _NOT_FOUND},
+    responses={404: _PROBLEM},
 )
 async def get_messages(
     session_id: SessionId, principal: Principal, services: ServicesDep
@@ -85,7 +146,7 @@ async def get_messages(
     "/v1/sessions/{session_id}",
     summary="Delete a session",
     status_code=204,
-    responses={404: _NOT_FOUND, 409: _NOT_FOUND},
+    responses={404: _PROBLEM, 409: _PROBLEM},
 )
 async def delete_session(
     session_id: SessionId, principal: Principal, services: ServicesDep

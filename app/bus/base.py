@@ -192,6 +192,10 @@ class SessionLocks(Protocol):
         """The current holder of the session's lock, or None."""
         ...
 
+    async def holders(self, session_ids: Sequence[str]) -> list[str | None]:
+        """The current holder of each session's lock (or None), in order; one round trip."""
+        ...
+
 
 class CommandHandler(Protocol):
     """What a worker does with commands addressed to runs it holds (the run manager)."""

@@ -261,6 +261,9 @@ class LocalSessionLocks:
         lease = self._held.get(session_id)
         return None if lease is None else lease.holder
 
+    async def holders(self, session_ids: Sequence[str]) -> list[str | None]:
+        return [await self.holder(session_id) for session_id in session_ids]
+
     @property
     def held(self) -> int:
         """Locks currently held."""

@@ -33,6 +33,7 @@ __all__ = [
     "RunNotFound",
     "RunRecord",
     "RunStatus",
+    "SessionCursor",
     "SessionNotFound",
     "SessionOwnedByOther",
     "SessionRecord",
@@ -151,6 +152,28 @@ class SessionRecord:
     updated_at: datetime
     message_count: int = 0
     last_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCursor:
+    """A place in a principal's list of sessions, newest first: the sessions after it are
+    those updated earlier, or at the same instant with a smaller id.
+
+    (updated_at, id) orders the sessions totally (ids are unique), and a cursor is a place in
+    that order, not a row number: paging with it (keyset pagination) repeats no session and
+    skips none that stayed put, however many are created or updated meanwhile.
+    """
+
+    updated_at: datetime
+    session_id: str
+
+    def __post_init__(self) -> None:
+        require_aware("updated_at", self.updated_at)
+
+    @classmethod
+    def after(cls, session: SessionRecord) -> SessionCursor:
+        """The cursor that continues the list after ``session``."""
+        return cls(session.updated_at, session.id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -333,6 +356,16 @@ class Store(Protocol):
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session with its messages and runs; False if it did not exist."""
+        ...
+
+    async def list_sessions(
+        self, principal: str, limit: int = 20, before: SessionCursor | None = None
+    ) -> list[SessionRecord]:
+        """The principal's sessions, most recently updated first (ties: larger id first).
+
+        At most `limit` (at least 1, else `ValueError`); with `before`, only the sessions
+        after that cursor, so `SessionCursor.after(page[-1])` reads the next page.
+        """
         ...
 
     # messages

@@ -30,6 +30,7 @@ from app.storage.base import (
     RunNotFound,
     RunRecord,
     RunStatus,
+    SessionCursor,
     SessionNotFound,
     SessionOwnedByOther,
     SessionRecord,
@@ -88,6 +89,11 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         """CREATE INDEX runs_unfinished ON runs (created_at)
             WHERE status IN ('queued', 'running', 'waiting')""",
     ),
+    # 2: a principal's sessions, newest first, read page by page (list_sessions). Not
+    # CONCURRENTLY: that cannot run in the migration's transaction, and the transaction (with
+    # its advisory lock) is what keeps workers starting together from migrating twice. IF NOT
+    # EXISTS: on a large table an operator builds it CONCURRENTLY beforehand (docs/deploy.md).
+    ("CREATE INDEX IF NOT EXISTS sessions_by_principal ON sessions (principal, updated_at, id)",),
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
@@ -357,6 +363,34 @@ class PostgresStore(BackgroundOperations):
                 "DELETE FROM sessions WHERE id = $1 RETURNING id", session_id
             )
         return deleted is not None
+
+    @finish_on_cancel
+    async def list_sessions(
+        self, principal: str, limit: int = 20, before: SessionCursor | None = None
+    ) -> list[SessionRecord]:
+        """The principal's sessions, most recently updated first; see `Store.list_sessions`."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        async with self._connection() as conn:
+            if before is None:
+                rows = await conn.fetch(
+                    f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE principal = $1"
+                    " ORDER BY updated_at DESC, id DESC LIMIT $2",
+                    principal,
+                    limit,
+                )
+            else:
+                # a row comparison: one range scan of sessions_by_principal
+                rows = await conn.fetch(
+                    f"SELECT {_SESSION_COLUMNS} FROM sessions"
+                    " WHERE principal = $1 AND (updated_at, id) < ($2, $3)"
+                    " ORDER BY updated_at DESC, id DESC LIMIT $4",
+                    principal,
+                    before.updated_at,
+                    before.session_id,
+                    limit,
+                )
+        return [_session(row) for row in rows]
 
     # --- messages -------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from app.storage.base import (
     RunNotFound,
     RunRecord,
     RunStatus,
+    SessionCursor,
     SessionNotFound,
     SessionOwnedByOther,
     SessionRecord,
@@ -88,6 +89,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         """CREATE INDEX runs_unfinished ON runs (created_at)
             WHERE status IN ('queued', 'running', 'waiting')""",
     ),
+    # 2: a principal's sessions, newest first, read page by page (list_sessions)
+    ("CREATE INDEX IF NOT EXISTS sessions_by_principal ON sessions (principal, updated_at, id)",),
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
@@ -237,6 +240,15 @@ class SQLiteStore(BackgroundOperations):
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its messages and runs (by ON DELETE CASCADE)."""
         return await self._write(_delete_session, session_id)
+
+    @finish_on_cancel
+    async def list_sessions(
+        self, principal: str, limit: int = 20, before: SessionCursor | None = None
+    ) -> list[SessionRecord]:
+        """The principal's sessions, most recently updated first; see `Store.list_sessions`."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        return await self._read(_list_sessions, principal, limit, before)
 
     # --- messages -------------------------------------------------------------------------
 
@@ -450,6 +462,27 @@ def _get_or_create_session(
     record = _get_session(db, session_id)
     assert record is not None  # inserted or already there, inside one transaction
     return record
+
+
+def _list_sessions(
+    db: sqlite3.Connection, principal: str, limit: int, before: SessionCursor | None
+) -> list[SessionRecord]:
+    # A row value comparison, which SQLite answers with a range scan of
+    # sessions_by_principal (fixed-width UTC text sorts in time order).
+    if before is None:
+        rows = db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE principal = ?"
+            " ORDER BY updated_at DESC, id DESC LIMIT ?",
+            (principal, limit),
+        ).fetchall()
+    else:
+        rows = db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions"
+            " WHERE principal = ? AND (updated_at, id) < (?, ?)"
+            " ORDER BY updated_at DESC, id DESC LIMIT ?",
+            (principal, _ts(before.updated_at), before.session_id, limit),
+        ).fetchall()
+    return [_session(row) for row in rows]
 
 
 def _delete_session(db: sqlite3.Connection, session_id: str) -> bool:

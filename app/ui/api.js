@@ -98,6 +98,9 @@ export const api = {
   },
   getRun: (runId) => json("GET", `v1/runs/${seg(runId)}`),
   cancelRun: (runId) => json("POST", `v1/runs/${seg(runId)}/cancel`),
+  /** A page of the caller's sessions, newest first: {sessions, next}. */
+  sessions: (limit, before = null) =>
+    json("GET", `v1/sessions?limit=${limit}${before ? `&before=${seg(before)}` : ""}`),
   session: (sessionId) => json("GET", `v1/sessions/${seg(sessionId)}`),
   messages: (sessionId) => json("GET", `v1/sessions/${seg(sessionId)}/messages`),
   deleteSession: (sessionId) => json("DELETE", `v1/sessions/${seg(sessionId)}`),

@@ -1,10 +1,11 @@
 // The chat page: sends prompts, follows runs over SSE (reconnecting with Last-Event-ID),
-// answers confirmations, and keeps sessions in localStorage.
+// answers confirmations, and lists the caller's sessions (GET /v1/sessions, kept in
+// localStorage for when the server cannot be asked).
 
 import { api, ApiError } from "./api.js";
 import { ConfirmDialog } from "./confirm.js";
 import { readEventStream } from "./sse.js";
-import { newSessionId, store } from "./store.js";
+import { MAX_SESSIONS, newSessionId, store } from "./store.js";
 import { h, newTurn, TurnView, turnsFromMessages } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
@@ -42,6 +43,7 @@ let current = null; // the run this tab follows: {runId, sessionId, view, lastSe
 let afterKey = null; // what to do once an API key is saved
 let serverOffset = 0; // server clock minus ours, in ms (from the Date header)
 let loadToken = 0;
+let listToken = 0;
 
 const serverNow = () => Date.now() + serverOffset;
 
@@ -114,7 +116,7 @@ function sleep(ms, signal) {
 // --- sessions ----------------------------------------------------------------------------
 
 function renderSessions() {
-  const list = store.sessions();
+  const list = store.sessions().map((s) => ({ ...s, title: s.title || "Untitled conversation" }));
   if (!list.some((s) => s.id === sessionId)) list.unshift({ id: sessionId, title: "New chat", updated: Date.now() });
   els.sessions.replaceChildren(
     ...list.map((s) => {
@@ -151,6 +153,59 @@ function renderSessions() {
   els.title.textContent = title;
   els.sessionId.textContent = sessionId;
   document.title = `${title} · agent-server`;
+}
+
+/** A prompt as a list entry's title: one line, 60 characters at most. */
+function titleOf(prompt) {
+  return (prompt || "").trim().replace(/\s+/g, " ").slice(0, 60);
+}
+
+/**
+ * Fill the Recent list from the server, so it shows the caller's conversations from any
+ * browser. The answer replaces the stored list, which keeps the titles and stands in for the
+ * server when it cannot be asked (offline, no key yet, an older server): then the list stays
+ * as it was.
+ */
+async function refreshSessions() {
+  const token = ++listToken;
+  const asked = Date.now();
+  let page;
+  try {
+    page = await api.sessions(MAX_SESSIONS);
+  } catch {
+    return;
+  }
+  if (token !== listToken) return; // a later refresh (after a deletion, say) is under way
+  // conversations this browser has not seen get their latest prompt (their run's input) as
+  // title, asked once: the stored list keeps it from then on
+  const titled = new Set(store.sessions().filter((s) => s.title).map((s) => s.id));
+  const titles = new Map(
+    await Promise.all(
+      page.sessions
+        .filter((item) => !titled.has(item.session_id) && (item.last_run_id || item.active_run_id))
+        .map(async (item) => [item.session_id, await promptOf(item.last_run_id || item.active_run_id)]),
+    ),
+  );
+  if (token !== listToken) return;
+  // merged with the stored list as it is now, after the awaits
+  const known = new Map(store.sessions().map((s) => [s.id, s]));
+  const listed = page.sessions.map((item) => {
+    const local = known.get(item.session_id);
+    // touched since the request went out (a run just started here): the fresher entry
+    if (local && local.updated > asked) return local;
+    return {
+      id: item.session_id,
+      title: local?.title || titleOf(titles.get(item.session_id)),
+      updated: Date.parse(item.updated_at) - serverOffset,
+    };
+  });
+  const ids = new Set(listed.map((s) => s.id));
+  // sessions first used here after the request went out are not in the answer yet
+  const fresh = [...known.values()].filter((s) => s.updated > asked && !ids.has(s.id));
+  const list = [...fresh, ...listed].sort((a, b) => b.updated - a.updated);
+  if (JSON.stringify(list) === JSON.stringify(store.sessions())) return;
+  store.setSessions(list);
+  renderSessions();
 }
 
 function relativeTime(ms) {
@@ -207,6 +262,7 @@ async function deleteSession(id) {
   store.forgetSession(id);
   if (id === sessionId) newChat();
   else renderSessions();
+  refreshSessions();
   announce("Conversation deleted");
 }
 
@@ -260,9 +316,12 @@ async function loadSession() {
   // a run started elsewhere (another tab, a script) and still going: follow it from the start
   try {
     const info = await api.session(id);
-    if (token === loadToken && info.active_run_id && !current && !known.has(info.active_run_id)) {
+    const runId = info.active_run_id;
+    if (token === loadToken && runId && !current && !known.has(runId)) {
+      const prompt = await promptOf(runId);
+      if (token !== loadToken || current) return;
       showEmpty(false);
-      follow(info.active_run_id, newTurn(null, info.active_run_id), 0);
+      follow(runId, newTurn(prompt, runId), 0);
     }
   } catch {
     // 404: a new session; anything else shows up on the next action
@@ -276,6 +335,15 @@ function persist(run) {
   store.setActiveRun({ runId: run.runId, sessionId: run.sessionId, lastSeq: run.lastSeq, turn: run.view.turn });
 }
 
+/** The prompt a run was started with (for a run this tab did not start), or null. */
+async function promptOf(runId) {
+  try {
+    return (await api.getRun(runId)).input ?? null;
+  } catch {
+    return null; // the turn goes without its prompt, as before the field existed
+  }
+}
+
 function newRun(view) {
   return { runId: null, sessionId, view, lastSeq: 0, done: false, abandoned: false, connection: null, stopRequested: false };
 }
@@ -286,7 +354,7 @@ async function send(prompt) {
   const view = new TurnView(newTurn(prompt));
   els.log.append(view.el);
   scrollToEnd(true);
-  store.touchSession(sessionId, prompt.trim().replace(/\s+/g, " ").slice(0, 60));
+  store.touchSession(sessionId, titleOf(prompt));
   renderSessions();
   const run = newRun(view);
   current = run;
@@ -446,8 +514,9 @@ function finish(run) {
   confirmDialog.settled(null);
   setBusy(false);
   const turn = run.view.turn;
-  store.touchSession(run.sessionId, turn.prompt?.slice(0, 60));
+  store.touchSession(run.sessionId, titleOf(turn.prompt));
   renderSessions();
+  refreshSessions();
   if (turn.status === "completed") announce("Answer complete");
   else if (turn.status === "cancelled") announce("Run stopped");
   else if (turn.status === "failed") announce(`Run failed: ${turn.end?.code || ""}`);
@@ -512,10 +581,15 @@ function startFailed(view, error, prompt) {
         type: "button",
         class: "button small primary",
         text: "Follow that run",
-        onclick: () => {
+        onclick: async (event) => {
+          const button = event.currentTarget;
+          if (current || button.disabled) return;
+          button.disabled = true; // one follow, however often it is clicked meanwhile
+          const held = await promptOf(runId);
+          button.disabled = false;
           if (current) return;
           view.el.remove();
-          follow(runId, newTurn(null, runId), 0);
+          follow(runId, newTurn(held, runId), 0);
         },
       }),
     );
@@ -597,6 +671,7 @@ function saveKey(event) {
   const then = afterKey;
   afterKey = null;
   announce("API key saved");
+  refreshSessions(); // the key's own conversations
   if (then) then();
   else loadSession();
 }
@@ -720,12 +795,17 @@ function wire() {
   window.addEventListener("storage", (event) => {
     if (event.key === "agent-ui.sessions") renderSessions();
   });
+  // back to this tab: conversations may have started elsewhere in the meantime
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") refreshSessions();
+  });
   els.keyButton.hidden = !(store.needsKey() || store.apiKey());
 }
 
 wire();
 renderSessions();
 loadSession();
+refreshSessions();
 // straight to typing; not on touch screens, where focus would pop the keyboard up
 if (matchMedia("(hover: hover)").matches) els.prompt.focus();
 

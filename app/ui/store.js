@@ -1,6 +1,7 @@
 // What the page remembers. localStorage (every tab, survives restarts): the current session,
-// the list of sessions, the API key. sessionStorage (this tab, survives a reload): the run
-// being followed, with the last event seen, so a reload resumes it where it stopped.
+// the list of sessions (the server's list as last seen, with the titles, so the page still has
+// one when the server cannot be asked), the API key. sessionStorage (this tab, survives a
+// reload): the run being followed, with the last event seen, so a reload resumes it.
 
 const KEYS = {
   session: "agent-ui.session",
@@ -9,6 +10,9 @@ const KEYS = {
   needsKey: "agent-ui.needs-key",
   activeRun: "agent-ui.active-run",
 };
+
+/** The Recent list's length, and the page of GET /v1/sessions that fills it. */
+export const MAX_SESSIONS = 50;
 
 function read(storage, key, fallback) {
   try {
@@ -47,7 +51,7 @@ export const store = {
     write(localStorage, KEYS.session, id);
   },
 
-  /** [{id, title, updated}] newest first. */
+  /** [{id, title, updated}] newest first; `updated` in ms of this browser's clock. */
   sessions() {
     const list = read(localStorage, KEYS.sessions, []);
     return Array.isArray(list) ? list.filter((s) => s && typeof s.id === "string") : [];
@@ -56,10 +60,13 @@ export const store = {
     const list = store.sessions();
     const found = list.find((s) => s.id === id);
     const entry = { id, title: found?.title || title || "New chat", updated: Date.now() };
-    write(localStorage, KEYS.sessions, [entry, ...list.filter((s) => s.id !== id)].slice(0, 50));
+    write(localStorage, KEYS.sessions, [entry, ...list.filter((s) => s.id !== id)].slice(0, MAX_SESSIONS));
   },
   forgetSession(id) {
     write(localStorage, KEYS.sessions, store.sessions().filter((s) => s.id !== id));
+  },
+  setSessions(list) {
+    write(localStorage, KEYS.sessions, list.slice(0, MAX_SESSIONS));
   },
 
   apiKey: () => read(localStorage, KEYS.apiKey, "") || "",

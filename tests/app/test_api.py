@@ -26,9 +26,18 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str
     return body
 
 
-async def run_blocking(served: Served, session: str, text: str, **extra: Any) -> httpx.Response:
+async def run_blocking(
+    served: Served,
+    session: str,
+    text: str,
+    *,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> httpx.Response:
     return await served.client.post(
-        f"/v1/sessions/{session}/runs", json={"input": text, "stream": False, **extra}
+        f"/v1/sessions/{session}/runs",
+        json={"input": text, "stream": False, **extra},
+        headers=headers,
     )
 
 
@@ -76,6 +85,7 @@ async def test_blocking_run_answers_the_result(serve: Serve) -> None:
         assert body["usage"]["output_tokens"] > 0
         run = (await served.client.get(f"/v1/runs/{body['run_id']}")).json()
         assert run["status"] == "completed"
+        assert run["input"] == "hello"
         assert run["output"] == {"content": "You said: hello"}
         assert run["finished_at"].endswith("Z")
         metrics = (await served.client.get("/metrics")).text
@@ -123,6 +133,101 @@ async def test_session_summary_messages_and_delete(serve: Serve) -> None:
         assert_problem(await client.get(f"/v1/runs/{first['run_id']}"), 404, "not_found")
 
 
+async def list_all(
+    client: httpx.AsyncClient, headers: dict[str, str], limit: int
+) -> list[list[dict[str, Any]]]:
+    """Every page of GET /v1/sessions, following ``next`` to the end."""
+    pages: list[list[dict[str, Any]]] = []
+    query = f"?limit={limit}"
+    while True:
+        response = await client.get(f"/v1/sessions{query}", headers=headers)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert set(body) == {"sessions", "next"}
+        pages.append(body["sessions"])
+        if body["next"] is None:
+            return pages
+        query = f"?limit={limit}&before={body['next']}"
+
+
+async def test_list_sessions(serve: Serve) -> None:
+    async with serve(api_keys="key-a=alice,key-b=bob", demo_slow_seconds=0.3) as served:
+        client = served.client
+        alice = {"Authorization": "Bearer key-a"}
+        bob = {"Authorization": "Bearer key-b"}
+        assert (await client.get("/v1/sessions", headers=alice)).json() == {
+            "sessions": [],
+            "next": None,
+        }
+        for name in ("a-0", "a-1", "a-2", "a-3", "a-4"):
+            await run_blocking(served, name, "hi", headers=alice)
+        await run_blocking(served, "b-0", "hi", headers=bob)
+        await run_blocking(served, "a-1", "again", headers=alice)  # a-1 moves to the front
+
+        listed = (await client.get("/v1/sessions", headers=alice)).json()
+        ids = [item["session_id"] for item in listed["sessions"]]
+        assert ids == ["a-1", "a-4", "a-3", "a-2", "a-0"]
+        assert listed["next"] is None
+        # each item is what GET /v1/sessions/{id} answers
+        for item in listed["sessions"]:
+            assert (
+                item
+                == (await client.get(f"/v1/sessions/{item['session_id']}", headers=alice)).json()
+            )
+        assert listed["sessions"][0]["message_count"] == 4
+        bobs = (await client.get("/v1/sessions", headers=bob)).json()["sessions"]
+        assert [item["session_id"] for item in bobs] == ["b-0"]
+
+        pages = await list_all(client, alice, 2)
+        assert [[item["session_id"] for item in page] for page in pages] == [
+            ["a-1", "a-4"],
+            ["a-3", "a-2"],
+            ["a-0"],
+        ]
+        # exactly one page: its next is null, not a cursor to an empty page
+        assert len(await list_all(client, alice, 5)) == 1
+
+        # the active run comes from the session locks, for every item in one call
+        started = await client.post(
+            "/v1/sessions/a-3/runs", json={"input": "slow a b c", "background": True}, headers=alice
+        )
+        run_id = started.json()["run_id"]
+        listed = (await client.get("/v1/sessions", headers=alice)).json()["sessions"]
+        assert {item["session_id"]: item["active_run_id"] for item in listed} == {
+            "a-1": None,
+            "a-4": None,
+            "a-3": run_id,
+            "a-2": None,
+            "a-0": None,
+        }
+        await client.post(f"/v1/runs/{run_id}/cancel", headers=alice)
+
+        assert_problem(await client.get("/v1/sessions"), 401, "unauthorized")
+        for bad in (
+            "limit=0",
+            "limit=101",
+            "limit=-1",
+            "limit=abc",
+            "limit=2.5",
+            "limit=",
+            "before=",
+            "before=nope",
+            "before=123",
+            "before=.a-1",
+            "before=123.bad%20id",
+            "before=123456789012345678.a-1",
+            f"before={'1' * 17}.{'x' * 129}",
+        ):
+            body = assert_problem(
+                await client.get(f"/v1/sessions?{bad}", headers=alice), 422, "validation_error"
+            )
+            assert body["errors"][0]["loc"] == ["query", bad.partition("=")[0]], bad
+        # the largest cursor the schema admits is still a time: a page, not an error
+        far = await client.get(f"/v1/sessions?before={'9' * 17}.a-1", headers=alice)
+        assert len(far.json()["sessions"]) == 5
+        await served.wait_idle()
+
+
 async def test_the_conversation_carries_over_between_runs(serve: Serve) -> None:
     async with serve() as served:
         await run_blocking(served, "memory", "what time is it")
@@ -151,6 +256,8 @@ async def test_busy_session_and_delete_while_active(serve: Serve) -> None:
         assert body["active_run_id"] == run_id
         summary = (await client.get("/v1/sessions/busy")).json()
         assert summary["active_run_id"] == run_id
+        live = (await client.get(f"/v1/runs/{run_id}")).json()
+        assert (live["status"], live["input"]) == ("running", "slow a b c d e")
         assert_problem(await client.delete("/v1/sessions/busy"), 409, "session_busy")
         cancel = await client.post(f"/v1/runs/{run_id}/cancel")
         assert cancel.status_code == 202
@@ -590,6 +697,7 @@ async def test_state_survives_a_restart(serve: Serve, make_settings: MakeSetting
         client = served.client
         run = (await client.get(f"/v1/runs/{done['run_id']}")).json()
         assert run["output"] == {"content": "You said: remember me"}
+        assert run["input"] == "remember me"  # from the stored record
         messages = (await client.get("/v1/sessions/keep/messages")).json()["messages"]
         assert len(messages) == 2
         orphan = (await client.get("/v1/runs/run_orphan")).json()

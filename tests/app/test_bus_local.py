@@ -131,6 +131,8 @@ async def test_session_locks() -> None:
     await locks.release(first)  # a stale lease releases nothing
     assert await locks.holder("s") == "run_b"
     assert locks.held == 1
+    assert await locks.acquire("t", "run_c", 15) is not None
+    assert await locks.holders(["t", "free", "s"]) == ["run_c", None, "run_b"]
 
 
 class Handler:

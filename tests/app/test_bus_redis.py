@@ -250,6 +250,10 @@ async def test_session_locks(buses: Buses) -> None:
     await one.locks.release(first)  # a stale lease releases nothing
     assert await one.locks.holder("s") == "run_b"
     assert (one.locks.held, two.locks.held) == (0, 1)
+    # many sessions' holders at once, in the order asked (one MGET)
+    assert await one.locks.acquire("t", "run_c", 15) is not None
+    assert await one.locks.holders(["t", "free", "s", "t"]) == ["run_c", None, "run_b", "run_c"]
+    assert await two.locks.holders([]) == []
     # a retried acquire by the same holder gets its own lease back
     again = await two.locks.acquire("s", "run_b", 15)
     assert again == second

@@ -17,6 +17,7 @@ from app.storage import (
     RunAlreadyExists,
     RunNotFound,
     RunRecord,
+    SessionCursor,
     SessionNotFound,
     SessionOwnedByOther,
     SQLiteStore,
@@ -88,6 +89,94 @@ async def test_session_is_created_once_and_owned(store: Store) -> None:
 async def test_concurrent_first_use_creates_one_session(store: Store) -> None:
     records = await asyncio.gather(*(store.get_or_create_session("s1", "alice") for _ in range(10)))
     assert len({r.created_at for r in records}) == 1
+
+
+async def _all_pages(store: Store, principal: str, limit: int) -> list[list[str]]:
+    """Every page of the principal's sessions (their ids), following the cursor to the end."""
+    pages: list[list[str]] = []
+    before: SessionCursor | None = None
+    while page := await store.list_sessions(principal, limit, before):
+        pages.append([s.id for s in page])
+        before = SessionCursor.after(page[-1])
+    return pages
+
+
+async def test_list_sessions_newest_first_and_only_the_principals(store: Store) -> None:
+    for session_id in ("a1", "a2", "a3", "a4", "a5"):
+        await store.get_or_create_session(session_id, "alice")
+        await store.get_or_create_session(f"b-{session_id}", "bob")
+    # a session moves to the front when a run adds to it
+    await store.append_messages("a2", "r1", _messages("r1", 2))
+    await store.append_messages("a4", "r2", _messages("r2", 1))
+
+    listed = await store.list_sessions("alice", 100)
+    assert [s.id for s in listed] == ["a4", "a2", "a5", "a3", "a1"]
+    assert listed[0] == await store.get_session("a4")
+    assert (listed[0].message_count, listed[0].last_run_id) == (1, "r2")
+    assert [s.updated_at for s in listed] == sorted((s.updated_at for s in listed), reverse=True)
+    assert all(s.principal == "alice" for s in listed)
+    assert [s.id for s in await store.list_sessions("alice", 2)] == ["a4", "a2"]
+    assert [s.id for s in await store.list_sessions("bob")][:1] == ["b-a5"]
+    assert await store.list_sessions("mallory") == []
+
+    assert await _all_pages(store, "alice", 2) == [["a4", "a2"], ["a5", "a3"], ["a1"]]
+    assert await _all_pages(store, "alice", 5) == [["a4", "a2", "a5", "a3", "a1"]]
+    after_a5 = SessionCursor.after(listed[2])
+    assert [s.id for s in await store.list_sessions("alice", 10, after_a5)] == ["a3", "a1"]
+    # a cursor names a place in the order, not a session: it outlives the session's deletion
+    await store.delete_session("a5")
+    assert [s.id for s in await store.list_sessions("alice", 10, after_a5)] == ["a3", "a1"]
+    # and another principal's cursor only selects among the caller's own sessions
+    assert all(s.principal == "bob" for s in await store.list_sessions("bob", 10, after_a5))
+    with pytest.raises(ValueError, match="limit"):
+        await store.list_sessions("alice", 0)
+
+
+async def test_list_sessions_orders_ties_by_id(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every session created at one instant: the id alone decides, on both backends alike
+    monkeypatch.setattr(sqlite_backend, "utcnow", lambda: T0)
+    monkeypatch.setattr(pg_backend, "utcnow", lambda: T0)
+    for session_id in ("t3", "t1", "t5", "t2", "t4"):
+        await store.get_or_create_session(session_id, "alice")
+    assert await _all_pages(store, "alice", 2) == [["t5", "t4"], ["t3", "t2"], ["t1"]]
+    tie = SessionCursor(T0, "t3")
+    assert [s.id for s in await store.list_sessions("alice", 10, tie)] == ["t2", "t1"]
+    later = SessionCursor(T0 + timedelta(microseconds=1), "")
+    assert [s.id for s in await store.list_sessions("alice", 10, later)] == [
+        "t5",
+        "t4",
+        "t3",
+        "t2",
+        "t1",
+    ]
+    earlier = SessionCursor(T0 - timedelta(microseconds=1), "zzz")
+    assert await store.list_sessions("alice", 10, earlier) == []
+
+
+async def test_list_sessions_pages_stay_stable_while_sessions_are_added(store: Store) -> None:
+    for i in range(6):
+        await store.get_or_create_session(f"old-{i}", "alice")
+    first = await store.list_sessions("alice", 3)
+    assert [s.id for s in first] == ["old-5", "old-4", "old-3"]
+    # new sessions, and an update of one on the first page, while the client reads page two
+    await asyncio.gather(*(store.get_or_create_session(f"new-{i}", "alice") for i in range(5)))
+    await store.append_messages("old-4", "r1", _messages("r1", 1))
+    second = await store.list_sessions("alice", 3, SessionCursor.after(first[-1]))
+    # exactly where the first page stopped: nothing repeated, nothing skipped
+    assert [s.id for s in second] == ["old-2", "old-1", "old-0"]
+    assert await store.list_sessions("alice", 3, SessionCursor.after(second[-1])) == []
+    # a fresh first page shows the newcomers, the updated session first
+    fresh = [s.id for s in await store.list_sessions("alice", 20)]
+    assert fresh[0] == "old-4"
+    assert sorted(fresh[1:6]) == [f"new-{i}" for i in range(5)]
+    assert fresh[6:] == ["old-5", "old-3", "old-2", "old-1", "old-0"]
+
+
+def test_session_cursor_validates() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        SessionCursor(datetime(2026, 1, 1), "s1")
 
 
 # --- messages -----------------------------------------------------------------------------
@@ -366,6 +455,52 @@ async def test_many_stores_opening_at_once_migrate_once(open_backend: OpenStore)
         assert await s.migrate() == expected  # idempotent, and the schema is complete
     await stores[0].get_or_create_session("s1", "alice")
     assert await stores[7].get_session("s1") is not None
+
+
+async def _execute(store: Store, statement: str) -> None:
+    """Run SQL on the store's own connection (a test reaching behind the protocol)."""
+    if isinstance(store, SQLiteStore):
+        await store._write(lambda db: db.execute(statement))
+    else:
+        assert isinstance(store, PostgresStore)
+        async with store._connection() as conn:
+            await conn.execute(statement)
+
+
+async def _index_names(store: Store) -> set[str]:
+    if isinstance(store, SQLiteStore):
+        rows = await store._read(lambda db: db.execute("PRAGMA index_list(sessions)").fetchall())
+        return {row["name"] for row in rows}
+    assert isinstance(store, PostgresStore)
+    async with store._connection() as conn:
+        rows = await conn.fetch(
+            "SELECT indexname FROM pg_indexes"
+            " WHERE tablename = 'sessions' AND schemaname = current_schema()"
+        )
+    return {row["indexname"] for row in rows}
+
+
+@pytest.mark.parametrize("index_built_beforehand", [False, True], ids=["plain", "prebuilt"])
+async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
+    open_backend: OpenStore, index_built_beforehand: bool
+) -> None:
+    old = await open_backend()
+    assert "sessions_by_principal" in await _index_names(old)
+    await old.get_or_create_session("s1", "alice")
+    # back to what the first release left: schema 1, without the sessions' index (unless an
+    # operator built it beforehand, as docs/deploy.md suggests for a large table)
+    if not index_built_beforehand:
+        await _execute(old, "DROP INDEX sessions_by_principal")
+    await _execute(old, "DELETE FROM schema_version WHERE version > 1")
+    await old.close()
+
+    stores = await asyncio.gather(*(open_backend() for _ in range(8)))
+    for s in stores:
+        assert isinstance(s, SQLiteStore | PostgresStore)
+        backend = sqlite_backend if isinstance(s, SQLiteStore) else pg_backend
+        assert await s.migrate() == backend.SCHEMA_VERSION >= 2
+    assert "sessions_by_principal" in await _index_names(stores[0])
+    assert [s.id for s in await stores[-1].list_sessions("alice")] == ["s1"]
 
 
 async def test_workers_opening_a_new_sqlite_file_together_all_switch_it_to_wal(

@@ -369,3 +369,77 @@ async def test_authentication(start_server: Launch) -> None:
             "not_found",
         )
         assert (await alice.get(f"/v1/runs/{run_id}")).status_code == 200
+
+
+async def test_list_sessions(start_server: Launch) -> None:
+    server = start_server({"AGENT_API_KEYS": "key-alice=alice,key-bob=bob"})
+    async with (
+        server.client(headers={"Authorization": "Bearer key-alice"}) as alice,
+        server.client(headers={"Authorization": "Bearer key-bob"}) as bob,
+        server.client() as nobody,
+    ):
+        assert_problem(await nobody.get("/v1/sessions"), 401, "unauthorized")
+        assert (await alice.get("/v1/sessions")).json() == {"sessions": [], "next": None}
+        mine = [new_session() for _ in range(5)]
+        for session in mine:
+            blocking = await alice.post(
+                f"/v1/sessions/{session}/runs", json={"input": "hi", "stream": False}
+            )
+            assert blocking.status_code == 200
+        theirs = new_session()
+        await bob.post(f"/v1/sessions/{theirs}/runs", json={"input": "hi", "stream": False})
+
+        listed = (await alice.get("/v1/sessions")).json()
+        assert [item["session_id"] for item in listed["sessions"]] == mine[::-1]
+        assert listed["next"] is None
+        first = listed["sessions"][0]
+        assert first == (await alice.get(f"/v1/sessions/{mine[-1]}")).json()
+        assert set(first) == {
+            "session_id",
+            "created_at",
+            "updated_at",
+            "message_count",
+            "last_run_id",
+            "active_run_id",
+        }
+        bobs = (await bob.get("/v1/sessions")).json()["sessions"]
+        assert [item["session_id"] for item in bobs] == [theirs]
+
+        # page by page; sessions started between two pages do not shift the next one
+        page = (await alice.get("/v1/sessions", params={"limit": 2})).json()
+        assert [item["session_id"] for item in page["sessions"]] == [mine[4], mine[3]]
+        newer = new_session()
+        await alice.post(f"/v1/sessions/{newer}/runs", json={"input": "hi", "stream": False})
+        seen = [item["session_id"] for item in page["sessions"]]
+        while page["next"] is not None:
+            page = (
+                await alice.get("/v1/sessions", params={"limit": 2, "before": page["next"]})
+            ).json()
+            seen += [item["session_id"] for item in page["sessions"]]
+        assert seen == mine[::-1]
+        front = (await alice.get("/v1/sessions", params={"limit": 1})).json()["sessions"]
+        assert [item["session_id"] for item in front] == [newer]
+
+        # a run waiting for an answer holds its session: the list says which run
+        waiting = await alice.post(
+            f"/v1/sessions/{mine[0]}/runs", json={"input": "delete a.txt", "background": True}
+        )
+        run_id = waiting.json()["run_id"]
+
+        async def listed_as_active() -> bool:
+            items = (await alice.get("/v1/sessions", params={"limit": 100})).json()["sessions"]
+            active = {item["session_id"]: item["active_run_id"] for item in items}
+            return active[mine[0]] == run_id and list(active.values()).count(None) == 5
+
+        await wait_for(listed_as_active)
+        assert (await alice.post(f"/v1/runs/{run_id}/cancel")).status_code == 202
+        assert (await finished(alice, run_id))["status"] == "cancelled"
+
+        async def none_active() -> bool:
+            items = (await alice.get("/v1/sessions")).json()["sessions"]
+            return all(item["active_run_id"] is None for item in items)
+
+        await wait_for(none_active)  # the lock goes once the run has wound down
+
+        for params in ({"limit": 0}, {"limit": 101}, {"limit": "x"}, {"before": "opaque?"}):
+            assert_problem(await alice.get("/v1/sessions", params=params), 422, "validation_error")

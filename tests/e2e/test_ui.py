@@ -477,6 +477,64 @@ def test_sessions_switch_and_delete(page: Page, ui_server: Server) -> None:
         assert client.get(f"/v1/sessions/{first}").status_code == 404
 
 
+def test_sessions_come_from_the_server(keyed_page: Page, strict_server: Server) -> None:
+    """A conversation started by a script (not this page, nor this browser) is listed, under
+    its prompt, for the same key, and opens from the server."""
+    page = keyed_page
+    tag = uuid.uuid4().hex[:8]
+    prompt = f"Started by a script {tag}"
+    session = f"script-{tag}"
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    with httpx.Client(base_url=strict_server.base_url, headers=auth, timeout=10) as client:
+        made = client.post(f"/v1/sessions/{session}/runs", json={"input": prompt, "stream": False})
+        assert made.status_code == 200, made.text
+
+    page.goto(strict_server.base_url)
+    sessions = page.get_by_role("complementary", name="Conversations")
+    listed = sessions.get_by_role("button", name=re.compile(f"^{prompt}"))
+    expect(listed).to_be_visible()
+    expect(page.locator("#log > .turn")).to_have_count(0)  # listed, not opened
+    listed.click()
+    expect(answer(page)).to_have_text(f"You said: {prompt}")
+    expect(last_turn(page).locator(".msg.user .bubble")).to_have_text(prompt)
+    assert session_id_of(page) == session
+    expect(page.get_by_role("heading", level=1)).to_have_text(prompt)
+
+
+def test_sessions_fall_back_to_this_browsers_list(page: Page, ui_server: Server) -> None:
+    """When GET /v1/sessions fails, the Recent list is the one this browser kept."""
+    asked: list[str] = []
+
+    def unavailable(route: Route) -> None:
+        asked.append(route.request.url)
+        route.fulfill(
+            status=503,
+            content_type="application/problem+json",
+            headers={"Retry-After": "1"},
+            body=json.dumps(
+                {
+                    "type": "urn:agent-runtime:problem:unavailable",
+                    "title": "Service unavailable",
+                    "status": 503,
+                    "detail": "the database cannot be reached right now; retry shortly",
+                    "code": "unavailable",
+                }
+            ),
+        )
+
+    page.route(re.compile(r"/v1/sessions\?"), unavailable)
+    page.goto(ui_server.base_url)
+    text = f"Kept by this browser {uuid.uuid4().hex[:8]}"
+    send(page, text)
+    expect(last_turn(page)).to_have_attribute("data-status", "completed")
+    page.reload()
+    sessions = page.get_by_role("complementary", name="Conversations")
+    expect(sessions.locator(".session")).to_have_count(1)
+    expect(sessions.get_by_role("button", name=re.compile(f"^{text}"))).to_be_visible()
+    expect(answer(page)).to_have_text(f"You said: {text}")
+    assert len(asked) >= 2  # the page did ask, at each load
+
+
 # --- errors --------------------------------------------------------------------------------
 
 

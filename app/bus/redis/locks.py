@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -82,6 +83,13 @@ class RedisSessionLocks:
             return None
         _, _, holder = text(value).partition(" ")
         return holder
+
+    async def holders(self, session_ids: Sequence[str]) -> list[str | None]:
+        if not session_ids:
+            return []
+        with unavailable(self._where, "reading session locks"):
+            values = await self._client.mget([self._keys.lock(s) for s in session_ids])
+        return [None if value is None else text(value).partition(" ")[2] for value in values]
 
     @property
     def held(self) -> int:
