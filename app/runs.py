@@ -236,6 +236,8 @@ class RunManager:
             if lease is None:
                 self._reject("session_busy")
                 active = await self._bus.locks.holder(session_id)
+                if active is not None and not active.startswith("run_"):
+                    active = None  # held for a moment by a deletion or the lost-run sweep
                 raise ProblemError(
                     409,
                     "session_busy",
@@ -807,6 +809,11 @@ class RunManager:
                 continue
             if await locks.holder(session_id) == run_id:
                 continue  # its worker still renews the lease
+            if await self._ended(run_id):
+                # it ended where it ran since the candidates were listed (its lock released
+                # after both of these): taking the lock now would only make a client's next
+                # run in the session find it busy
+                continue
             reaper = f"reaper_{secrets.token_hex(8)}"
             lease = await locks.acquire(session_id, reaper, self._lease_ttl)
             if lease is None:
@@ -817,6 +824,13 @@ class RunManager:
             finally:
                 await locks.release(lease)
         return reaped
+
+    async def _ended(self, run_id: str) -> bool:
+        """True if the run's end is logged and, if it has a record, stored: nothing to settle."""
+        record = await self._store.get_run(run_id)
+        if record is not None and not record.is_finished:
+            return False
+        return await self._logged_end(run_id) is not None
 
     async def _settle(self, run_id: str, session_id: str, fence: int) -> bool:
         """Give a run that no worker holds one end, the same in its log and in the store.

@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.admission import Admission
 from app.agents import load_config
+from app.api.errors import ProblemError
 from app.bus import LeaseLost, LocalBus
 from app.lifespan import build_agent
 from app.metrics import Metrics
-from app.runs import RunManager
+from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
 from app.storage import RunRecord, Store, open_store
 from app.wire import WireEncoder
@@ -98,3 +100,47 @@ async def test_a_lost_run_is_failed_and_its_readers_told(
             "run_dead", WireEncoder("run_dead", "s-dead").encode(3, "text.delta", 0.0, {}), fence=1
         )
     assert await manager.reap_lost_runs() == 0
+
+
+async def test_a_run_that_ended_after_the_sweep_listed_it_is_left_alone(
+    world: tuple[RunManager, Store, SharedBus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sweep lists the store's unfinished runs, then visits them one by one; a run that
+    # ended normally meanwhile has released its lock. Taking that lock to "settle" it would
+    # make its client's next run in the session find the session busy.
+    manager, store, bus = world
+    await orphan(store, bus, "run_done", "s-done")
+    listed = await store.list_unfinished_runs()
+    await store.update_run("run_done", status="completed", output={"content": "ab"})
+    end = WireEncoder("run_done", "s-done").encode(3, "run.completed", 0.0, {"output": {}})
+    await bus.events.append("run_done", end, fence=1)
+
+    async def stale() -> list[RunRecord]:
+        return listed
+
+    taken: list[str] = []
+    acquire = bus.locks.acquire
+
+    async def recording_acquire(session_id: str, holder: str, ttl: float) -> Any:
+        taken.append(holder)
+        return await acquire(session_id, holder, ttl)
+
+    monkeypatch.setattr(store, "list_unfinished_runs", stale)
+    monkeypatch.setattr(bus.locks, "acquire", recording_acquire)
+    assert await manager.reap_lost_runs() == 0
+    assert taken == []
+    done = await store.get_run("run_done")
+    assert done is not None and done.status == "completed"
+
+
+async def test_a_session_held_by_the_sweep_names_no_active_run(
+    world: tuple[RunManager, Store, SharedBus],
+) -> None:
+    manager, _, bus = world
+    lease = await bus.locks.acquire("s-swept", "reaper_0123", 30)
+    assert lease is not None
+    with pytest.raises(ProblemError) as refused:
+        await manager.start("anonymous", "s-swept", RunRequestOptions(input="hi"))
+    assert refused.value.status == 409
+    assert refused.value.extra["active_run_id"] is None
+    await bus.locks.release(lease)
