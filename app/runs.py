@@ -826,10 +826,13 @@ class RunManager:
         return reaped
 
     async def _ended(self, run_id: str) -> bool:
-        """True if the run's end is logged and, if it has a record, stored: nothing to settle."""
+        """True if nothing is left to settle: the run's record (if any) is finished and its log
+        (if any is left) holds its end."""
         record = await self._store.get_run(run_id)
         if record is not None and not record.is_finished:
             return False
+        if await self._events.last_seq(run_id) is None:
+            return True  # no log left (expired, or never made) to give an end to
         return await self._logged_end(run_id) is not None
 
     async def _settle(self, run_id: str, session_id: str, fence: int) -> bool:

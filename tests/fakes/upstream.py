@@ -252,7 +252,8 @@ class Stall:
 class Endless:
     """Start a stream, send ``after_chunks`` chunks of ``text``, then never finish it.
 
-    With ``ping_interval`` an SSE comment keeps the connection busy (so no read timeout fires).
+    With ``ping_interval`` a keep-alive keeps the connection busy (so no read timeout fires):
+    an SSE comment on the OpenAI wire, a ``ping`` event on the Anthropic one (as Anthropic sends).
     """
 
     text: str = "this stream never ends"
@@ -428,6 +429,9 @@ class _OpenAIWire:
         frames.append(_Frame(b"data: [DONE]\n\n"))
         return frames
 
+    def keepalive(self) -> _Frame:
+        return _Frame(b": ping\n\n")
+
     def error_event(self, error_type: str, message: str) -> _Frame:
         payload = {"error": {"message": message, "type": error_type, "param": None, "code": None}}
         return _Frame(f"data: {json.dumps(payload)}\n\n".encode())
@@ -560,6 +564,9 @@ class _AnthropicWire:
         frames.append(_Frame(self._event("message_delta", delta)))
         frames.append(_Frame(self._event("message_stop", {"type": "message_stop"})))
         return frames
+
+    def keepalive(self) -> _Frame:
+        return _Frame(self._event("ping", {"type": "ping"}))
 
     def error_event(self, error_type: str, message: str) -> _Frame:
         payload = {"type": "error", "error": {"type": error_type, "message": message}}
@@ -967,7 +974,7 @@ class FakeUpstream:
             else:
                 while True:
                     await asyncio.sleep(behaviour.ping_interval)
-                    await self._write_chunk(writer, b": ping\n\n")
+                    await self._write_frames(writer, [wire.keepalive()])
             return False
         raise TypeError(f"not a behaviour: {behaviour!r}")  # pragma: no cover
 

@@ -3,9 +3,10 @@ loopback, and probes of what a server holds.
 
 Every server is a real process started with ``tests.e2e.conftest.launch`` (its own temporary
 directory, SQLite file and free port; stdout and stderr captured in one log file). Servers that
-talk to a model use ``AGENT_MODEL=openai:fake-model`` against ``FakeUpstream`` running on a
-thread of the test process, with ``OPENAI_API_KEY`` set to a canary key that must never show
-up anywhere but in the upstream's own request headers.
+talk to a model use ``AGENT_MODEL=openai:fake-model`` (or ``anthropic:fake-model``) against
+``FakeUpstream`` running on a thread of the test process, which speaks both wires, with the
+provider's API key set to a canary key that must never show up anywhere but in the upstream's
+own request headers.
 
 Probes: ``state()`` reads ``GET /debug/state`` (``?gc=true`` collects garbage first and counts
 pending futures), ``rss()`` the server's resident memory (psutil), ``upstream_sockets()`` its
@@ -17,7 +18,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import httpx
 import psutil
@@ -48,8 +49,10 @@ __all__ = [
     "KEYS",
     "LEAK_KEYS",
     "PROBLEM",
+    "PROVIDERS",
     "TERMINAL",
     "Event",
+    "Provider",
     "Server",
     "assert_problem",
     "assert_well_formed",
@@ -66,6 +69,10 @@ __all__ = [
 ]
 
 PROBLEM = "application/problem+json"
+
+Provider: TypeAlias = Literal["openai", "anthropic"]
+# the wires a server's model can speak to the fake upstream
+PROVIDERS: tuple[Provider, ...] = ("openai", "anthropic")
 
 # a recognisable key without the "sk-" shape, so that only exact-secret redaction can hide it
 CANARY = f"canary-{secrets.token_hex(20)}"
@@ -113,15 +120,33 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str
 _DELETE = re.compile(r"\bdelete\s+(\S+)", re.IGNORECASE)
 
 
-def demo_like(request: RecordedRequest) -> Behaviour:
-    """The demo model's behaviour over the OpenAI wire: ``delete NAME`` calls ``delete_file``
-    (policy ``ask``), ``endless`` streams one chunk and then only keep-alive comments, anything
-    else is echoed. A tool's result is answered with a sentence."""
+def _last_message(request: RecordedRequest) -> tuple[bool, str]:
+    """Whether the request's last message is a tool's result, and its text, on either wire.
+
+    OpenAI sends a ``tool`` message with string content; Anthropic a ``user`` turn of blocks,
+    ``tool_result`` or ``text``.
+    """
     messages = request.messages
     last = messages[-1] if messages else {}
-    if isinstance(last, dict) and last.get("role") == "tool":
-        return Text(f"The tool said: {str(last.get('content'))[:60]}")
-    prompt = str(last.get("content") if isinstance(last, dict) else "")
+    if not isinstance(last, dict):
+        return False, ""
+    content = last.get("content")
+    if not isinstance(content, list):
+        return last.get("role") == "tool", str(content or "")
+    blocks = [block for block in content if isinstance(block, dict)]
+    results = [block for block in blocks if block.get("type") == "tool_result"]
+    if results:
+        return True, str(results[-1].get("content"))
+    return False, "".join(str(block.get("text", "")) for block in blocks)
+
+
+def demo_like(request: RecordedRequest) -> Behaviour:
+    """The demo model's behaviour over either wire: ``delete NAME`` calls ``delete_file``
+    (policy ``ask``), ``endless`` streams one chunk and then only keep-alives, anything else
+    is echoed. A tool's result is answered with a sentence."""
+    tool_result, prompt = _last_message(request)
+    if tool_result:
+        return Text(f"The tool said: {prompt[:60]}")
     if "endless" in prompt:
         return Endless(text="this stream never ends", after_chunks=1, ping_interval=0.05)
     deletion = _DELETE.search(prompt)
@@ -132,17 +157,24 @@ def demo_like(request: RecordedRequest) -> Behaviour:
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[FakeUpstream]:
-    """A fake OpenAI upstream on a thread, answering like the demo model unless scripted."""
+    """A fake upstream (both wires) on a thread, answering like the demo model unless
+    scripted."""
     with FakeUpstream.in_thread(default=Respond(demo_like)) as running:
         yield running
 
 
-def upstream_env(upstream: FakeUpstream, **extra: str) -> dict[str, str]:
-    """The environment of a server whose model is the fake upstream."""
+def upstream_env(
+    upstream: FakeUpstream, provider: Provider = "openai", **extra: str
+) -> dict[str, str]:
+    """The environment of a server whose model, ``PROVIDER:fake-model``, is the fake upstream
+    (the provider's SDK, base URL and the canary as its key)."""
+    if provider == "openai":
+        wire = {"OPENAI_BASE_URL": upstream.openai_url, "OPENAI_API_KEY": CANARY}
+    else:
+        wire = {"ANTHROPIC_BASE_URL": upstream.anthropic_url, "ANTHROPIC_API_KEY": CANARY}
     return {
-        "AGENT_MODEL": "openai:fake-model",
-        "OPENAI_BASE_URL": upstream.openai_url,
-        "OPENAI_API_KEY": CANARY,
+        "AGENT_MODEL": f"{provider}:fake-model",
+        **wire,
         "AGENT_CLIENT_MAX_RETRIES": "0",
         "AGENT_CLIENT_TIMEOUT": "2",
         **extra,

@@ -1,11 +1,15 @@
 """Upstream faults at the service level: a real server whose models are a fake upstream.
 
-The server runs ``openai:fake-model`` with ``openai:fake-fallback`` as its fallback, both on a
-fake OpenAI upstream on loopback, with ``AGENT_CLIENT_TIMEOUT=1`` and no SDK retries. Each test
-scripts what the upstream does to the next call(s), streams one run, and checks that the run
-ends the one way it should (failover and completion, ``run_timeout``, or ``run.failed`` with a
-typed error), within a bound, with exactly one terminal event that ``GET /v1/runs/{id}``
-agrees with, and that the server let go of every upstream response (nothing left hanging).
+Every test runs once per provider wire (ids ``[openai-...]`` and ``[anthropic-...]``): the
+server runs ``PROVIDER:fake-model`` with ``PROVIDER:fake-fallback`` as its fallback, both on
+the fake upstream on loopback, which renders each fault in that wire (an OpenAI error chunk or
+an Anthropic ``event: error`` after ``message_start``; comments or Anthropic ``ping`` events as
+keep-alives), through the real SDK, with ``AGENT_CLIENT_TIMEOUT=1`` and no SDK retries. Each
+test scripts what the upstream does to the next call(s), streams one run, and checks that the
+run ends the one way it should (failover and completion, ``run_timeout``, or ``run.failed``
+with a typed error), the same way on both wires, within a bound, with exactly one terminal
+event that ``GET /v1/runs/{id}`` agrees with, and that the server let go of every upstream
+response (nothing left hanging).
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from tests.fakes.upstream import (
 )
 
 from .conftest import (
+    PROVIDERS,
     TERMINAL,
     Event,
+    Provider,
     assert_well_formed,
     read_events,
     stop,
@@ -45,16 +51,27 @@ FALLBACK = "fake-fallback"
 CLIENT_TIMEOUT = 1.0
 
 
+@pytest.fixture(scope="module", params=PROVIDERS)
+def provider(request: pytest.FixtureRequest) -> Provider:
+    """The wire the servers' models speak; every test of the module runs on each."""
+    name: Provider = request.param
+    return name
+
+
 @pytest.fixture(scope="module")
 def server(
-    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+    provider: Provider,
+    upstream: FakeUpstream,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Server]:
     failed = request.session.testsfailed
     running = launch(
-        tmp_path_factory.mktemp("upstream-faults"),
+        tmp_path_factory.mktemp(f"upstream-faults-{provider}"),
         upstream_env(
             upstream,
-            AGENT_FALLBACK_MODELS=f"openai:{FALLBACK}",
+            provider,
+            AGENT_FALLBACK_MODELS=f"{provider}:{FALLBACK}",
             AGENT_CLIENT_TIMEOUT=str(CLIENT_TIMEOUT),
             AGENT_CLIENT_MAX_RETRIES="0",
         ),
@@ -66,6 +83,7 @@ def server(
 async def run_through(
     server: Server,
     upstream: FakeUpstream,
+    provider: Provider,
     *,
     primary: Sequence[Behaviour],
     fallback: Sequence[Behaviour] = (),
@@ -97,6 +115,7 @@ async def run_through(
     upstream.assert_consumed()
     calls = [request.model for request in upstream.requests[before:]]
     assert calls == [PRIMARY] * len(primary) + [FALLBACK] * len(fallback), calls
+    assert {request.protocol for request in upstream.requests[before:]} == {provider}
     terminal = events[-1]
     assert (
         run["status"]
@@ -134,19 +153,25 @@ FALLBACK_TEXT = Text("the fallback answered")
         pytest.param(status(429, retry_after_ms=500), id="429-retry-after-ms"),
         pytest.param(status(500), id="500"),
         pytest.param(status(503, retry_after=5), id="503"),
-        pytest.param(status(529, error_type="overloaded_error"), id="529"),
+        # Anthropic's "overloaded" status, with its error type in the body
+        pytest.param(status(529, error_type="overloaded_error"), id="529-overloaded"),
         pytest.param(Drop(), id="closed-before-answering"),
         pytest.param(Drop(reset=True), id="reset-before-answering"),
         pytest.param(Drop(send_headers=True, reset=True), id="reset-after-headers"),
-        pytest.param(StreamError("overloaded_error"), id="error-event-before-text"),
+        # a 200 stream whose error event comes before any text (on the Anthropic wire after
+        # message_start and ping; the SDK raises it as a status error of that 200 response)
+        pytest.param(StreamError("overloaded_error"), id="error-event-overloaded"),
+        pytest.param(StreamError("api_error"), id="error-event-api-error"),
+        pytest.param(StreamError("rate_limit_error"), id="error-event-rate-limit"),
         pytest.param(Stall(), id="slow-first-byte"),
+        pytest.param(Endless(after_chunks=0), id="silent-after-headers"),
     ],
 )
 async def test_a_retryable_fault_before_any_text_fails_over(
-    server: Server, upstream: FakeUpstream, fault: Behaviour
+    server: Server, upstream: FakeUpstream, provider: Provider, fault: Behaviour
 ) -> None:
     events, _, elapsed = await run_through(
-        server, upstream, primary=[fault], fallback=[FALLBACK_TEXT]
+        server, upstream, provider, primary=[fault], fallback=[FALLBACK_TEXT]
     )
     completed_by_fallback(events)
     # at once: the upstream's Retry-After is not slept on when another model can answer, and
@@ -156,28 +181,40 @@ async def test_a_retryable_fault_before_any_text_fails_over(
 
 
 async def test_every_model_failing_is_a_typed_failure(
-    server: Server, upstream: FakeUpstream
+    server: Server, upstream: FakeUpstream, provider: Provider
 ) -> None:
     events, _, _ = await run_through(
-        server, upstream, primary=[status(500)], fallback=[status(529)]
+        server,
+        upstream,
+        provider,
+        primary=[status(500)],
+        fallback=[status(529, error_type="overloaded_error")],
     )
     message = failed(events, "provider_error")
     assert "529" in message
+    assert "overloaded_error" in message
 
 
 @pytest.mark.parametrize(
-    "fault",
+    ("fault", "reason"),
     [
-        pytest.param(status(401, "invalid api key"), id="401"),
-        pytest.param(status(400, "bad request"), id="400"),
-        pytest.param(status(404, "no such model"), id="404"),
+        pytest.param(status(401, "invalid api key"), "HTTP 401", id="401"),
+        pytest.param(status(400, "bad request"), "HTTP 400", id="400"),
+        pytest.param(status(404, "no such model"), "HTTP 404", id="404"),
+        # an error event of a type no retry can fix, inside a 200 stream
+        pytest.param(
+            StreamError("invalid_request_error", "prompt is too long"),
+            "invalid_request_error",
+            id="error-event-invalid-request",
+        ),
     ],
 )
 async def test_a_fault_no_retry_can_fix_fails_without_failover(
-    server: Server, upstream: FakeUpstream, fault: Behaviour
+    server: Server, upstream: FakeUpstream, provider: Provider, fault: Behaviour, reason: str
 ) -> None:
-    events, _, _ = await run_through(server, upstream, primary=[fault])
-    failed(events, "provider_error")
+    events, _, _ = await run_through(server, upstream, provider, primary=[fault])
+    message = failed(events, "provider_error")
+    assert reason in message, message
 
 
 @pytest.mark.parametrize(
@@ -190,10 +227,10 @@ async def test_a_fault_no_retry_can_fix_fails_without_failover(
     ],
 )
 async def test_a_fault_after_text_reached_the_client_is_a_failure(
-    server: Server, upstream: FakeUpstream, fault: Behaviour
+    server: Server, upstream: FakeUpstream, provider: Provider, fault: Behaviour
 ) -> None:
     # the client already shows part of an answer: another model cannot take over invisibly
-    events, _, elapsed = await run_through(server, upstream, primary=[fault])
+    events, _, elapsed = await run_through(server, upstream, provider, primary=[fault])
     failed(events, "provider_error")
     deltas = [event.data["data"]["delta"] for event in events if event.type == "text.delta"]
     assert len(deltas) == 2
@@ -208,58 +245,72 @@ async def test_a_fault_after_text_reached_the_client_is_a_failure(
     ],
 )
 async def test_a_stream_that_never_ends_meets_the_run_timeout(
-    server: Server, upstream: FakeUpstream, fault: Behaviour
+    server: Server, upstream: FakeUpstream, provider: Provider, fault: Behaviour
 ) -> None:
-    # keep-alive comments defeat the client's read timeout: only the run's own deadline ends it
-    events, _, elapsed = await run_through(server, upstream, primary=[fault], run_timeout=1.5)
+    # keep-alives (SSE comments, or Anthropic's ping events) defeat the client's read timeout:
+    # only the run's own deadline ends it
+    events, _, elapsed = await run_through(
+        server, upstream, provider, primary=[fault], run_timeout=1.5
+    )
     failed(events, "run_timeout")
     assert 1.4 < elapsed < 5.0
 
 
 async def test_the_sdk_retry_honours_retry_after(
-    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+    upstream: FakeUpstream, provider: Provider, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    # with retries configured (and no fallback), the wait the upstream asks for is honoured
+    # with retries configured (and no fallback), the wait the upstream asks for is honoured,
+    # whether a rate limit says it in seconds or an overload in milliseconds
     server = launch(
-        tmp_path_factory.mktemp("retry-after"),
-        upstream_env(upstream, AGENT_CLIENT_MAX_RETRIES="1", AGENT_CLIENT_TIMEOUT="5"),
+        tmp_path_factory.mktemp(f"retry-after-{provider}"),
+        upstream_env(upstream, provider, AGENT_CLIENT_MAX_RETRIES="1", AGENT_CLIENT_TIMEOUT="5"),
     )
     try:
-        upstream.script(status(429, retry_after=0.8), Text("second try"), model=PRIMARY)
-        started = time.monotonic()
-        async with server.client() as client:
-            events, _ = await read_events(
-                client, "POST", "/v1/sessions/retry-after/runs", json={"input": "hi"}
-            )
-        elapsed = time.monotonic() - started
-        upstream.assert_consumed()
-        assert events[-1].type == "run.completed"
-        assert events[-1].data["data"]["output"]["content"] == "second try"
-        assert elapsed >= 0.75
+        faults = [
+            status(429, retry_after=0.8),
+            status(529, retry_after_ms=800, error_type="overloaded_error"),
+        ]
+        for index, fault in enumerate(faults):
+            before = len(upstream.requests)
+            upstream.script(fault, Text("second try"), model=PRIMARY)
+            started = time.monotonic()
+            async with server.client() as client:
+                events, _ = await read_events(
+                    client, "POST", f"/v1/sessions/retry-after-{index}/runs", json={"input": "hi"}
+                )
+            elapsed = time.monotonic() - started
+            upstream.assert_consumed()
+            assert events[-1].type == "run.completed", events[-1]
+            assert events[-1].data["data"]["output"]["content"] == "second try"
+            assert elapsed >= 0.75, (fault, elapsed)
+            assert {request.protocol for request in upstream.requests[before:]} == {provider}
     finally:
         server.stop()
 
 
 async def test_faults_while_many_runs_stream_end_each_run_once(
-    server: Server, upstream: FakeUpstream
+    server: Server, upstream: FakeUpstream, provider: Provider
 ) -> None:
     # thirty runs at once, each meeting a different fault or none: every client gets its one
     # terminal event, and the server is idle afterwards
     faults: list[Behaviour] = [
         status(429, retry_after=1),
         status(500),
+        status(529, error_type="overloaded_error"),
         Drop(reset=True),
         Drop(after_chunks=1, reset=True),
+        StreamError("overloaded_error"),
         Stall(),
         Endless(after_chunks=1),
         Text("fine"),
     ]
+    before = len(upstream.requests)
     # the fallback is not scripted: it answers like the demo model
     upstream.script(*(faults[index % len(faults)] for index in range(30)), model=PRIMARY)
 
     async def one(index: int, client: httpx.AsyncClient) -> list[Event]:
         events, response = await read_events(
-            client, "POST", f"/v1/sessions/many-{index}/runs", json={"input": "go"}
+            client, "POST", f"/v1/sessions/many-{provider}-{index}/runs", json={"input": "go"}
         )
         assert_well_formed(events, response.headers["x-run-id"])
         return events
@@ -274,3 +325,4 @@ async def test_faults_while_many_runs_stream_end_each_run_once(
     outcomes = {(end.type, end.data["data"].get("error", {}).get("code")) for end in ends}
     assert outcomes == {("run.completed", None), ("run.failed", "provider_error")}
     upstream.assert_consumed()
+    assert {request.protocol for request in upstream.requests[before:]} == {provider}
