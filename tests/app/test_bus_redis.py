@@ -16,16 +16,15 @@ from typing import Any
 import pytest
 import redis
 
-from app.admission import Admission
 from app.agents import load_config
 from app.bus import BusError, BusUnavailable, LeaseLost, LogNotFound, WireEvent
 from app.bus.redis import RedisBus, check_redis
 from app.lifespan import build_agent
-from app.metrics import Metrics
 from app.runs import RunManager
 from app.settings import Settings
-from app.storage import RunRecord, Store, open_store
+from app.storage import Store, open_store
 from app.wire import WireEncoder
+from tests.app.managers import orphan, run_manager
 from tests.scale.services import REDIS_URL, RedisServer, drop_prefix, new_prefix
 
 pytestmark = pytest.mark.redis
@@ -521,41 +520,13 @@ async def manager_on_redis(
     store = await open_store(settings.database_url)
     bus = await buses.open(lease_seconds=30)
     agent = await build_agent(settings, load_config(None))
-    manager = RunManager(
-        agent=agent,
-        store=store,
-        bus=bus,
-        admission=Admission(max_running=4, max_queued=4),
-        metrics=Metrics(),
-        profiles=load_config(None).agents,
-        queue_timeout=1,
-        lease_seconds=30,
-    )
+    manager = run_manager(agent, store, bus)
     try:
         yield manager, store, bus
     finally:
         await manager.aclose()
         await agent.aclose()
         await store.close()
-
-
-async def orphan(store: Store, bus: RedisBus, run_id: str, session_id: str) -> None:
-    """A run that some other worker started and wrote two events of, then died."""
-    await store.get_or_create_session(session_id, "anonymous")
-    await store.create_run(
-        RunRecord(
-            run_id=run_id,
-            session_id=session_id,
-            principal="anonymous",
-            agent="default",
-            input="x",
-            status="running",
-        )
-    )
-    await bus.events.create(run_id, session_id=session_id, fence=1)
-    encoder = WireEncoder(run_id, session_id)
-    await bus.events.append(run_id, encoder.encode(1, "run.started", 0.0, {}), fence=1)
-    await bus.events.append(run_id, encoder.encode(2, "text.delta", 0.0, {"delta": "a"}), fence=1)
 
 
 async def test_the_sweep_fails_lost_runs_and_seals_their_logs(

@@ -10,16 +10,15 @@ from typing import Any
 
 import pytest
 
-from app.admission import Admission
 from app.agents import load_config
 from app.api.errors import ProblemError
 from app.bus import LeaseLost, LocalBus
 from app.lifespan import build_agent
-from app.metrics import Metrics
 from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
 from app.storage import RunRecord, Store, open_store
 from app.wire import WireEncoder
+from tests.app.managers import orphan, run_manager
 
 
 class SharedBus(LocalBus):
@@ -34,16 +33,7 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[RunManager, Store, Shared
     store = await open_store(settings.database_url)
     bus = SharedBus()
     agent = await build_agent(settings, load_config(None))
-    manager = RunManager(
-        agent=agent,
-        store=store,
-        bus=bus,
-        admission=Admission(max_running=4, max_queued=4),
-        metrics=Metrics(),
-        profiles=load_config(None).agents,
-        queue_timeout=1,
-        lease_seconds=30,
-    )
+    manager = run_manager(agent, store, bus)
     try:
         yield manager, store, bus
     finally:
@@ -51,25 +41,6 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[RunManager, Store, Shared
         await agent.aclose()
         await bus.aclose()
         await store.close()
-
-
-async def orphan(store: Store, bus: SharedBus, run_id: str, session_id: str) -> None:
-    """A run some other worker started and wrote two events of, then died."""
-    await store.get_or_create_session(session_id, "anonymous")
-    await store.create_run(
-        RunRecord(
-            run_id=run_id,
-            session_id=session_id,
-            principal="anonymous",
-            agent="default",
-            input="x",
-            status="running",
-        )
-    )
-    await bus.events.create(run_id, session_id=session_id, fence=1)
-    encoder = WireEncoder(run_id, session_id)
-    await bus.events.append(run_id, encoder.encode(1, "run.started", 0.0, {}), fence=1)
-    await bus.events.append(run_id, encoder.encode(2, "text.delta", 0.0, {"delta": "a"}), fence=1)
 
 
 async def test_a_lost_run_is_failed_and_its_readers_told(

@@ -11,16 +11,15 @@ from typing import Any
 
 import pytest
 
-from app.admission import Admission
 from app.agents import load_config
 from app.api.errors import ProblemError
 from app.bus import LocalBus
 from app.lifespan import build_agent
-from app.metrics import Metrics
 from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
 from app.storage import RunRecord, StorageUnavailable, Store, open_store
 from tests.app.conftest import wait_until
+from tests.app.managers import run_manager
 
 
 class HeldStore:
@@ -80,16 +79,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     store = HeldStore(real)
     bus = LocalBus()
     agent = await build_agent(settings, load_config(None))
-    manager = RunManager(
-        agent=agent,
-        store=store,
-        bus=bus,
-        admission=Admission(max_running=4, max_queued=4),
-        metrics=Metrics(),
-        profiles=load_config(None).agents,
-        queue_timeout=1,
-        lease_seconds=30,
-    )
+    manager = run_manager(agent, store, bus)
     try:
         yield World(manager, store, bus)
     finally:

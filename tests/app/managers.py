@@ -1,0 +1,46 @@
+"""A run manager as a worker builds one, and a run some other worker left behind, for tests
+that drive ``RunManager`` in-process."""
+
+from __future__ import annotations
+
+from agent_runtime import AgentCore
+from app.admission import Admission
+from app.agents import load_config
+from app.bus import Bus
+from app.metrics import Metrics
+from app.runs import RunManager
+from app.storage import RunRecord, Store
+from app.wire import WireEncoder
+
+
+def run_manager(agent: AgentCore, store: Store, bus: Bus) -> RunManager:
+    """The default agents' manager with small limits: 4 slots, 4 queue places, 1 s queue wait."""
+    return RunManager(
+        agent=agent,
+        store=store,
+        bus=bus,
+        admission=Admission(max_running=4, max_queued=4),
+        metrics=Metrics(),
+        profiles=load_config(None).agents,
+        queue_timeout=1,
+        lease_seconds=30,
+    )
+
+
+async def orphan(store: Store, bus: Bus, run_id: str, session_id: str) -> None:
+    """A run some other worker started and wrote two events of, then died."""
+    await store.get_or_create_session(session_id, "anonymous")
+    await store.create_run(
+        RunRecord(
+            run_id=run_id,
+            session_id=session_id,
+            principal="anonymous",
+            agent="default",
+            input="x",
+            status="running",
+        )
+    )
+    await bus.events.create(run_id, session_id=session_id, fence=1)
+    encoder = WireEncoder(run_id, session_id)
+    await bus.events.append(run_id, encoder.encode(1, "run.started", 0.0, {}), fence=1)
+    await bus.events.append(run_id, encoder.encode(2, "text.delta", 0.0, {"delta": "a"}), fence=1)
