@@ -1,12 +1,14 @@
-"""A run manager as a worker builds one, and a run some other worker left behind, for tests
-that drive ``RunManager`` in-process."""
+"""A run manager as a worker builds one, a run some other worker left behind, and what the
+lost-run sweep must leave of it, for tests that drive ``RunManager`` in-process."""
 
 from __future__ import annotations
+
+import pytest
 
 from agent_runtime import AgentCore
 from app.admission import Admission
 from app.agents import load_config
-from app.bus import Bus
+from app.bus import Bus, LeaseLost
 from app.metrics import Metrics
 from app.runs import RunManager
 from app.storage import RunRecord, Store
@@ -44,3 +46,19 @@ async def orphan(store: Store, bus: Bus, run_id: str, session_id: str) -> None:
     encoder = WireEncoder(run_id, session_id)
     await bus.events.append(run_id, encoder.encode(1, "run.started", 0.0, {}), fence=1)
     await bus.events.append(run_id, encoder.encode(2, "text.delta", 0.0, {"delta": "a"}), fence=1)
+
+
+async def check_lost_run_ended(manager: RunManager, store: Store, bus: Bus) -> None:
+    """After a sweep over the orphans ``run_dead`` (lost) and ``run_alive`` (still held)."""
+    dead = await store.get_run("run_dead")
+    assert dead is not None and dead.status == "failed"
+    assert dead.error is not None and dead.error["code"] == "worker_lost"
+    still = await store.get_run("run_alive")
+    assert still is not None and still.status == "running"
+    assert await bus.locks.holder("s-dead") is None
+    # the lost worker, back from the dead, can no longer write to the log
+    with pytest.raises(LeaseLost):
+        await bus.events.append(
+            "run_dead", WireEncoder("run_dead", "s-dead").encode(3, "text.delta", 0.0, {}), fence=1
+        )
+    assert await manager.reap_lost_runs() == 0  # nothing left to sweep

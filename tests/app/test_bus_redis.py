@@ -24,7 +24,7 @@ from app.runs import RunManager
 from app.settings import Settings
 from app.storage import Store, open_store
 from app.wire import WireEncoder
-from tests.app.managers import orphan, run_manager
+from tests.app.managers import check_lost_run_ended, orphan, run_manager
 from tests.scale.services import REDIS_URL, RedisServer, drop_prefix, new_prefix
 
 pytestmark = pytest.mark.redis
@@ -549,18 +549,7 @@ async def test_the_sweep_fails_lost_runs_and_seals_their_logs(
     assert terminal.document["data"]["error"]["code"] == "worker_lost"
     assert reader.finished
     await reader.aclose()
-    dead = await store.get_run("run_dead")
-    assert dead is not None and dead.status == "failed"
-    assert dead.error is not None and dead.error["code"] == "worker_lost"
-    still = await store.get_run("run_alive")
-    assert still is not None and still.status == "running"
-    assert await bus.locks.holder("s-dead") is None
-    # the lost worker, back from the dead, can no longer write to the log
-    with pytest.raises(LeaseLost):
-        await bus.events.append(
-            "run_dead", WireEncoder("run_dead", "s-dead").encode(3, "text.delta", 0.0, {}), fence=1
-        )
-    assert await manager.reap_lost_runs() == 0
+    await check_lost_run_ended(manager, store, bus)
     assert await bus.events.orphans() == []
 
 

@@ -12,13 +12,13 @@ import pytest
 
 from app.agents import load_config
 from app.api.errors import ProblemError
-from app.bus import LeaseLost, LocalBus
+from app.bus import LocalBus
 from app.lifespan import build_agent
 from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
 from app.storage import RunRecord, Store, open_store
 from app.wire import WireEncoder
-from tests.app.managers import orphan, run_manager
+from tests.app.managers import check_lost_run_ended, orphan, run_manager
 
 
 class SharedBus(LocalBus):
@@ -59,18 +59,7 @@ async def test_a_lost_run_is_failed_and_its_readers_told(
     assert terminal.document["data"]["error"]["code"] == "worker_lost"
     assert reader.finished
     await reader.aclose()
-    dead = await store.get_run("run_dead")
-    assert dead is not None and dead.status == "failed"
-    assert dead.error is not None and dead.error["code"] == "worker_lost"
-    still = await store.get_run("run_alive")
-    assert still is not None and still.status == "running"
-    assert await bus.locks.holder("s-dead") is None
-    # the lost worker, back from the dead, can no longer write to the log
-    with pytest.raises(LeaseLost):
-        await bus.events.append(
-            "run_dead", WireEncoder("run_dead", "s-dead").encode(3, "text.delta", 0.0, {}), fence=1
-        )
-    assert await manager.reap_lost_runs() == 0
+    await check_lost_run_ended(manager, store, bus)
 
 
 async def test_a_run_that_ended_after_the_sweep_listed_it_is_left_alone(
