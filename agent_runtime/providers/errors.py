@@ -15,6 +15,8 @@ through ``translate_errors`` on its way out::
     APITimeoutError, httpx(2).TimeoutException         ProviderTimeoutError (retryable)
     APIConnectionError, httpx(2).TransportError,       ProviderConnectionError (retryable; not for
       a dropped stream, TLS failure                      an unsupported URL scheme)
+    a stream that ends without its end marker          ProviderConnectionError (retryable), from
+      (``stream_cut_short``)                             the provider itself
     malformed stream data, other SDK errors            ProviderError (not retryable)
 
 Secrets never travel further than this module. Messages are built here, from redacted upstream
@@ -57,6 +59,7 @@ __all__ = [
     "parse_retry_after",
     "redact",
     "scrub_exception",
+    "stream_cut_short",
     "translate_errors",
 ]
 
@@ -337,6 +340,22 @@ def _detail(text: str | None, secrets: Sequence[str]) -> str:
     if len(text) > _MAX_DETAIL:
         text = text[: _MAX_DETAIL - 3] + "..."
     return f": {text}"
+
+
+def stream_cut_short(*, provider: str, model: str, marker: str) -> ProviderConnectionError:
+    """The error for a stream whose body ended cleanly before the model's end ``marker``.
+
+    The SDKs take the end of the body as the end of the answer, so a proxy or server that
+    closes the connection mid-answer would otherwise pass for a complete (partial) answer.
+    Retryable like any dropped connection: the runtime retries it only if none of the call's
+    text reached the consumer yet.
+    """
+    return ProviderConnectionError(
+        f"{provider} model {model!r}: the stream ended before the answer did (no {marker});"
+        " the connection was cut",
+        retryable=True,
+        provider=provider,
+    )
 
 
 # the mapping ------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from openai.types.chat import ChatCompletionChunk
 from ..errors import ProviderError
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ..model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, ToolSpec, Usage
-from .errors import configuration_error, redact, translate_errors
+from .errors import configuration_error, redact, stream_cut_short, translate_errors
 
 __all__ = ["OpenAIModel"]
 
@@ -211,6 +211,10 @@ class OpenAIModel:
                             yield ModelEvent.tool_call(call)
             finally:
                 await chunks.close()
+        if finish_reason is None:
+            raise stream_cut_short(
+                provider=self.provider_name, model=self._model, marker="finish_reason"
+            )
         if done is None:
             done = self._complete(calls)
             for call in done:

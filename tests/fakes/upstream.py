@@ -235,12 +235,16 @@ class Status:
 class Drop:
     """Close the connection: before any response by default; with ``send_headers`` after the
     stream's headers and preamble; with ``after_chunks=N`` after N content chunks of ``text``.
-    ``reset`` aborts with a TCP RST instead of a clean close."""
+    ``reset`` aborts with a TCP RST instead of a clean close. ``clean`` ends the HTTP body
+    properly (its last chunk, connection kept) but without the protocol's end of the answer
+    (OpenAI's ``finish_reason`` and ``[DONE]``, Anthropic's ``message_delta`` and
+    ``message_stop``), as a proxy cutting an answer short may do."""
 
     after_chunks: int = 0
     text: str = "partial answer that never ends"
     send_headers: bool = False
     reset: bool = False
+    clean: bool = False
 
 
 @dataclass(frozen=True)
@@ -985,12 +989,15 @@ class FakeUpstream:
         request: RecordedRequest,
         writer: asyncio.StreamWriter,
     ) -> bool:
-        if behaviour.send_headers or behaviour.after_chunks:
+        if behaviour.send_headers or behaviour.after_chunks or behaviour.clean:
             await self._start_stream(writer)
             await self._write_frames(writer, wire.preamble())
             for piece in _WORDS.findall(behaviour.text)[: behaviour.after_chunks]:
                 await self._write_frames(writer, _as_list(wire.text(piece)))
         request.outcome = f"dropped after {behaviour.after_chunks} chunk(s)"
+        if behaviour.clean:
+            await self._end_stream(writer)
+            return True  # the connection stays usable
         if behaviour.reset:
             writer.transport.abort()
         else:

@@ -158,6 +158,7 @@ FALLBACK_TEXT = Text("the fallback answered")
         pytest.param(Drop(), id="closed-before-answering"),
         pytest.param(Drop(reset=True), id="reset-before-answering"),
         pytest.param(Drop(send_headers=True, reset=True), id="reset-after-headers"),
+        pytest.param(Drop(clean=True), id="body-ends-before-the-answer"),
         # a 200 stream whose error event comes before any text (on the Anthropic wire after
         # message_start and ping; the SDK raises it as a status error of that 200 response)
         pytest.param(StreamError("overloaded_error"), id="error-event-overloaded"),
@@ -222,6 +223,7 @@ async def test_a_fault_no_retry_can_fix_fails_without_failover(
     [
         pytest.param(Drop(after_chunks=2, reset=True), id="reset-mid-stream"),
         pytest.param(Drop(after_chunks=2), id="closed-mid-stream"),
+        pytest.param(Drop(after_chunks=2, clean=True), id="body-ends-mid-answer"),
         pytest.param(StreamError("overloaded_error", after_chunks=2), id="error-event-mid-stream"),
         pytest.param(Endless(after_chunks=2), id="silent-after-text"),
     ],

@@ -90,6 +90,7 @@ FAULTS: dict[str, Behaviour] = {
     "529-overloaded": status(529),
     "drop-before-first-chunk": Drop(),
     "drop-after-headers": Drop(send_headers=True),
+    "body-ends-without-end-marker": Drop(clean=True),
     "stall-past-client-timeout": Stall(),
     "error-event-before-text": StreamError("overloaded_error"),
 }
@@ -116,8 +117,12 @@ async def test_a_retryable_failure_before_any_text_fails_over(
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 @pytest.mark.parametrize(
     "fault",
-    [Drop(after_chunks=1, text="Half an answer"), Endless(text="Half an answer", after_chunks=1)],
-    ids=["drop-after-first-chunk", "stall-after-first-chunk"],
+    [
+        Drop(after_chunks=1, text="Half an answer"),
+        Drop(after_chunks=1, text="Half an answer", clean=True),
+        Endless(text="Half an answer", after_chunks=1),
+    ],
+    ids=["drop-after-first-chunk", "body-ends-after-first-chunk", "stall-after-first-chunk"],
 )
 async def test_a_failure_after_text_reached_the_consumer_fails_the_run(
     upstream: FakeUpstream, protocol: str, fault: Behaviour

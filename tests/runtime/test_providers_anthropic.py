@@ -339,3 +339,18 @@ async def test_repr_and_close(upstream: FakeUpstream) -> None:
     assert model.client.is_closed()
     with pytest.raises(ProviderError, match="closed"):
         await collect(model, ask())
+
+
+async def test_a_body_that_ends_before_the_answer_does_is_a_dropped_connection(
+    upstream: FakeUpstream, model: AnthropicModel
+) -> None:
+    # the HTTP body ends properly, but the answer never did (no stop_reason): the SDK would take
+    # the text so far for the whole answer
+    upstream.script(Drop(after_chunks=1, text="Partial text", clean=True))
+    seen: list[str] = []
+    with pytest.raises(ProviderConnectionError, match="no stop_reason") as caught:
+        async for event in model.stream(ask()):
+            seen.append(event.delta)
+    assert seen == ["Partial "]
+    assert caught.value.retryable
+    assert upstream.requests[-1].outcome.startswith("dropped")

@@ -431,3 +431,18 @@ async def test_any_compatible_endpoint_via_a_preset(upstream: FakeUpstream) -> N
     (sent,) = upstream.requests
     assert sent.model == "served-model"
     assert sent.api_key == "EMPTY"  # vLLM's placeholder when it runs without --api-key
+
+
+async def test_a_body_that_ends_before_the_answer_does_is_a_dropped_connection(
+    upstream: FakeUpstream, model: OpenAIModel
+) -> None:
+    # the HTTP body ends properly, but the answer never did (no finish_reason): the SDK would take
+    # the text so far for the whole answer
+    upstream.script(Drop(after_chunks=1, text="Hello there", clean=True))
+    seen: list[str] = []
+    with pytest.raises(ProviderConnectionError, match="no finish_reason") as caught:
+        async for event in model.stream(ask()):
+            seen.append(event.delta)
+    assert seen == ["Hello "]
+    assert caught.value.retryable
+    assert upstream.requests[-1].outcome.startswith("dropped")
