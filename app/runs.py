@@ -831,9 +831,9 @@ class RunManager:
         record = await self._store.get_run(run_id)
         if record is not None and not record.is_finished:
             return False
-        if await self._events.last_seq(run_id) is None:
-            return True  # no log left (expired, or never made) to give an end to
-        return await self._logged_end(run_id) is not None
+        kept, end = await self._log_end(run_id)
+        # no log left (expired, even while it was being read, or never made): nothing to end
+        return not kept or end is not None
 
     async def _settle(self, run_id: str, session_id: str, fence: int) -> bool:
         """Give a run that no worker holds one end, the same in its log and in the store.
@@ -844,7 +844,7 @@ class RunManager:
         if the run was failed as lost.
         """
         record = await self._store.get_run(run_id)
-        logged = await self._logged_end(run_id)
+        _, logged = await self._log_end(run_id)
         if logged is not None:
             if record is not None and not record.is_finished:
                 data = logged.document["data"]
@@ -884,21 +884,29 @@ class RunManager:
         logger.warning("run lost with its worker", extra={"run_id": run_id})
         return True
 
-    async def _logged_end(self, run_id: str) -> WireEvent | None:
-        """The terminal event of the run's log, if it has one."""
+    async def _log_end(self, run_id: str) -> tuple[bool, WireEvent | None]:
+        """Whether the run's log is still kept, and its terminal event if it has one.
+
+        A sealed log expires its TTL after the run's end, possibly between two of these reads:
+        a log found gone at any of them counts as not kept, never as one without an end.
+        """
         last = await self._events.last_seq(run_id)
-        if not last:
-            return None
+        if last is None:
+            return False, None
+        if last == 0:
+            return True, None
         try:
             subscription = await self._events.subscribe(run_id, after=last - 1)
         except LogNotFound:
-            return None
+            return False, None
         try:
             async with asyncio.timeout(10):
                 batch = await subscription.next()
         finally:
             await subscription.aclose()
-        return batch[-1] if batch and batch[-1].terminal else None
+        if batch and batch[-1].terminal:
+            return True, batch[-1]
+        return True, None
 
     async def _append_end(
         self, run_id: str, session_id: str, type_: str, data: dict[str, Any], fence: int
