@@ -796,16 +796,23 @@ class RunManager:
         Only meaningful with a shared bus, where leases expire when a worker dies.
         """
         candidates: dict[str, str] = {}
+        # this worker's runs while the candidates are listed: listed as unfinished, they were
+        # running here, so they are not lost (each ends through _finalize, here). Skipping them
+        # without a look keeps a round cheap where most runs are local, and a run of ours that
+        # ended since does not cost its reads (a later round still sees a record left
+        # unfinished, by a store outage, once the run is no longer ours)
+        ours = set(self._runs)
         orphans = getattr(self._events, "orphans", None)
         if callable(orphans):
             candidates.update(await orphans())
         if from_store:
             for record in await self._store.list_unfinished_runs():
                 candidates.setdefault(record.run_id, record.session_id)
+        ours.update(self._runs)
         locks = self._bus.locks
         reaped = 0
         for run_id, session_id in candidates.items():
-            if run_id in self._runs:
+            if run_id in ours or run_id in self._runs:
                 continue
             if await locks.holder(session_id) == run_id:
                 continue  # its worker still renews the lease

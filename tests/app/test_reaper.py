@@ -18,6 +18,7 @@ from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
 from app.storage import RunRecord, Store, open_store
 from app.wire import WireEncoder
+from tests.app.conftest import wait_until
 from tests.app.managers import check_lost_run_ended, orphan, run_manager
 
 
@@ -115,3 +116,44 @@ async def test_a_session_held_by_the_sweep_names_no_active_run(
     assert refused.value.status == 409
     assert refused.value.extra["active_run_id"] is None
     await bus.locks.release(lease)
+
+
+async def test_the_sweep_passes_over_this_workers_own_runs_without_a_look(
+    world: tuple[RunManager, Store, SharedBus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run waiting for a confirmation here is unfinished in the store, so the sweep lists it;
+    # it ends (here) while the listing is read. Its worker ends it properly: the sweep must
+    # neither read its lock, record or log nor take its session.
+    manager, store, bus = world
+    handle = await manager.start(
+        "anonymous", "s-mine", RunRequestOptions(input="delete file-1.txt", background=True)
+    )
+
+    async def waiting() -> bool:
+        record = await store.get_run(handle.run_id)
+        return record is not None and record.status == "waiting"
+
+    await wait_until(waiting)
+    list_unfinished = store.list_unfinished_runs
+
+    async def ending_meanwhile() -> list[RunRecord]:
+        listed = await list_unfinished()
+        assert [record.run_id for record in listed] == [handle.run_id]
+        assert manager.cancel_local(handle.run_id, "cancel_requested")
+        await handle.finished
+        return listed
+
+    looked: list[str] = []
+    holder = bus.locks.holder
+
+    async def recording_holder(session_id: str) -> str | None:
+        looked.append(session_id)
+        return await holder(session_id)
+
+    monkeypatch.setattr(store, "list_unfinished_runs", ending_meanwhile)
+    monkeypatch.setattr(bus.locks, "holder", recording_holder)
+    assert await manager.reap_lost_runs() == 0
+    assert looked == []
+    assert await holder("s-mine") is None
+    record = await store.get_run(handle.run_id)
+    assert record is not None and record.status == "cancelled"
