@@ -104,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_config=logging_config(settings.log_level),
         access_log=settings.debug,
         timeout_graceful_shutdown=math.ceil(graceful),
+        timeout_keep_alive=math.ceil(settings.keep_alive_timeout),
         lifespan="on",
     )
     return 0

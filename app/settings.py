@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     """Seconds of silence after which an SSE stream gets a ``: ping`` comment."""
     send_timeout: Annotated[float, Field(gt=0)] = 30.0
     """Seconds one write to a client may block before the client counts as gone."""
+    keep_alive_timeout: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds an idle client connection is kept open. Behind a load balancer, set it above
+    the balancer's own idle timeout, or the balancer may reuse a connection being closed."""
     client_timeout: Annotated[float | None, Field(gt=0, allow_inf_nan=False)] = None
     """Seconds for every HTTP phase of a provider call (connect, each read...); unset keeps the
     SDK's own (600 s). A stalled upstream then fails the call and the next model takes over."""
@@ -130,6 +133,7 @@ class Settings(BaseSettings):
         "event_log_ttl",
         "sse_ping",
         "send_timeout",
+        "keep_alive_timeout",
     )
     @classmethod
     def _finite(cls, value: float) -> float:

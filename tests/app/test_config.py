@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from pydantic import ValidationError
 
 from agent_runtime.compaction import LlmCompactor
@@ -645,3 +646,23 @@ async def test_history_bound_and_compaction_from_the_file(serve: Serve, tmp_path
                 # more than 3: all but the last 2 became one summary message
                 assert seen["output"]["content"] == "history 3 summary"
         await served.wait_idle()
+
+
+def test_agent_server_hands_its_timeouts_to_uvicorn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served: dict[str, Any] = {}
+
+    def run(app: str, **options: Any) -> None:
+        served.update(options, app=app)
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setenv("AGENT_DATABASE_URL", f"sqlite:///{tmp_path}/a.db")
+    monkeypatch.setenv("AGENT_KEEP_ALIVE_TIMEOUT", "75")
+    monkeypatch.setenv("AGENT_DRAIN_TIMEOUT", "20")
+    monkeypatch.setenv("AGENT_SEND_TIMEOUT", "5")
+    assert cli.main(["--port", "0"]) == 0
+    assert served["app"] == "app.main:create_app"
+    assert served["timeout_keep_alive"] == 75
+    # the drain, then a stream's last write, then a margin
+    assert served["timeout_graceful_shutdown"] > 25

@@ -37,6 +37,10 @@ _ON_EVERY_BACKEND = frozenset({"test_server", "test_lifecycle"})
 TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
 START_TIMEOUT = 30.0
 
+# Idle connections are dropped here before the server closes them (AGENT_KEEP_ALIVE_TIMEOUT,
+# 5 s): with equal timeouts a request may go out on a connection the server is closing
+KEEPALIVE_EXPIRY = 2.0
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -73,7 +77,9 @@ class Server:
                 self.process.wait(5)
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
-        limits = httpx.Limits(max_connections=500, max_keepalive_connections=50)
+        limits = httpx.Limits(
+            max_connections=500, max_keepalive_connections=50, keepalive_expiry=KEEPALIVE_EXPIRY
+        )
         return httpx.AsyncClient(base_url=self.base_url, timeout=30.0, limits=limits, **kwargs)
 
 

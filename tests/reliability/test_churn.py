@@ -45,7 +45,7 @@ import psutil
 import pytest
 import redis.asyncio
 
-from tests.e2e.conftest import Server, backend_env, launch, selected_backends
+from tests.e2e.conftest import KEEPALIVE_EXPIRY, Server, backend_env, launch, selected_backends
 from tests.fakes.upstream import FakeUpstream
 
 from .conftest import (
@@ -314,7 +314,11 @@ async def batch(server: Server, size: int, seed: int) -> Tally:
     rng = random.Random(seed)
     kinds = rng.choices(list(KINDS), weights=list(KINDS.values()), k=size)
     started = time.monotonic()
-    limits = httpx.Limits(max_connections=4 * CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+    limits = httpx.Limits(
+        max_connections=4 * CONCURRENCY,
+        max_keepalive_connections=CONCURRENCY,
+        keepalive_expiry=KEEPALIVE_EXPIRY,
+    )
     async with httpx.AsyncClient(base_url=server.base_url, timeout=30, limits=limits) as client:
         queue: asyncio.Queue[str] = asyncio.Queue()
         for kind in kinds:
