@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     """Seconds a finished run's event log stays available for replay."""
     event_log_max_events: Annotated[int, Field(ge=16)] = 100_000
     """Events kept per run; beyond it the oldest are dropped (a replay from there has a gap)."""
+    redis_max_connections: Annotated[int, Field(ge=2)] = 128
+    """Connections a worker opens to Redis at most (its blocking read has one more): calls
+    beyond them wait for a free one."""
     redis_prefix: Annotated[str, Field(min_length=1, max_length=64)] = "agent:"
     """Prefix of every Redis key and channel: services (or test runs) sharing one Redis
     each use their own."""

@@ -283,6 +283,28 @@ async def test_two_hundred_contenders_one_winner(buses: Buses) -> None:
     assert await workers[0].locks.holder("s") == won[0].holder
 
 
+async def test_a_burst_waits_for_the_capped_pool_instead_of_opening_more(buses: Buses) -> None:
+    bus = await buses.open(max_connections=2)
+    name = f"agent:{bus.worker}"
+
+    async def opened() -> int:
+        admin = redis.Redis.from_url(REDIS_URL)
+        try:
+            clients = await asyncio.to_thread(admin.client_list)
+        finally:
+            admin.close()
+        return sum(1 for client in clients if client["name"] == name)
+
+    # 200 calls at once: each waits for one of the two connections in turn
+    leases = await asyncio.gather(
+        *(bus.locks.acquire(f"s{i}", f"run_{i}", 15) for i in range(200))
+    )
+    assert all(lease is not None for lease in leases)
+    assert await opened() == 2
+    holders = await bus.locks.holders([f"s{i}" for i in range(200)])
+    assert holders == [f"run_{i}" for i in range(200)]
+
+
 async def test_the_terminal_event_releases_the_lock_and_the_route(buses: Buses) -> None:
     bus = await buses.open()
     lease = await bus.locks.acquire("s", "run_1", 15)

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 __all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_PREFIX",
     "RedisBus",
     "RedisEventLog",
@@ -74,6 +75,8 @@ __all__ = [
 logger = logging.getLogger("app.bus.redis")
 
 DEFAULT_PREFIX: Final = "agent:"
+DEFAULT_MAX_CONNECTIONS: Final = 128
+"""Connections one worker keeps to Redis at most (``AGENT_REDIS_MAX_CONNECTIONS``)."""
 _START_TIMEOUT: Final = 10.0
 _REPLY_TIMEOUT: Final = 2.0
 
@@ -108,11 +111,16 @@ class RedisBus:
         max_events: int = 100_000,
         outage_grace: float | None = None,
         reply_timeout: float = _REPLY_TIMEOUT,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self.where = redact_redis_url(url)
         self.worker = worker_id()
         self.keys = Keys(prefix)
-        self._client: Redis = make_client(url, name=f"agent:{self.worker}")
+        # every call but the follower's blocking read shares this pool; the follower has a
+        # connection of its own, outside the cap
+        self._client: Redis = make_client(
+            url, name=f"agent:{self.worker}", max_connections=max_connections
+        )
         self._follower_client: Redis = make_client(
             url,
             socket_timeout=BLOCK_MS / 1000 + SOCKET_TIMEOUT,
@@ -201,6 +209,7 @@ async def open_redis_bus(settings: Settings) -> RedisBus:
         lease_seconds=settings.lease_seconds,
         event_log_ttl=settings.event_log_ttl,
         max_events=settings.event_log_max_events,
+        max_connections=settings.redis_max_connections,
     )
     await bus.start()
     return bus

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import RedisError
@@ -77,8 +77,14 @@ def make_client(
     retries: int = RETRIES,
     single_connection: bool = False,
     name: str | None = None,
+    max_connections: int | None = None,
 ) -> Redis:
-    """A client for ``url`` whose every call is bounded (see the module's docstring)."""
+    """A client for ``url`` whose every call is bounded (see the module's docstring).
+
+    ``max_connections`` caps its pool: a call finding every connection busy waits for one (up
+    to ``socket_timeout``, then the call fails as unreachable) instead of opening another, so
+    a burst of runs cannot open a connection each on every worker of a fleet.
+    """
     retry = (
         Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries)
         if retries
@@ -97,7 +103,15 @@ def make_client(
     }
     if name is not None:
         options["client_name"] = name
-    client: Redis = Redis.from_url(url, **options)
+    if max_connections is None:
+        client: Redis = Redis.from_url(url, **options)
+        return client
+    del options["single_connection_client"]
+    pool = BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=socket_timeout, **options
+    )
+    client = Redis(connection_pool=pool, single_connection_client=single_connection)
+    client.auto_close_connection_pool = True  # closed with the client, as from_url's is
     return client
 
 
