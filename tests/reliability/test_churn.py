@@ -536,6 +536,7 @@ async def test_churn_leaves_nothing_behind(
         assert after.stored_runs.total() - baseline.stored_runs.total() == measured.started
         # the pools keep connections by how many runs and requests were in flight at once,
         # never by how many ran: asyncpg's is capped (10), redis-py's grows to its high-water
+        # (capped at AGENT_REDIS_MAX_CONNECTIONS, 128)
         assert after.postgres_sockets <= max(baseline.postgres_sockets, 10)
         assert after.redis_sockets <= max(baseline.redis_sockets, MAX_RUNS + CONCURRENCY)
     # and the memory is where the warm-up left it
