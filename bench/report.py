@@ -211,6 +211,9 @@ def _plot_overload(outcome: Outcome, plt: Any) -> Any:
         ["p50", "p99"],
         {
             "unloaded (1 client)": [q0["unloaded"]["admitted_ttfe"].get(k) for k in ("p50", "p99")],
+            "at capacity (C clients)": [
+                q0["capacity"]["admitted_ttfe"].get(k) for k in ("p50", "p99")
+            ],
             "3x capacity": [q0["overload"]["admitted_ttfe"].get(k) for k in ("p50", "p99")],
         },
         "admitted runs' TTFE (ms), Q=0",
