@@ -296,9 +296,7 @@ async def test_a_burst_waits_for_the_capped_pool_instead_of_opening_more(buses: 
         return sum(1 for client in clients if client["name"] == name)
 
     # 200 calls at once: each waits for one of the two connections in turn
-    leases = await asyncio.gather(
-        *(bus.locks.acquire(f"s{i}", f"run_{i}", 15) for i in range(200))
-    )
+    leases = await asyncio.gather(*(bus.locks.acquire(f"s{i}", f"run_{i}", 15) for i in range(200)))
     assert all(lease is not None for lease in leases)
     assert await opened() == 2
     holders = await bus.locks.holders([f"s{i}" for i in range(200)])
