@@ -13,13 +13,11 @@ from collections.abc import Mapping
 
 from fastapi import Request
 
-from app.api.errors import ProblemError
+from app.errors import Unauthorized
 
 __all__ = ["ANONYMOUS", "Authenticator", "principal_of"]
 
 ANONYMOUS = "anonymous"
-
-_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="agent-server"'}
 
 
 def _digest(key: str) -> bytes:
@@ -43,25 +41,15 @@ class Authenticator:
         return bool(self._digests)
 
     def principal(self, authorization: str | None) -> str:
-        """The principal for an ``Authorization`` header value; raises a 401 problem."""
+        """The principal for an ``Authorization`` header value; raises ``Unauthorized``."""
         if not self._digests:
             return ANONYMOUS
         if not authorization:
-            raise ProblemError(
-                401,
-                "unauthorized",
-                "this server needs an API key: send Authorization: Bearer <key>",
-                headers=_CHALLENGE,
-            )
+            raise Unauthorized("this server needs an API key: send Authorization: Bearer <key>")
         scheme, _, token = authorization.partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
-            raise ProblemError(
-                401,
-                "unauthorized",
-                "the Authorization header must be 'Bearer <key>'",
-                headers=_CHALLENGE,
-            )
+            raise Unauthorized("the Authorization header must be 'Bearer <key>'")
         presented = _digest(token)
         # compare every digest so the time taken does not depend on which key matched
         found: str | None = None
@@ -69,7 +57,7 @@ class Authenticator:
             if hmac.compare_digest(digest, presented):
                 found = principal
         if found is None:
-            raise ProblemError(401, "unauthorized", "the API key is not valid", headers=_CHALLENGE)
+            raise Unauthorized("the API key is not valid")
         return found
 
 

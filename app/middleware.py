@@ -6,6 +6,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import ProblemError, problem_response
+from app.errors import ServiceError, Unauthorized
 
 __all__ = ["BodyLimitMiddleware", "BodyTooLarge", "LoadShedMiddleware"]
 
@@ -110,7 +111,7 @@ def _refusal(scope: Scope) -> ProblemError | None:
         header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
         try:
             authenticator.principal(None if header is None else header.decode("latin-1"))
-        except ProblemError:
+        except Unauthorized:
             return None  # the route answers 401
-    shed: ProblemError | None = services.manager.shed()
-    return shed
+    shed: ServiceError | None = services.manager.shed()
+    return None if shed is None else ProblemError.of(shed)

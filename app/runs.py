@@ -36,8 +36,8 @@ from agent_runtime.extensions.external import ExternalEvent
 from agent_runtime.messages import message_from_dict, message_to_dict
 from app.admission import Admission, AdmissionRejected, QueueTimeout
 from app.agents import AgentProfile
-from app.api.errors import ProblemError
 from app.bus.base import Bus, BusError, BusUnavailable, LeaseLost, LogNotFound, WireEvent
+from app.errors import Draining, NotFound, Overloaded, ServiceError, SessionBusy
 from app.metrics import Metrics
 from app.run_handle import (
     CANCEL_REASONS,
@@ -66,8 +66,8 @@ _WAITING_EVENT = "confirmation_requested"
 _TERMINAL_TYPES = frozenset(
     {AgentEventType.RUN_COMPLETED, AgentEventType.RUN_FAILED, AgentEventType.RUN_CANCELLED}
 )
-_RETRY_AFTER_BUSY = "1"
-_RETRY_AFTER_DRAINING = "5"
+_RETRY_AFTER_BUSY = 1.0
+_RETRY_AFTER_DRAINING = 5.0
 # after the drain deadline, how long cancelled runs get to deliver their terminal event
 _CANCEL_GRACE = 10.0
 
@@ -202,15 +202,12 @@ class RunManager:
         """The configured agent ``name``; a 404 problem if there is none."""
         profile = self._profiles.get(name)
         if profile is None:
-            raise ProblemError(
-                404,
-                "not_found",
-                f"no agent {name!r}; configured: {', '.join(sorted(self._profiles))}",
-            )
+            raise NotFound(f"no agent {name!r}; configured: {', '.join(sorted(self._profiles))}")
         return profile
 
     async def start(self, principal: str, session_id: str, options: RunRequestOptions) -> RunHandle:
-        """Admit and start a run; raises ProblemError (404, 409, 422, 429, 503).
+        """Admit and start a run; raises ``NotFound``, ``SessionBusy``, ``Overloaded``,
+        ``Draining`` (``app.errors``).
 
         A background run is started at once, waiting for its slot in its own task; any other
         run is started only once it holds a slot (up to the queue timeout, else 429).
@@ -230,7 +227,7 @@ class RunManager:
             try:
                 session = await self._store.get_or_create_session(session_id, principal)
             except SessionOwnedByOther:
-                raise ProblemError(404, "not_found", f"no session {session_id!r}") from None
+                raise NotFound(f"no session {session_id!r}") from None
             run_id = new_run_id()
             lease = await self._bus.locks.acquire(session_id, run_id, self._lease_ttl)
             if lease is None:
@@ -238,9 +235,7 @@ class RunManager:
                 active = await self._bus.locks.holder(session_id)
                 if active is not None and not active.startswith("run_"):
                     active = None  # held for a moment by a deletion or the lost-run sweep
-                raise ProblemError(
-                    409,
-                    "session_busy",
+                raise SessionBusy(
                     f"session {session_id!r} already has an active run; wait for it to finish "
                     "or cancel it",
                     extra={"active_run_id": active},
@@ -320,9 +315,9 @@ class RunManager:
             await self._store.create_run(record)
         except SessionNotFound:
             # deleted between the ownership check and the lock
-            raise ProblemError(404, "not_found", f"no session {record.session_id!r}") from None
+            raise NotFound(f"no session {record.session_id!r}") from None
         except SessionOwnedByOther:  # deleted, then re-created by someone else
-            raise ProblemError(404, "not_found", f"no session {record.session_id!r}") from None
+            raise NotFound(f"no session {record.session_id!r}") from None
 
     async def _abandon(self, handle: RunHandle) -> None:
         """Undo a start that failed before the run's task existed."""
@@ -354,7 +349,7 @@ class RunManager:
             await asyncio.wait([recorded])
         return not recorded.cancelled() and recorded.exception() is None
 
-    def shed(self) -> ProblemError | None:
+    def shed(self) -> ServiceError | None:
         """The 429 any new run gets right now, whoever asks (counted as a rejection); else
         None. Cheap enough to ask before a request is even parsed."""
         admission = self._admission
@@ -366,18 +361,16 @@ class RunManager:
     def _reject(self, reason: str) -> None:
         self._metrics.runs_rejected.labels(reason).inc()
 
-    def _draining_problem(self) -> ProblemError:
-        return ProblemError(
-            503,
-            "draining",
+    def _draining_problem(self) -> ServiceError:
+        return Draining(
             "this server is shutting down and takes no new runs; retry on another instance",
-            headers={"Retry-After": _RETRY_AFTER_DRAINING},
+            retry_after=_RETRY_AFTER_DRAINING,
         )
 
-    def _admission_problem(self, exc: AdmissionRejected) -> ProblemError:
+    def _admission_problem(self, exc: AdmissionRejected) -> ServiceError:
         if exc.reason == "draining":
             return self._draining_problem()
-        return ProblemError(429, "overloaded", str(exc), headers={"Retry-After": _RETRY_AFTER_BUSY})
+        return Overloaded(str(exc), retry_after=_RETRY_AFTER_BUSY)
 
     # --- executing --------------------------------------------------------------------------
 
@@ -683,7 +676,7 @@ class RunManager:
             owned = session is not None and session.principal == principal
         if not owned:
             self._metrics.external_events.labels("not_found").inc()
-            raise ProblemError(404, "not_found", f"no session {session_id!r}")
+            raise NotFound(f"no session {session_id!r}")
         accepted = await self._bus.router.deliver_external(session_id, run_id, name, payload)
         self._metrics.external_events.labels("accepted" if accepted else "not_accepted").inc()
         return accepted

@@ -10,8 +10,8 @@ from fastapi import Depends, Request
 from agent_runtime.agent import AgentCore
 from app.admission import Admission
 from app.agents import ConfiguredAgents
-from app.api.errors import ProblemError
 from app.bus.base import Bus
+from app.errors import Unavailable
 from app.metrics import Metrics
 from app.runs import RunManager
 from app.settings import Settings
@@ -46,9 +46,7 @@ async def get_services(request: Request) -> Services:
     FastAPI calls it inline instead of in its thread pool."""
     services: Services | None = getattr(request.app.state, "services", None)
     if services is None:
-        raise ProblemError(
-            503, "unavailable", "the server is starting", headers={"Retry-After": "1"}
-        )
+        raise Unavailable("the server is starting", retry_after=1)
     return services
 
 

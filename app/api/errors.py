@@ -9,6 +9,7 @@ no answer ever carries a traceback.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.bus.base import BusUnavailable
+from app.errors import ServiceError
 from app.storage.base import StorageUnavailable
 
 __all__ = [
@@ -28,6 +30,8 @@ __all__ = [
     "install_error_handlers",
     "problem_body",
     "problem_response",
+    "service_problem",
+    "status_of",
 ]
 
 logger = logging.getLogger("app.errors")
@@ -63,6 +67,35 @@ _CODE_BY_STATUS: dict[int, str] = {
 }
 
 
+# the HTTP status of each domain error code (app.errors)
+_STATUS_BY_CODE: dict[str, int] = {
+    "not_found": 404,
+    "validation_error": 422,
+    "idempotency_key_reused": 422,
+    "unauthorized": 401,
+    "session_busy": 409,
+    "not_accepted": 409,
+    "idempotency_key_in_flight": 409,
+    "overloaded": 429,
+    "budget_exceeded": 429,
+    "draining": 503,
+    "unavailable": 503,
+    "agent_unavailable": 503,
+}
+
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="agent-server"'}
+
+
+def status_of(exc: ServiceError) -> int:
+    """The HTTP status that answers a domain error."""
+    return _STATUS_BY_CODE.get(exc.code, 500)
+
+
+def retry_after_header(seconds: float) -> str:
+    """``Retry-After`` in whole seconds, never 0 for a positive wait."""
+    return str(max(0, math.ceil(seconds)))
+
+
 class ProblemError(Exception):
     """An error answer: raise it from a route or a dependency.
 
@@ -91,6 +124,21 @@ class ProblemError(Exception):
         return problem_response(
             self.status, self.code, self.detail, headers=self.headers, extra=self.extra
         )
+
+    @classmethod
+    def of(cls, exc: ServiceError) -> ProblemError:
+        """The problem answering a domain error."""
+        headers: dict[str, str] = {}
+        if exc.retry_after is not None:
+            headers["Retry-After"] = retry_after_header(exc.retry_after)
+        if exc.code == "unauthorized":
+            headers.update(_CHALLENGE)
+        return cls(status_of(exc), exc.code, exc.detail, headers=headers, extra=exc.extra)
+
+
+def service_problem(exc: ServiceError) -> Response:
+    """The problem+json response answering a domain error."""
+    return ProblemError.of(exc).response()
 
 
 def problem_body(
@@ -133,6 +181,11 @@ def _location(loc: tuple[Any, ...] | list[Any]) -> str:
 async def _on_problem(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProblemError)
     return exc.response()
+
+
+async def _on_service_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ServiceError)
+    return service_problem(exc)
 
 
 async def _on_http_exception(request: Request, exc: Exception) -> Response:
@@ -232,6 +285,7 @@ async def _on_bus_unavailable(request: Request, exc: Exception) -> Response:
 def install_error_handlers(app: FastAPI) -> None:
     """Map every error to problem+json."""
     app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(ServiceError, _on_service_error)
     app.add_exception_handler(StorageUnavailable, _on_storage_unavailable)
     app.add_exception_handler(BusUnavailable, _on_bus_unavailable)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)

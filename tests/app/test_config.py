@@ -20,6 +20,7 @@ from app import cli
 from app.agents import DEFAULT_AGENT, ConfigError, build_agents, load_config, model_binding
 from app.api.errors import ProblemError
 from app.auth import ANONYMOUS, Authenticator
+from app.errors import Unauthorized
 from app.logs import JsonFormatter
 from app.settings import Settings, parse_api_keys
 from app.wire import WireEncoder, iso_ms
@@ -99,10 +100,11 @@ def test_authenticator() -> None:
     assert auth.principal("Bearer k1") == "alice"
     assert auth.principal("bearer  k1 ") == "alice"
     for header in (None, "", "Bearer", "Bearer k2", "Token k1"):
-        with pytest.raises(ProblemError) as refused:
+        with pytest.raises(Unauthorized) as refused:
             auth.principal(header)
-        assert refused.value.status == 401
-        assert "WWW-Authenticate" in refused.value.headers
+        problem = ProblemError.of(refused.value)
+        assert problem.status == 401
+        assert "WWW-Authenticate" in problem.headers
 
 
 def test_wire_encoding() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from app.agents import load_config
-from app.api.errors import ProblemError
 from app.bus import LocalBus
+from app.errors import SessionBusy
 from app.lifespan import build_agent
 from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
@@ -111,9 +111,8 @@ async def test_a_session_held_by_the_sweep_names_no_active_run(
     manager, _, bus = world
     lease = await bus.locks.acquire("s-swept", "reaper_0123", 30)
     assert lease is not None
-    with pytest.raises(ProblemError) as refused:
+    with pytest.raises(SessionBusy) as refused:
         await manager.start("anonymous", "s-swept", RunRequestOptions(input="hi"))
-    assert refused.value.status == 409
     assert refused.value.extra["active_run_id"] is None
     await bus.locks.release(lease)
 

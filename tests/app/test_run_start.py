@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from app.agents import load_config
-from app.api.errors import ProblemError
 from app.bus import LocalBus
+from app.errors import NotFound
 from app.lifespan import build_agent
 from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
@@ -110,7 +110,7 @@ async def test_the_run_starts_while_its_record_is_written(world: World) -> None:
 
 @pytest.mark.parametrize(
     "failure",
-    [StorageUnavailable("the disk is gone"), ProblemError(404, "not_found", "no session")],
+    [StorageUnavailable("the disk is gone"), NotFound("no session")],
     ids=["store-down", "session-deleted"],
 )
 async def test_a_record_that_cannot_be_written_ends_the_started_run(

@@ -1,0 +1,108 @@
+"""The service's domain errors: what a request asked for that the service will not do.
+
+Domain modules (the run manager, services, auth, the protocols' translations) raise these;
+only the HTTP edge turns them into answers (``app.api.errors`` for problem+json, each
+protocol's own error shape on its paths). ``code`` is the stable public literal of the
+contract; the HTTP status belongs to the edge::
+
+    ServiceError
+     ├── NotFound            not_found: no such session, run or agent (or not the caller's)
+     ├── InvalidRequest      validation_error: well-formed, but not acceptable
+     ├── Unauthorized        unauthorized: no key, or not a valid one
+     ├── SessionBusy         session_busy: the session already has an active run
+     ├── NotAccepted         not_accepted: an answer nobody was waiting for
+     ├── Overloaded          overloaded: no slot and no room in the queue (retry later)
+     ├── Draining            draining: this worker is shutting down (retry elsewhere)
+     └── Unavailable         unavailable: a dependency cannot be reached, or not ready yet
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+__all__ = [
+    "Draining",
+    "InvalidRequest",
+    "NotAccepted",
+    "NotFound",
+    "Overloaded",
+    "ServiceError",
+    "SessionBusy",
+    "Unauthorized",
+    "Unavailable",
+]
+
+
+class ServiceError(Exception):
+    """A refusal with a stable ``code`` and a message that tells the caller what to do.
+
+    ``extra`` adds members to the error answer (``active_run_id``, ``accepted_by``...);
+    ``retry_after`` (seconds) says when trying again may work.
+    """
+
+    code: ClassVar[str] = "internal"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        retry_after: float | None = None,
+        extra: Mapping[str, Any] | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after = retry_after
+        self.extra = dict(extra or {})
+        if code is not None:
+            # a subclass's finer literal (``idempotency_key_reused`` is an InvalidRequest)
+            self.code = code  # type: ignore[misc]
+
+
+class NotFound(ServiceError):
+    """No such session, run or agent, or it belongs to another principal."""
+
+    code = "not_found"
+
+
+class InvalidRequest(ServiceError):
+    """A request the service understood but cannot take as it is."""
+
+    code = "validation_error"
+
+
+class Unauthorized(ServiceError):
+    """Authentication is on and the request carries no valid credential."""
+
+    code = "unauthorized"
+
+
+class SessionBusy(ServiceError):
+    """The session already has an active run."""
+
+    code = "session_busy"
+
+
+class NotAccepted(ServiceError):
+    """An answer that no waiting run took."""
+
+    code = "not_accepted"
+
+
+class Overloaded(ServiceError):
+    """No slot free and the queue is full, or a slot did not free up in time."""
+
+    code = "overloaded"
+
+
+class Draining(ServiceError):
+    """This worker is shutting down and takes no new work."""
+
+    code = "draining"
+
+
+class Unavailable(ServiceError):
+    """A dependency (database, bus, the agent's warm-up) cannot serve right now."""
+
+    code = "unavailable"
