@@ -48,7 +48,10 @@ class BodyLimitMiddleware:
                     declared = 0
                 if declared > limit:
                     response = problem_response(
-                        413, "payload_too_large", f"the request body is larger than {limit} bytes"
+                        413,
+                        "payload_too_large",
+                        f"the request body is larger than {limit} bytes",
+                        path=scope["path"],
                     )
                     await response(scope, receive, send)
                     return
@@ -69,7 +72,10 @@ class BodyLimitMiddleware:
         except BodyTooLarge:
             # raised where no handler could answer it (outside a route's body parsing)
             response = problem_response(
-                413, "payload_too_large", f"the request body is larger than {limit} bytes"
+                413,
+                "payload_too_large",
+                f"the request body is larger than {limit} bytes",
+                path=scope["path"],
             )
             await response(scope, receive, send)
 

@@ -25,9 +25,12 @@ from app.errors import ServiceError
 from app.storage.base import StorageUnavailable
 
 __all__ = [
+    "OPENAI_PREFIX",
     "PROBLEM_CONTENT_TYPE",
     "ProblemError",
     "install_error_handlers",
+    "openai_error_body",
+    "openai_error_response",
     "problem_body",
     "problem_response",
     "service_problem",
@@ -119,10 +122,10 @@ class ProblemError(Exception):
         self.headers = dict(headers or {})
         self.extra = dict(extra or {})
 
-    def response(self) -> Response:
-        """The problem as a response."""
+    def response(self, path: str | None = None) -> Response:
+        """The problem as a response (in the shape ``path``'s clients read)."""
         return problem_response(
-            self.status, self.code, self.detail, headers=self.headers, extra=self.extra
+            self.status, self.code, self.detail, headers=self.headers, extra=self.extra, path=path
         )
 
     @classmethod
@@ -136,9 +139,9 @@ class ProblemError(Exception):
         return cls(status_of(exc), exc.code, exc.detail, headers=headers, extra=exc.extra)
 
 
-def service_problem(exc: ServiceError) -> Response:
-    """The problem+json response answering a domain error."""
-    return ProblemError.of(exc).response()
+def service_problem(exc: ServiceError, path: str | None = None) -> Response:
+    """The response answering a domain error (problem+json, or ``path``'s own shape)."""
+    return ProblemError.of(exc).response(path)
 
 
 def problem_body(
@@ -164,13 +167,46 @@ def problem_response(
     *,
     headers: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
+    path: str | None = None,
 ) -> Response:
-    """A problem+json response."""
+    """A problem+json response; under ``/openai/``, the OpenAI error shape instead."""
+    if path is not None and path.startswith(OPENAI_PREFIX):
+        return openai_error_response(status, code, detail, headers=headers)
     return JSONResponse(
         problem_body(status, code, detail, extra),
         status_code=status,
         headers=dict(headers or {}),
         media_type=PROBLEM_CONTENT_TYPE,
+    )
+
+
+OPENAI_PREFIX = "/openai/"
+
+# the OpenAI error ``type`` of each status, as the OpenAI API itself answers them
+_OPENAI_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def openai_error_body(status: int, code: str, detail: str) -> dict[str, Any]:
+    """``{"error": {...}}`` as the OpenAI API answers an error."""
+    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": detail, "type": kind, "code": code, "param": None}}
+
+
+def openai_error_response(
+    status: int, code: str, detail: str, *, headers: Mapping[str, str] | None = None
+) -> Response:
+    """An error in the OpenAI shape (the ``/openai/v1`` endpoints)."""
+    return JSONResponse(
+        openai_error_body(status, code, detail), status_code=status, headers=dict(headers or {})
     )
 
 
@@ -180,29 +216,33 @@ def _location(loc: tuple[Any, ...] | list[Any]) -> str:
 
 async def _on_problem(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProblemError)
-    return exc.response()
+    return exc.response(request.url.path)
 
 
 async def _on_service_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ServiceError)
-    return service_problem(exc)
+    return service_problem(exc, request.url.path)
 
 
 async def _on_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and isinstance(exc.__cause__, _UNREADABLE_JSON):
         # FastAPI's 400 for a JSON body its parser gave up on: malformed JSON, like any other
-        return _unreadable_json(exc.__cause__)
+        return _unreadable_json(exc.__cause__, request.url.path)
     code = _CODE_BY_STATUS.get(exc.status_code, "internal" if exc.status_code >= 500 else "error")
     if exc.status_code == 404:
         detail = f"nothing is served at {request.url.path}"
     elif exc.status_code == 405:
         detail = f"{request.method} is not allowed on {request.url.path}"
         headers = {**(exc.headers or {}), "Allow": _allowed_methods(request)}
-        return problem_response(exc.status_code, code, detail, headers=headers)
+        return problem_response(
+            exc.status_code, code, detail, headers=headers, path=request.url.path
+        )
     else:
         detail = str(exc.detail)
-    return problem_response(exc.status_code, code, detail, headers=exc.headers)
+    return problem_response(
+        exc.status_code, code, detail, headers=exc.headers, path=request.url.path
+    )
 
 
 # what json.loads raises, besides JSONDecodeError, for a body it cannot read: bytes that are not
@@ -210,7 +250,7 @@ async def _on_http_exception(request: Request, exc: Exception) -> Response:
 _UNREADABLE_JSON = (UnicodeDecodeError, RecursionError, ValueError)
 
 
-def _unreadable_json(cause: BaseException) -> Response:
+def _unreadable_json(cause: BaseException, path: str) -> Response:
     if isinstance(cause, UnicodeDecodeError):
         why = "it is not UTF-8"
     elif isinstance(cause, RecursionError):
@@ -222,6 +262,7 @@ def _unreadable_json(cause: BaseException) -> Response:
         "validation_error",
         f"body: the request body is not valid JSON ({why})",
         extra={"errors": [{"loc": ["body"], "msg": why, "type": "json_invalid"}]},
+        path=path,
     )
 
 
@@ -259,7 +300,9 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
             detail += f" (and {len(errors) - 1} more)"
     else:  # pragma: no cover - pydantic always reports at least one error
         detail = "the request is not valid"
-    return problem_response(422, "validation_error", detail, extra={"errors": errors})
+    return problem_response(
+        422, "validation_error", detail, extra={"errors": errors}, path=request.url.path
+    )
 
 
 async def _on_storage_unavailable(request: Request, exc: Exception) -> Response:
@@ -269,6 +312,7 @@ async def _on_storage_unavailable(request: Request, exc: Exception) -> Response:
         "unavailable",
         "the database cannot be reached right now; retry shortly",
         headers={"Retry-After": "2"},
+        path=request.url.path,
     )
 
 
@@ -279,6 +323,7 @@ async def _on_bus_unavailable(request: Request, exc: Exception) -> Response:
         "unavailable",
         "the shared event bus (Redis) cannot be reached right now; retry shortly",
         headers={"Retry-After": "2"},
+        path=request.url.path,
     )
 
 
@@ -325,6 +370,9 @@ class CatchAllMiddleware:
                 # the answer is under way: all that is left is to end it
                 return
             response = problem_response(
-                500, "internal", "the server failed to answer this request; it was logged"
+                500,
+                "internal",
+                "the server failed to answer this request; it was logged",
+                path=scope.get("path"),
             )
             await response(scope, receive, send)

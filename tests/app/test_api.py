@@ -726,3 +726,18 @@ async def test_debug_endpoint_only_when_enabled(serve: Serve) -> None:
         state = (await served.client.get("/debug/state")).json()
         assert state["runs"] == 0
         assert state["extensions"]["ConfirmationExtension"] == {"pending": 0, "staged": 0}
+
+
+async def test_errors_under_the_openai_prefix_take_the_openai_shape(serve: Serve) -> None:
+    # the OpenAI SDKs read {"error": {"message", "type", "code"}}; every other path answers
+    # problem+json
+    async with serve() as served:
+        client = served.client
+        missing = await client.get("/openai/v1/nothing-here")
+        assert missing.status_code == 404
+        body = missing.json()
+        assert set(body) == {"error"}
+        assert body["error"]["type"] == "not_found_error"
+        assert body["error"]["code"] == "not_found"
+        assert "message" in body["error"]
+        assert_problem(await client.get("/v1/nothing-here"), 404, "not_found")
