@@ -106,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout_graceful_shutdown=math.ceil(graceful),
         timeout_keep_alive=math.ceil(settings.keep_alive_timeout),
         lifespan="on",
+        # uvicorn's httptools protocol with a cap and a deadline on request heads and a cap
+        # on connections (app.http_protocol)
+        http="app.http_protocol:GuardedHttpToolsProtocol",
     )
     return 0
 

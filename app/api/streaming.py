@@ -6,9 +6,13 @@ that one ends every stream as soon as the server is told to stop, while a drain 
 stream deliver its run's terminal event (the drain is ours to control). Each response:
 
 - reads the run's log from its own cursor (replay, then live): ``Subscription.next()`` hands
-  over every event already there, so a burst goes out as one write;
+  over every event already there, and a burst goes out in writes of at most ``PIECE_BYTES``:
+  the server's write buffer pauses the next write until the client has read the last, so a
+  client that reads slowly (or never) holds one piece, not the whole backlog;
 - watches ``receive()`` for the client's disconnect in one small task;
-- bounds each write by ``send_timeout``: a client that stops reading counts as gone;
+- bounds each write by ``send_timeout``: a client that stops reading counts as gone, and its
+  connection is aborted (``scope["extensions"]["agent.abort"]``, given by
+  ``app.http_protocol``), which frees what the transport still buffers for it;
 - sends ``: ping`` after ``ping`` seconds of silence;
 - on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy).
 """
@@ -18,22 +22,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.api.errors import problem_response
-from app.bus.base import BusError, EventLog, LogNotFound, Subscription
+from app.bus.base import BusError, EventLog, LogNotFound, Subscription, WireEvent
 from app.wire import PING_FRAME
 
 if TYPE_CHECKING:
     from app.runs import RunHandle, RunManager
 
-__all__ = ["EventStreamResponse", "RunResultResponse"]
+__all__ = ["PIECE_BYTES", "EventStreamResponse", "RunResultResponse"]
 
 logger = logging.getLogger("app.streaming")
+
+# the largest write of a backlog: the transport's high-water mark (64 KiB), so that one
+# stream never buffers much more than twice that in the process
+PIECE_BYTES = 65_536
 
 
 async def _reap(task: asyncio.Task[None]) -> None:
@@ -93,15 +101,21 @@ class EventStreamResponse(Response):
         if manager is not None:
             manager.stream_opened()
         try:
-            await self._stream(subscription, receive, send)
+            aborted = await self._stream(subscription, receive, send)
         finally:
             if manager is not None:
                 manager.stream_closed()
+        if aborted:
+            abort = scope.get("extensions", {}).get("agent.abort")
+            if abort is not None:
+                abort()
 
-    async def _stream(self, subscription: Subscription, receive: Receive, send: Send) -> None:
+    async def _stream(self, subscription: Subscription, receive: Receive, send: Send) -> bool:
+        """Send the log until its end or the client's; True if a write timed out."""
         loop = asyncio.get_running_loop()
         gone = False
         completed = False
+        timed_out = False
         last_send = loop.time()
         ticker: asyncio.TimerHandle | None = None
         ping = self._ping
@@ -133,13 +147,26 @@ class EventStreamResponse(Response):
                 batch = await subscription.next()
                 if gone:
                     break
-                if batch:
-                    body = batch[0].frame if len(batch) == 1 else b"".join(e.frame for e in batch)
+                more = not subscription.finished
+                if len(batch) == 1 and len(batch[0].frame) <= PIECE_BYTES:
+                    body = batch[0].frame
+                elif batch:
+                    # a backlog, in pieces made one at a time: each goes out once the client
+                    # took the one before (uvicorn waits for its transport to drain; once
+                    # the client is gone, its sends return at once)
+                    for piece in _pieces(batch):
+                        async with asyncio.timeout(send_timeout):
+                            await send(
+                                {"type": "http.response.body", "body": piece, "more_body": True}
+                            )
+                    last_send = loop.time()
+                    if more:
+                        continue
+                    body = b""
                 elif subscription.finished:
                     body = b""
                 else:
                     body = PING_FRAME
-                more = not subscription.finished
                 # most writes complete without waiting; the deadline only bites when the
                 # client stopped reading and the server's buffers are full
                 async with asyncio.timeout(send_timeout):
@@ -150,6 +177,7 @@ class EventStreamResponse(Response):
                 last_send = loop.time()
         except TimeoutError:
             gone = True  # a write blocked for send_timeout: the client is not reading
+            timed_out = True
         except OSError:
             gone = True  # servers implementing ASGI 2.4 raise it for a closed connection
         except BusError as exc:
@@ -165,6 +193,28 @@ class EventStreamResponse(Response):
             await subscription.aclose()
             if gone and not completed and self._on_gone is not None:
                 self._on_gone()
+        return timed_out
+
+
+def _pieces(batch: Sequence[WireEvent]) -> Iterator[bytes]:
+    """The frames of ``batch`` in pieces of at most ``PIECE_BYTES``, made as they are asked
+    for: small frames joined, a large one cut (a client's parser reassembles its lines)."""
+    group: list[bytes] = []
+    size = 0
+    for event in batch:
+        frame = event.frame
+        if size + len(frame) > PIECE_BYTES and group:
+            yield b"".join(group)
+            group, size = [], 0
+        if len(frame) > PIECE_BYTES:
+            view = memoryview(frame)
+            for start in range(0, len(frame), PIECE_BYTES):
+                yield bytes(view[start : start + PIECE_BYTES])
+            continue
+        group.append(frame)
+        size += len(frame)
+    if group:
+        yield b"".join(group)
 
 
 class RunResultResponse(Response):
