@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     max_connections: Annotated[int, Field(ge=1)] = 4096
     """Open client connections per worker (lowered to what the file limit holds); one beyond
     it is answered 503 at once and closed."""
+    backend_timeout: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds one call to PostgreSQL or Redis may take (connecting and waiting for a pooled
+    connection included) before it fails as unavailable (503)."""
     client_timeout: Annotated[float | None, Field(gt=0, allow_inf_nan=False)] = None
     """Seconds for every HTTP phase of a provider call (connect, each read...); unset keeps the
     SDK's own (600 s). A stalled upstream then fails the call and the next model takes over."""
@@ -145,6 +148,7 @@ class Settings(BaseSettings):
         "send_timeout",
         "keep_alive_timeout",
         "header_timeout",
+        "backend_timeout",
     )
     @classmethod
     def _finite(cls, value: float) -> float:

@@ -45,6 +45,7 @@ from redis.asyncio import Redis
 from app.bus.base import BusUnavailable
 from app.bus.redis.connection import (
     BLOCK_MS,
+    RETRIES,
     SOCKET_TIMEOUT,
     Keys,
     make_client,
@@ -112,14 +113,19 @@ class RedisBus:
         outage_grace: float | None = None,
         reply_timeout: float = _REPLY_TIMEOUT,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        call_timeout: float = (RETRIES + 1) * SOCKET_TIMEOUT,
     ) -> None:
         self.where = redact_redis_url(url)
         self.worker = worker_id()
         self.keys = Keys(prefix)
         # every call but the follower's blocking read shares this pool; the follower has a
         # connection of its own, outside the cap
+        # a call's attempts (the first and its retries) share ``call_timeout``
         self._client: Redis = make_client(
-            url, name=f"agent:{self.worker}", max_connections=max_connections
+            url,
+            name=f"agent:{self.worker}",
+            max_connections=max_connections,
+            socket_timeout=call_timeout / (RETRIES + 1),
         )
         self._follower_client: Redis = make_client(
             url,
@@ -188,6 +194,11 @@ class RedisBus:
             "routed_runs": self._router.registered,
         }
 
+    async def ping(self) -> None:
+        """``PING`` on the shared pool; raises ``BusUnavailable``."""
+        with unavailable(self.where, "answering PING"):
+            await self._client.ping()
+
     async def aclose(self) -> None:
         if self._closed:
             return
@@ -210,6 +221,7 @@ async def open_redis_bus(settings: Settings) -> RedisBus:
         event_log_ttl=settings.event_log_ttl,
         max_events=settings.event_log_max_events,
         max_connections=settings.redis_max_connections,
+        call_timeout=settings.backend_timeout,
     )
     await bus.start()
     return bus
