@@ -10,8 +10,10 @@ import argparse
 import asyncio
 import math
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 import uvicorn
 from pydantic import ValidationError
@@ -63,6 +65,10 @@ async def _check_backends(settings: Settings) -> None:
         await store.close()
 
 
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM after uvicorn's shutdown: nothing more to do."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until it is stopped; the exit status."""
     args = _parser().parse_args(argv)
@@ -95,6 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     graceful = settings.drain_timeout + settings.send_timeout + _SHUTDOWN_MARGIN
+    # uvicorn raises the signal that stopped it again once it is done, to die of it (exit
+    # status 143 for SIGTERM). A drained, orderly shutdown is a success: the handler it
+    # restores and raises into is this one, which lets ``main`` return 0. (A second SIGTERM
+    # during the drain still forces uvicorn's own fast exit; SIGINT keeps its status.)
+    signal.signal(signal.SIGTERM, _stopped)
     uvicorn.run(
         "app.main:create_app",
         factory=True,

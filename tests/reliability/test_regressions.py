@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -110,3 +112,19 @@ async def answer_later(client: httpx.AsyncClient, run_id: str, call_id: str) -> 
             "payload": {"tool_call_id": call_id, "approved": False},
         },
     )
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_clean_drain_exits_0(tmp_path: Path, workers: int) -> None:
+    # uvicorn raised SIGTERM again after its shutdown and the process died of it (143)
+    running = launch(tmp_path, {}, workers=workers)
+    try:
+        async with running.client() as client:
+            answer = await client.post(
+                "/v1/sessions/drain/runs", json={"input": "hi", "stream": False}
+            )
+            assert answer.status_code == 200
+        running.signal(signal.SIGTERM)
+        assert running.wait(30) == 0, running.log()[-3000:]
+    finally:
+        running.stop()
