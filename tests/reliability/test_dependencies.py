@@ -123,3 +123,33 @@ async def test_readiness_and_bounded_calls_through_each_outage(
     print("\n" + "\n".join(figures))
     log = server.log()
     assert "is unreachable" in log and "is reachable again: ready" in log
+
+
+async def test_a_run_ended_while_redis_is_down_leaves_no_route_entry() -> None:
+    # a run ends by releasing its session lock, then its route; with Redis gone (restarting
+    # empty) the release failed and the route's entry stayed in an idle worker for good
+    from app.bus.base import BusUnavailable
+    from app.bus.redis import RedisBus
+    from tests.scale.services import REDIS_URL, drop_prefix, new_prefix
+
+    prefix = new_prefix()
+    redis_port = urlsplit(REDIS_URL).port or 6379
+    try:
+        with FaultyProxy(redis_port) as proxy:
+            bus = RedisBus(_through(REDIS_URL, proxy.port), prefix=prefix, call_timeout=1.5)
+            await bus.start()
+            try:
+                lease = await bus.locks.acquire("s", "run_1", ttl=15)
+                assert lease is not None
+                await bus.router.register("run_1", "s")
+                assert bus.stats()["routed_runs"] == 1
+                proxy.refuse()
+                with pytest.raises(BusUnavailable):
+                    await bus.locks.release(lease)
+                assert bus.stats()["routed_runs"] == 0
+                assert bus.stats()["locks"] == 0
+            finally:
+                proxy.restore()
+                await bus.aclose()
+    finally:
+        drop_prefix(prefix)

@@ -157,6 +157,9 @@ class RedisBus:
             route_ttl=lease_seconds,
             reply_timeout=reply_timeout,
         )
+        # a run ends by releasing its lock, then its route: if Redis fails the first, the
+        # route's local entry must not outlive the run
+        self._locks.on_release = self._router.forget
         self._closed = False
 
     async def start(self) -> None:

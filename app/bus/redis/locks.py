@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -39,6 +39,8 @@ class RedisSessionLocks:
         self._live_log_ms = milliseconds(live_log_ttl)
         self._acquire: Any = client.register_script(scripts.ACQUIRE)
         self._renew: Any = client.register_script(scripts.RENEW)
+        # told the holder (the run) of every lease released, even when Redis is unreachable
+        self.on_release: Callable[[str], None] | None = None
         self._release: Any = client.register_script(scripts.RELEASE)
         self._held: dict[tuple[str, int], Lease] = {}
 
@@ -73,6 +75,9 @@ class RedisSessionLocks:
 
     async def release(self, lease: Lease) -> None:
         self._held.pop((lease.session_id, lease.token), None)
+        if self.on_release is not None:
+            # before the call that may fail: what this worker holds for the run goes now
+            self.on_release(lease.holder)
         with unavailable(self._where, "releasing a session lock"):
             await self._release(keys=[self._keys.lock(lease.session_id)], args=[lock_value(lease)])
 

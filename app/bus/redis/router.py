@@ -104,6 +104,11 @@ class RedisRouter:
             await self._client.set(self._keys.route(run_id), self.worker, px=self._route_ms)
         self._runs[run_id] = session_id
 
+    def forget(self, run_id: str) -> None:
+        """Drop this worker's own entry for ``run_id`` (its session lock was released); the
+        route key, if unregistering cannot reach Redis, expires with its TTL."""
+        self._runs.pop(run_id, None)
+
     async def unregister(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
         with unavailable(self._where, "unregistering a run"):
