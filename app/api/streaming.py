@@ -1,9 +1,11 @@
 """The two responses that outlive their handler: an SSE stream of a run's log, and a blocking
 run's JSON result.
 
-Both are small ASGI responses written here rather than sse-starlette's ``EventSourceResponse``:
-that one ends every stream as soon as the server is told to stop, while a drain must let each
-stream deliver its run's terminal event (the drain is ours to control). Each response:
+Both are small ASGI responses written here rather than sse-starlette's ``EventSourceResponse``
+(which only the benchmark's baseline uses, a development dependency): that one ends every
+stream as soon as the server is told to stop, while a drain must let each stream deliver its
+run's terminal event (the drain is ours to control), and it is slower (docs/benchmarks.md).
+Each response:
 
 - reads the run's log from its own cursor (replay, then live): ``Subscription.next()`` hands
   over every event already there, and a burst goes out in writes of at most ``PIECE_BYTES``:
