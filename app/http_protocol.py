@@ -267,10 +267,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_pending = False
-        self._head_bytes = 0
+        received, self._head_bytes = self._head_bytes, 0
         self._disarm_head_timer()
-        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
-        if size <= _limits.max_header_bytes:
+        cap = _limits.max_header_bytes
+        # the bytes that carried the head bound its size: measured only when they exceed the cap
+        if 0 < received <= cap or (
+            len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) <= cap
+        ):
             super().on_headers_complete()
             return
         STATS.headers_too_large += 1
