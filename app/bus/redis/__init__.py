@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Final
 from redis.asyncio import Redis
 
 from app.bus.base import BusUnavailable
+from app.bus.redis import connection
 from app.bus.redis.connection import (
     BLOCK_MS,
-    RETRIES,
     SOCKET_TIMEOUT,
     Keys,
     make_client,
@@ -90,7 +90,7 @@ async def check_redis(url: str, *, timeout: float = 5.0) -> None:  # noqa: ASYNC
     except ValueError as exc:
         raise BusUnavailable(f"AGENT_REDIS_URL {where!r} is not a Redis URL: {exc}") from exc
     try:
-        with unavailable(where, "answering PING"):
+        async with unavailable(where, "answering PING"):
             async with asyncio.timeout(timeout):
                 await client.ping()
     finally:
@@ -113,19 +113,17 @@ class RedisBus:
         outage_grace: float | None = None,
         reply_timeout: float = _REPLY_TIMEOUT,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        call_timeout: float = (RETRIES + 1) * SOCKET_TIMEOUT,
+        call_timeout: float = 5.0,
     ) -> None:
         self.where = redact_redis_url(url)
         self.worker = worker_id()
         self.keys = Keys(prefix)
         # every call but the follower's blocking read shares this pool; the follower has a
         # connection of its own, outside the cap
-        # a call's attempts (the first and its retries) share ``call_timeout``
+        # every call, its attempts (the first and its retries) included, within call_timeout
+        connection.CALL_TIMEOUT = call_timeout
         self._client: Redis = make_client(
-            url,
-            name=f"agent:{self.worker}",
-            max_connections=max_connections,
-            socket_timeout=call_timeout / (RETRIES + 1),
+            url, name=f"agent:{self.worker}", max_connections=max_connections
         )
         self._follower_client: Redis = make_client(
             url,
@@ -165,7 +163,7 @@ class RedisBus:
     async def start(self) -> None:
         """Check that Redis answers, start listening; raises ``BusUnavailable`` (and closes)."""
         try:
-            with unavailable(self.where, "answering PING"):
+            async with unavailable(self.where, "answering PING"):
                 async with asyncio.timeout(_START_TIMEOUT):
                     await self._client.ping()
             await self._router.start(_START_TIMEOUT)
@@ -199,7 +197,7 @@ class RedisBus:
 
     async def ping(self) -> None:
         """``PING`` on the shared pool; raises ``BusUnavailable``."""
-        with unavailable(self.where, "answering PING"):
+        async with unavailable(self.where, "answering PING"):
             await self._client.ping()
 
     async def aclose(self) -> None:

@@ -45,7 +45,7 @@ class RedisSessionLocks:
         self._held: dict[tuple[str, int], Lease] = {}
 
     async def acquire(self, session_id: str, holder: str, ttl: float) -> Lease | None:
-        with unavailable(self._where, "taking a session lock"):
+        async with unavailable(self._where, "taking a session lock"):
             token = await self._acquire(
                 keys=[self._keys.lock(session_id), self._keys.fence],
                 args=[holder, milliseconds(ttl)],
@@ -58,7 +58,7 @@ class RedisSessionLocks:
 
     async def renew(self, lease: Lease, ttl: float) -> None:
         keys = self._keys
-        with unavailable(self._where, "renewing a session lock"):
+        async with unavailable(self._where, "renewing a session lock"):
             renewed = await self._renew(
                 keys=[
                     keys.lock(lease.session_id),
@@ -78,11 +78,11 @@ class RedisSessionLocks:
         if self.on_release is not None:
             # before the call that may fail: what this worker holds for the run goes now
             self.on_release(lease.holder)
-        with unavailable(self._where, "releasing a session lock"):
+        async with unavailable(self._where, "releasing a session lock"):
             await self._release(keys=[self._keys.lock(lease.session_id)], args=[lock_value(lease)])
 
     async def holder(self, session_id: str) -> str | None:
-        with unavailable(self._where, "reading a session lock"):
+        async with unavailable(self._where, "reading a session lock"):
             value = await self._client.get(self._keys.lock(session_id))
         if value is None:
             return None
@@ -92,7 +92,7 @@ class RedisSessionLocks:
     async def holders(self, session_ids: Sequence[str]) -> list[str | None]:
         if not session_ids:
             return []
-        with unavailable(self._where, "reading session locks"):
+        async with unavailable(self._where, "reading session locks"):
             values = await self._client.mget([self._keys.lock(s) for s in session_ids])
         return [None if value is None else text(value).partition(" ")[2] for value in values]
 
