@@ -46,14 +46,19 @@ def _connect(server: Server, *, rcvbuf: int | None = None) -> socket.socket:
     return sock
 
 
-def _server_sockets(server: Server) -> int:
-    """Established TCP connections of the server process on its own port."""
+def _server_sockets(server: Server, clients: list[socket.socket] | None = None) -> int:
+    """Established TCP connections of the server process on its own port (to ``clients``
+    only, when given)."""
     port = int(server.base_url.rpartition(":")[2])
+    peers = None if clients is None else {sock.getsockname()[1] for sock in clients}
     process = psutil.Process(server.process.pid)
     return sum(
         1
         for conn in process.net_connections(kind="tcp")
-        if conn.status == psutil.CONN_ESTABLISHED and conn.laddr and conn.laddr.port == port
+        if conn.status == psutil.CONN_ESTABLISHED
+        and conn.laddr
+        and conn.laddr.port == port
+        and (peers is None or (conn.raddr and conn.raddr.port in peers))
     )
 
 
@@ -156,6 +161,59 @@ async def test_non_reading_clients_hold_bounded_memory_and_are_let_go(server: Se
             for sock in readers:
                 sock.close()
         assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_non_reading_followers_of_a_live_run_are_let_go(tmp_path: Path) -> None:
+    running = launch(
+        tmp_path,
+        {
+            "AGENT_DEMO_TOKEN_DELAY": "0",
+            "AGENT_SEND_TIMEOUT": "2",
+            "AGENT_HEADER_TIMEOUT": "2",
+        },
+    )
+    try:
+        async with running.client() as client:
+            started = await client.post(
+                "/v1/sessions/live/runs",
+                json={"input": " ".join(["abcdefghij"] * 90_000), "background": True},
+            )
+            run_id = started.json()["run_id"]
+            before = rss(running)
+            followers = []
+            for _ in range(200):
+                sock = _connect(running, rcvbuf=4096)
+                sock.sendall(f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                followers.append(sock)
+            try:
+                peak, held = 0, 0
+                # the kernel's buffers take a few MB of each stream first (about 4 s at the
+                # run's pace); then a write stalls, and the send timeout (2 s) lets it go
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)
+                    peak = max(peak, rss(running))
+                    now = _server_sockets(running, followers)
+                    held = max(held, now)
+                    if held == 200 and now == 0:
+                        break
+                left = _server_sockets(running, followers)
+                status = (await client.get(f"/v1/runs/{run_id}")).json()["status"]
+                print(
+                    f"\n200 non-reading followers of a live run: RSS {before / MiB:.0f} -> "
+                    f"{peak / MiB:.0f} MiB (peak); server sockets {held} -> {left}; run {status}"
+                )
+                assert held == 200
+                assert left == 0
+                assert peak - before < 80 * MiB, (before, peak)
+                # the followers' leaving does not touch the run
+                assert status in ("running", "completed")
+            finally:
+                for sock in followers:
+                    sock.close()
+                await client.post(f"/v1/runs/{run_id}/cancel")
+    finally:
+        running.stop()
 
 
 async def test_a_request_head_over_the_cap_is_431(server: Server) -> None:
