@@ -30,6 +30,8 @@ __all__ = ["main"]
 _SHUTDOWN_MARGIN = 5.0
 # seconds the start-up check gives PostgreSQL to answer
 _CHECK_TIMEOUT = 10.0
+# seconds uvicorn's supervisor waits for a worker's answer before it counts the worker as hung
+_WORKER_HEALTHCHECK = 30
 _POSTGRES_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
 
 
@@ -120,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # uvicorn's httptools protocol with a cap and a deadline on request heads and a cap
         # on connections (app.http_protocol)
         http="app.http_protocol:GuardedHttpToolsProtocol",
+        # a worker answers uvicorn's health check only once it has imported the app, which
+        # takes 1-2 s, and ten times that on a loaded machine: uvicorn's 5 s would kill
+        # (and restart, and kill) workers that are merely starting
+        timeout_worker_healthcheck=_WORKER_HEALTHCHECK,
     )
     return 0
 
