@@ -238,6 +238,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm_head_timer()
         super().connection_lost(exc)
 
+    def handle_websocket_upgrade(self) -> None:
+        # the connection goes to the WebSocket protocol, which reports its end to itself
+        self._head_pending = False
+        self._disarm_head_timer()
+        if self._counted:
+            self._counted = False
+            STATS.open -= 1
+        super().handle_websocket_upgrade()
+
     def data_received(self, data: bytes) -> None:
         if self._refused or self.transport.is_closing():
             return

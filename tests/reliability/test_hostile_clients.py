@@ -355,3 +355,28 @@ async def test_connections_beyond_the_cap_are_refused_at_once(tmp_path: Path) ->
                 sock.close()
     finally:
         running.stop()
+
+
+async def test_websocket_upgrades_leave_the_connection_count_exact(server: Server) -> None:
+    # an upgraded connection leaves the HTTP protocol: it must leave its count too, or
+    # upgrades would fill AGENT_MAX_CONNECTIONS with connections long gone
+    for _ in range(20):
+        sock = _connect(server)
+        sock.sendall(
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        sock.settimeout(5)
+        with contextlib.suppress(OSError):
+            sock.recv(65536)
+        sock.close()
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=5) as client:
+        for _ in range(50):
+            text = (await client.get("/metrics")).text
+            match = re.search(r"^agent_http_connections (\S+)$", text, re.MULTILINE)
+            assert match is not None
+            if float(match.group(1)) == 1:  # this client's own connection
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"connections still counted: {match.group(1)}")
