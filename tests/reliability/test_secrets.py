@@ -182,7 +182,9 @@ async def test_exceptions_tracebacks_and_reprs_hold_no_key(upstream: FakeUpstrea
         client_timeout=0.5,
         client_max_retries=0,
     )
-    agent = await AgentCore.create(ModelBindings(llm=[binding]), run_timeout=3)
+    # every fault ends within the client timeout; the run's own deadline is only a backstop
+    # (the first call also builds the SDK client: seconds on a loaded machine)
+    agent = await AgentCore.create(ModelBindings(llm=[binding]), run_timeout=15)
     texts = [repr(binding), repr(agent)]
     try:
         for _, fault in FAULTS:
