@@ -11,6 +11,10 @@ stream deliver its run's terminal event (the drain is ours to control). Each res
 - bounds each write by ``send_timeout``: a client that stops reading counts as gone;
 - sends ``: ping`` after ``ping`` seconds of silence;
 - on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy).
+
+A stream in another protocol (``app.protocols``) is the same response with a ``FrameEncoder``:
+it turns each batch of the log into that protocol's frames, and may end the stream before the
+log does (at a request for an answer, which the protocol answers with a request of its own).
 """
 
 from __future__ import annotations
@@ -18,20 +22,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.api.errors import problem_response
-from app.bus.base import BusError, EventLog, LogNotFound, Subscription
+from app.bus.base import BusError, EventLog, LogNotFound, Subscription, WireEvent
 from app.wire import PING_FRAME
 
 if TYPE_CHECKING:
     from app.runs import RunHandle, RunManager
 
-__all__ = ["EventStreamResponse", "RunResultResponse"]
+__all__ = ["EventStreamResponse", "FrameEncoder", "RunResultResponse"]
 
 logger = logging.getLogger("app.streaming")
 
@@ -50,6 +54,29 @@ async def _wait_disconnect(receive: Receive) -> None:
             return
 
 
+class FrameEncoder(Protocol):
+    """Writes a run's wire events as another protocol's frames (one encoder per response)."""
+
+    @property
+    def ended(self) -> bool:
+        """True once the protocol's stream is complete: nothing more is sent."""
+        ...
+
+    @property
+    def paused(self) -> bool:
+        """True when the last event encoded asks for an answer: the stream ends there unless
+        the log already holds more (the answer came first)."""
+        ...
+
+    def encode(self, batch: Sequence[WireEvent]) -> bytes:
+        """The frames for these events (may be empty)."""
+        ...
+
+    def pause(self) -> bytes:
+        """The frames that end the stream at the pause (then ``ended`` is True)."""
+        ...
+
+
 class EventStreamResponse(Response):
     """``text/event-stream`` of one run's events after ``after``, until its terminal event."""
 
@@ -66,6 +93,7 @@ class EventStreamResponse(Response):
         send_timeout: float = 30.0,
         on_gone: Callable[[], object] | None = None,
         manager: RunManager | None = None,
+        encoder: FrameEncoder | None = None,
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -76,6 +104,7 @@ class EventStreamResponse(Response):
         self._send_timeout = send_timeout
         self._on_gone = on_gone
         self._manager = manager
+        self._encoder = encoder
         self.init_headers(
             {"cache-control": "no-store", "x-accel-buffering": "no", **(headers or {})}
         )
@@ -106,6 +135,7 @@ class EventStreamResponse(Response):
         ticker: asyncio.TimerHandle | None = None
         ping = self._ping
         send_timeout = self._send_timeout
+        encoder = self._encoder
 
         def on_disconnect(_: asyncio.Task[None]) -> None:
             nonlocal gone
@@ -133,13 +163,14 @@ class EventStreamResponse(Response):
                 batch = await subscription.next()
                 if gone:
                     break
-                if batch:
+                if encoder is not None:
+                    body, more = await self._translate(encoder, batch, subscription)
+                elif batch:
                     body = batch[0].frame if len(batch) == 1 else b"".join(e.frame for e in batch)
-                elif subscription.finished:
-                    body = b""
+                    more = not subscription.finished
                 else:
-                    body = PING_FRAME
-                more = not subscription.finished
+                    body = b"" if subscription.finished else PING_FRAME
+                    more = not subscription.finished
                 # most writes complete without waiting; the deadline only bites when the
                 # client stopped reading and the server's buffers are full
                 async with asyncio.timeout(send_timeout):
@@ -165,6 +196,23 @@ class EventStreamResponse(Response):
             await subscription.aclose()
             if gone and not completed and self._on_gone is not None:
                 self._on_gone()
+
+    async def _translate(
+        self, encoder: FrameEncoder, batch: Sequence[WireEvent], subscription: Subscription
+    ) -> tuple[bytes, bool]:
+        """The encoder's frames for a batch, and whether the stream goes on."""
+        if not batch:
+            if subscription.finished or encoder.ended:
+                return b"", False
+            return PING_FRAME, True
+        body = encoder.encode(batch)
+        if encoder.paused and not encoder.ended:
+            # a request for an answer ends the protocol's stream, unless its answer (or the
+            # run's end) is already logged: then this is history being replayed
+            last = await self._events.last_seq(self._run_id)
+            if last is None or last <= subscription.cursor:
+                body += encoder.pause()
+        return body, not (encoder.ended or subscription.finished)
 
 
 class RunResultResponse(Response):
