@@ -25,6 +25,7 @@ from app.lifespan import make_lifespan
 from app.logs import configure_logging
 from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, LoadShedMiddleware
+from app.protocols import agui, ai_sdk
 from app.settings import Settings
 
 __all__ = ["UI_DIR", "create_app"]
@@ -57,6 +58,8 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.include_router(sessions.router)
     app.include_router(external_events.router)
     app.include_router(health.router)
+    app.include_router(agui.router)
+    app.include_router(ai_sdk.router)
     if settings.debug_endpoints:
         app.include_router(health.debug_router)
     # the browser UI: "/" is index.html; anything not matched above falls through to it
@@ -73,7 +76,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             allow_origins=origins,
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
-            expose_headers=["X-Run-Id", "Retry-After", "Location"],
+            expose_headers=["X-Run-Id", "Retry-After", "Location", "x-vercel-ai-ui-message-stream"],
             max_age=600,
         )
     return app
