@@ -88,23 +88,82 @@ class LoadShedMiddleware:
     this event loop. A request it cannot decide on (another path, a key that does not
     authenticate, a worker not full or draining) goes on as usual and gets the same answers
     as ever; one refused here gets the very answer ``RunManager.start`` would give.
+
+    The protocols' paths (AG-UI, the AI SDK's chat) also carry answers to waiting runs, which
+    free capacity rather than take it: there, a refusal reads the body first and lets an
+    answer through.
     """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and _starts_run(scope["path"]):
-            problem = _refusal(scope)
-            if problem is not None:
-                await problem.response()(scope, receive, send)
-                return
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path = scope["path"]
+            native = _starts_run(path)
+            marker = None if native else _answer_marker(path)
+            if native or marker is not None:
+                problem = _refusal(scope)
+                if problem is not None:
+                    if marker is None:
+                        await problem.response()(scope, receive, send)
+                        return
+                    limit = scope["app"].state.settings.max_body_bytes
+                    body = await _read_body(receive, limit)
+                    if body is None:
+                        return  # the client went away
+                    if marker not in body:
+                        await problem.response(path)(scope, receive, send)
+                        return
+                    receive = _replay(body, receive)
         await self.app(scope, receive, send)
 
 
 def _starts_run(path: str) -> bool:
     # /v1/sessions/{session_id}/runs
     return path.startswith("/v1/sessions/") and path.endswith("/runs") and path.count("/") == 4
+
+
+def _answer_marker(path: str) -> bytes | None:
+    """For a protocol path that starts runs, what its answers to a waiting run contain."""
+    if not path.startswith("/v1/agents/"):
+        return None
+    if path.endswith("/ag-ui") and path.count("/") == 4:
+        return b'"resume"'  # RunAgentInput.resume
+    if path.endswith("/ai-sdk/chat") and path.count("/") == 5:
+        return b'"approval-responded"'  # a tool part answered by the user
+    return None
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The request's body (b"" past ``limit``: no answer is that large); None on a disconnect."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return b""
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the body already read over once, then goes on as before."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _refusal(scope: Scope) -> ProblemError | None:
