@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
 from app.api.schemas import SESSION_ID_PATTERN
@@ -105,12 +105,23 @@ def _text_of(message: AgUiMessage) -> str:
     )
 
 
-def _on_disconnect(body: RunAgentInput) -> Literal["cancel", "continue"]:
-    props = body.forwardedProps or {}
-    value = props.get("on_disconnect", "cancel")
-    if value not in ("cancel", "continue"):
-        raise InvalidRequest("forwardedProps.on_disconnect must be 'cancel' or 'continue'")
-    return "continue" if value == "continue" else "cancel"
+class RunProps(BaseModel):
+    """What ``forwardedProps`` may ask of the run (the native run request's options)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    on_disconnect: Literal["cancel", "continue"] = "cancel"
+    run_timeout: float | None = Field(default=None, gt=0)
+    max_iterations: int | None = Field(default=None, ge=1)
+
+
+def _props(body: RunAgentInput) -> RunProps:
+    try:
+        return RunProps.model_validate(body.forwardedProps or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise InvalidRequest(f"forwardedProps.{where}: {first['msg']}") from None
 
 
 @router.post(
@@ -131,7 +142,8 @@ async def run_agent(
             "server; send tools: [] and configure tools on the agent",
             code="validation_error",
         )
-    on_disconnect = _on_disconnect(body)
+    props = _props(body)
+    on_disconnect = props.on_disconnect
     if body.resume:
         return await _resume(services, principal, body, on_disconnect)
     user = next((m for m in reversed(body.messages) if m.role == "user"), None)
@@ -142,6 +154,8 @@ async def run_agent(
         input=text,
         agent=agent,
         on_disconnect=on_disconnect,
+        run_timeout=props.run_timeout,
+        max_iterations=props.max_iterations,
         metadata={"ag_ui": {"runId": body.runId}},
     )
     try:

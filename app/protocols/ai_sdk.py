@@ -75,13 +75,16 @@ class UIMessage(_Loose):
 
 
 class ChatRequest(_Loose):
-    """What ``DefaultChatTransport`` posts (plus our optional ``on_disconnect``)."""
+    """What ``DefaultChatTransport`` posts, and the native run request's options it may add
+    (its ``body`` option): ``on_disconnect``, ``run_timeout``, ``max_iterations``."""
 
     id: str = Field(pattern=SESSION_ID_PATTERN)
     messages: list[UIMessage] = Field(min_length=1)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = None
     on_disconnect: Literal["cancel", "continue"] = "cancel"
+    run_timeout: float | None = Field(default=None, gt=0)
+    max_iterations: int | None = Field(default=None, ge=1)
 
 
 def _part(chunk: dict[str, Any]) -> bytes:
@@ -150,6 +153,8 @@ async def chat(
         input=text,
         agent=agent,
         on_disconnect=body.on_disconnect,
+        run_timeout=body.run_timeout,
+        max_iterations=body.max_iterations,
         metadata={"ai_sdk": {"trigger": body.trigger}},
     )
     try:
