@@ -1,0 +1,176 @@
+"""The AG-UI and AI SDK endpoints on the wire, against a real server: every AG-UI event the
+server sends validates with ``ag-ui-protocol``'s models; errors, auth, and a run that moves
+between servers sharing Redis and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.agui_check import data_frames, validate_agui
+from tests.e2e.conftest import Launch, Server, read_events, wait_for
+
+AGUI = "/v1/agents/default/ag-ui"
+CHAT = "/v1/agents/default/ai-sdk/chat"
+
+
+def _input(thread: str, text: str | None, **extra: Any) -> dict[str, Any]:
+    messages = [] if text is None else [{"id": "u1", "role": "user", "content": text}]
+    return {"threadId": thread, "runId": f"r-{thread}", "messages": messages, **extra}
+
+
+async def _agui(client: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    answer = await client.post(AGUI, json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    events: list[dict[str, Any]] = data_frames(answer.content)
+    validate_agui(events)
+    assert events[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR")
+    return events
+
+
+def _resume(thread: str, call_id: str, approved: bool) -> dict[str, Any]:
+    entry = {"interruptId": call_id, "status": "resolved", "payload": {"approved": approved}}
+    return _input(thread, None, resume=[entry])
+
+
+async def test_agui_events_validate_with_the_protocol_models(server: Server) -> None:
+    async with server.client() as client:
+        plain = await _agui(client, _input("wire-plain", "hello"))
+        assert plain[0]["type"] == "RUN_STARTED"
+        tool = await _agui(client, _input("wire-tool", "what time is it"))
+        assert any(e["type"] == "TOOL_CALL_RESULT" for e in tool)
+        asked = await _agui(client, _input("wire-ask", "delete a.txt"))
+        call_id = asked[-1]["outcome"]["interrupts"][0]["id"]
+        refused = await _agui(client, _input("wire-ask", "hello"))
+        assert [e["type"] for e in refused] == ["RUN_ERROR"]
+        resumed = await _agui(client, _resume("wire-ask", call_id, True))
+        again = await _agui(client, _resume("wire-ask", call_id, False))
+        assert resumed[1:] == again[1:]  # idempotent: the same rest of the run
+        assert resumed[-1]["result"]["content"].startswith("Deleted a.txt")
+        slow = "slow " * 20
+        failed = await _agui(client, _input("wire-fail", slow, forwardedProps={"run_timeout": 0.3}))
+        assert (failed[-1]["type"], failed[-1]["code"]) == ("RUN_ERROR", "run_timeout")
+
+        # a cancel through the native API ends the AG-UI run as cancelled
+        async with client.stream(
+            "POST",
+            AGUI,
+            json=_input("wire-cancel", slow, forwardedProps={"on_disconnect": "continue"}),
+        ) as stream:
+            run_id = stream.headers["x-run-id"]
+            cancel = await client.post(f"/v1/runs/{run_id}/cancel")
+            assert cancel.status_code in (200, 202)
+            cancelled = data_frames(await stream.aread())
+        validate_agui(cancelled)
+        assert cancelled[-1]["outcome"] == {"type": "cancelled"}
+
+
+async def test_refusals_in_each_protocols_shape(server: Server) -> None:
+    async with server.client() as client:
+        unknown = await client.post("/v1/agents/nope/ag-ui", json=_input("e1", "hi"))
+        assert (unknown.status_code, unknown.json()["code"]) == (404, "not_found")
+        tools = await client.post(
+            AGUI, json=_input("e1", "hi", tools=[{"name": "x", "description": "y"}])
+        )
+        assert tools.status_code == 422
+        assert "client-side tools" in tools.json()["detail"]
+        bad = await client.post(AGUI, json=_input("bad thread!", "hi"))
+        assert bad.status_code == 422
+        empty = await client.post(AGUI, json=_input("e1", None))
+        assert empty.status_code == 422
+        payload = _input("e1", None, resume=[{"interruptId": "x", "status": "resolved"}])
+        assert (await client.post(AGUI, json=payload)).status_code == 422
+        nothing = await _agui(client, _resume("e-none", "call_x", True))
+        assert nothing[0]["code"] == "not_found"
+
+        chat = {"id": "e2", "messages": [{"id": "a", "role": "assistant", "parts": []}]}
+        assert (await client.post(CHAT, json=chat)).status_code == 422
+        approval = {
+            "id": "e2",
+            "messages": [
+                {
+                    "id": "a",
+                    "role": "assistant",
+                    "parts": [
+                        {
+                            "type": "dynamic-tool",
+                            "toolCallId": "call_x",
+                            "state": "approval-responded",
+                            "approval": {"id": "call_x", "approved": True},
+                        }
+                    ],
+                }
+            ],
+        }
+        assert (await client.post(CHAT, json=approval)).status_code == 404
+        assert (await client.get(f"{CHAT}/e2/stream")).status_code == 204
+        assert (await client.post(f"{CHAT}/e2/stop")).status_code == 204
+
+        # a chat with an approval pending refuses a new message: 409 approval_pending
+        first = {
+            "id": "e3",
+            "messages": [
+                {"id": "u", "role": "user", "parts": [{"type": "text", "text": "delete b"}]}
+            ],
+        }
+        asked = await client.post(CHAT, json=first)
+        assert asked.headers["x-vercel-ai-ui-message-stream"] == "v1"
+        assert data_frames(asked.content)[-1] == "[DONE]"
+        busy = await client.post(CHAT, json=first)
+        assert (busy.status_code, busy.json()["code"]) == (409, "approval_pending")
+
+
+async def test_auth_and_ownership(start_server: Launch) -> None:
+    server = start_server({"AGENT_API_KEYS": "key-a=alice,key-b=bob"})
+    alice = {"Authorization": "Bearer key-a"}
+    bob = {"Authorization": "Bearer key-b"}
+    async with server.client() as client:
+        assert (await client.post(AGUI, json=_input("own", "hi"))).status_code == 401
+        assert (await client.get(f"{CHAT}/own/stream")).status_code == 401
+        asked = await client.post(AGUI, json=_input("own", "delete c"), headers=alice)
+        call_id = data_frames(asked.content)[-1]["outcome"]["interrupts"][0]["id"]
+        taken = await client.post(AGUI, json=_input("own", "hi"), headers=bob)
+        assert taken.status_code == 404
+        stolen = await client.post(AGUI, json=_resume("own", call_id, True), headers=bob)
+        assert data_frames(stolen.content)[0]["code"] == "not_found"
+        assert (await client.get(f"{CHAT}/own/stream", headers=bob)).status_code == 204
+        assert (await client.post(f"{CHAT}/own/stop", headers=bob)).status_code == 204
+        done = await client.post(AGUI, json=_resume("own", call_id, True), headers=alice)
+        assert data_frames(done.content)[-1]["outcome"] == {"type": "success"}
+
+
+@pytest.mark.parametrize("backend", ["redis+postgres"], indirect=True)
+async def test_a_protocol_run_moves_between_servers(start_server: Launch) -> None:
+    one = start_server()
+    two = start_server()
+    async with one.client() as a, two.client() as b:
+        # AG-UI: interrupted on one server, resumed through the other
+        asked = await _agui(a, _input("moving", "delete d"))
+        call_id = asked[-1]["outcome"]["interrupts"][0]["id"]
+        resumed = await _agui(b, _resume("moving", call_id, True))
+        assert resumed[-1]["result"]["content"].startswith("Deleted d")
+
+        # AI SDK: the run streams on one server; the other resumes its stream from the start
+        body = {
+            "id": "moving-chat",
+            "messages": [
+                {"id": "u", "role": "user", "parts": [{"type": "text", "text": "slow x y z"}]}
+            ],
+        }
+        async with a.stream("POST", CHAT, json=body) as first:
+            run_id = first.headers["x-run-id"]
+            replay = await b.get(f"{CHAT}/moving-chat/stream")
+            assert replay.headers["x-run-id"] == run_id
+            original = data_frames(await first.aread())
+        assert data_frames(replay.content) == original
+        assert original[-1] == "[DONE]"
+
+        async def ended() -> bool:
+            return (await b.get(f"{CHAT}/moving-chat/stream")).status_code == 204
+
+        await wait_for(ended)
+        events, _ = await read_events(b, "GET", f"/v1/runs/{run_id}/events")
+        assert events[-1].type == "run.completed"
