@@ -100,22 +100,23 @@ class LoadShedMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             path = scope["path"]
-            native = _starts_run(path)
-            marker = None if native else _answer_marker(path)
-            if native or marker is not None:
+            if _starts_run(path):
                 problem = _refusal(scope)
                 if problem is not None:
-                    if marker is None:
-                        await problem.response()(scope, receive, send)
-                        return
-                    limit = scope["app"].state.settings.max_body_bytes
-                    body = await _read_body(receive, limit)
-                    if body is None:
-                        return  # the client went away
-                    if marker not in body:
+                    await problem.response()(scope, receive, send)
+                    return
+            elif (marker := _answer_marker(path)) is not None and _full(scope):
+                # only a full worker reads the body here, to tell a start from an answer
+                limit = scope["app"].state.settings.max_body_bytes
+                body = await _read_body(receive, limit)
+                if body is None:
+                    return  # the client went away
+                receive = _replay(body, receive)
+                if marker not in body:
+                    problem = _refusal(scope)
+                    if problem is not None:
                         await problem.response(path)(scope, receive, send)
                         return
-                    receive = _replay(body, receive)
         await self.app(scope, receive, send)
 
 
@@ -164,6 +165,11 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+def _full(scope: Scope) -> bool:
+    services = scope["app"].state.services
+    return services is not None and bool(services.admission.full)
 
 
 def _refusal(scope: Scope) -> ProblemError | None:

@@ -25,6 +25,7 @@ from app.protocols.common import (
     SSE_HEADERS,
     answer_confirmation,
     busy_reason,
+    data_stream_response,
     disconnect_policy,
     event_data,
     latest_run,
@@ -101,7 +102,9 @@ def _text_of(message: AgUiMessage) -> str:
     if not content:
         return ""
     return "\n".join(
-        part["text"] for part in content if part.get("type") == "text" and "text" in part
+        part["text"]
+        for part in content
+        if part.get("type") == "text" and isinstance(part.get("text"), str)
     )
 
 
@@ -127,7 +130,10 @@ def _props(body: RunAgentInput) -> RunProps:
 @router.post(
     "/v1/agents/{agent}/ag-ui",
     summary="Run an agent over AG-UI 1.0",
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={
+        200: data_stream_response("AG-UI events, as `data: {json}` frames"),
+        429: {"description": "No slot and no queue place (code overloaded)"},
+    },
 )
 async def run_agent(
     agent: str, body: RunAgentInput, principal: Principal, services: ServicesDep

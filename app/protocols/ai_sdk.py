@@ -30,6 +30,7 @@ from app.protocols.common import (
     active_run,
     answer_confirmation,
     busy_reason,
+    data_stream_response,
     disconnect_policy,
     event_data,
     latest_run,
@@ -87,6 +88,13 @@ class ChatRequest(_Loose):
     max_iterations: int | None = Field(default=None, ge=1)
 
 
+class StopAnswer(BaseModel):
+    """The answer of a stop."""
+
+    run_id: str
+    status: str
+
+
 def _part(chunk: dict[str, Any]) -> bytes:
     return b"data: " + encode_data(chunk).encode() + b"\n\n"
 
@@ -108,7 +116,11 @@ def _approvals(message: UIMessage) -> list[tuple[str, bool]]:
 @router.post(
     "/v1/agents/{agent}/ai-sdk/chat",
     summary="Chat with an agent over the AI SDK UI message stream",
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={
+        200: data_stream_response("UI message stream parts, ended by `data: [DONE]`"),
+        409: {"description": "Another run is active, or an approval is pending"},
+        429: {"description": "No slot and no queue place (code overloaded)"},
+    },
 )
 async def chat(
     agent: str, body: ChatRequest, principal: Principal, services: ServicesDep
@@ -180,7 +192,10 @@ async def chat(
 @router.get(
     "/v1/agents/{agent}/ai-sdk/chat/{chat_id}/stream",
     summary="Resume the chat's active stream",
-    responses={200: {"content": {"text/event-stream": {}}}, 204: {"description": "No active run"}},
+    responses={
+        200: data_stream_response("The active run's parts, from its start"),
+        204: {"description": "No active run"},
+    },
 )
 async def resume_stream(
     agent: str, chat_id: SessionId, principal: Principal, services: ServicesDep
@@ -199,7 +214,11 @@ async def resume_stream(
     "/v1/agents/{agent}/ai-sdk/chat/{chat_id}/stop",
     summary="Stop the chat's active run",
     status_code=202,
-    responses={204: {"description": "No active run"}},
+    response_model=StopAnswer,
+    responses={
+        200: {"model": StopAnswer, "description": "It had just finished"},
+        204: {"description": "No active run"},
+    },
 )
 async def stop(
     agent: str, chat_id: SessionId, principal: Principal, services: ServicesDep

@@ -174,3 +174,54 @@ async def test_a_protocol_run_moves_between_servers(start_server: Launch) -> Non
         await wait_for(ended)
         events, _ = await read_events(b, "GET", f"/v1/runs/{run_id}/events")
         assert events[-1].type == "run.completed"
+
+
+def _chat(chat_id: str, *messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"id": chat_id, "messages": list(messages), **extra}
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"id": f"u-{text}", "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+async def test_ai_sdk_replays_a_pending_approval_and_answers_once(server: Server) -> None:
+    async with server.client() as client:
+        first = await client.post(CHAT, json=_chat("wire-chat", _user("delete e")))
+        asked = data_frames(first.content)
+        request = next(p for p in asked if p != "[DONE]" and p["type"] == "tool-approval-request")
+        # the stream resumed while the run waits: replayed up to the same request, then ended
+        replay = await client.get(f"{CHAT}/wire-chat/stream")
+        assert replay.headers["x-run-id"] == first.headers["x-run-id"]
+        assert data_frames(replay.content) == asked
+        answered: dict[str, Any] = {
+            "id": first.headers["x-run-id"],
+            "role": "assistant",
+            "parts": [
+                {
+                    "type": "dynamic-tool",
+                    "toolName": "delete_file",
+                    "toolCallId": request["toolCallId"],
+                    "state": "approval-responded",
+                    "input": {"path": "e"},
+                    "approval": {"id": request["approvalId"], "approved": True},
+                }
+            ],
+        }
+        body = _chat("wire-chat", _user("delete e"), answered)
+        rest = data_frames((await client.post(CHAT, json=body)).content)
+        kinds = [p if p == "[DONE]" else p["type"] for p in rest]
+        assert kinds[0] == "start" and kinds[-2:] == ["finish", "[DONE]"]
+        assert "tool-output-available" in kinds
+        # the same answer again (or changed): the same rest of the run, nothing run twice
+        answered["parts"][0]["approval"]["approved"] = False
+        again = data_frames((await client.post(CHAT, json=body)).content)
+        assert again == rest
+
+        # regenerate: a new run for the last user turn
+        regenerate = _chat("wire-chat", _user("hello"), trigger="regenerate-message")
+        answer = await client.post(CHAT, json=regenerate)
+        assert answer.headers["x-run-id"] != first.headers["x-run-id"]
+        text = "".join(
+            p["delta"] for p in data_frames(answer.content)[:-1] if p["type"] == "text-delta"
+        )
+        assert text == "You said: hello"
