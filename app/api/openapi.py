@@ -266,8 +266,6 @@ def refine(schema: dict[str, Any], *, auth: bool) -> dict[str, Any]:
                 if not isinstance(content, dict):
                     continue
                 if "text/event-stream" in content:
-                    if "itemSchema" in content["text/event-stream"]:
-                        continue  # a stream in another protocol's frames, described by its route
                     content.update(_event_stream_content())
                     if path.endswith("/events"):
                         content.pop("application/json", None)

@@ -57,8 +57,12 @@ async def _wait_disconnect(receive: Receive) -> None:
 class FrameEncoder(Protocol):
     """Writes a run's wire events as another protocol's frames (one encoder per response)."""
 
+    def opening(self) -> bytes:
+        """What the stream starts with, before any event (may be empty)."""
+        ...
+
     @property
-    def ended(self) -> bool:
+    def done(self) -> bool:
         """True once the protocol's stream is complete: nothing more is sent."""
         ...
 
@@ -73,7 +77,7 @@ class FrameEncoder(Protocol):
         ...
 
     def pause(self) -> bytes:
-        """The frames that end the stream at the pause (then ``ended`` is True)."""
+        """The frames that end the stream at the pause (then ``done`` is True)."""
         ...
 
 
@@ -159,12 +163,17 @@ class EventStreamResponse(Response):
                 await send(
                     {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
                 )
+                opening = encoder.opening() if encoder is not None else b""
+                if opening:
+                    await send({"type": "http.response.body", "body": opening, "more_body": True})
             while True:
                 batch = await subscription.next()
                 if gone:
                     break
                 if encoder is not None:
                     body, more = await self._translate(encoder, batch, subscription)
+                    if not body and more:
+                        continue  # events this protocol does not show
                 elif batch:
                     body = batch[0].frame if len(batch) == 1 else b"".join(e.frame for e in batch)
                     more = not subscription.finished
@@ -202,17 +211,17 @@ class EventStreamResponse(Response):
     ) -> tuple[bytes, bool]:
         """The encoder's frames for a batch, and whether the stream goes on."""
         if not batch:
-            if subscription.finished or encoder.ended:
+            if subscription.finished or encoder.done:
                 return b"", False
             return PING_FRAME, True
         body = encoder.encode(batch)
-        if encoder.paused and not encoder.ended:
+        if encoder.paused and not encoder.done:
             # a request for an answer ends the protocol's stream, unless its answer (or the
             # run's end) is already logged: then this is history being replayed
             last = await self._events.last_seq(self._run_id)
             if last is None or last <= subscription.cursor:
                 body += encoder.pause()
-        return body, not (encoder.ended or subscription.finished)
+        return body, not (encoder.done or subscription.finished)
 
 
 class RunResultResponse(Response):

@@ -25,7 +25,6 @@ from app.protocols.common import (
     SSE_HEADERS,
     answer_confirmation,
     busy_reason,
-    data_stream_response,
     disconnect_policy,
     event_data,
     latest_run,
@@ -39,7 +38,8 @@ from app.wire import encode_data
 
 __all__ = ["AgUiEncoder", "router"]
 
-router = APIRouter(tags=["AG-UI"])
+# described by the protocol's own specification, not in /openapi.json
+router = APIRouter(tags=["AG-UI"], include_in_schema=False)
 
 Principal = Annotated[str, Depends(principal_of)]
 
@@ -130,10 +130,6 @@ def _props(body: RunAgentInput) -> RunProps:
 @router.post(
     "/v1/agents/{agent}/ag-ui",
     summary="Run an agent over AG-UI 1.0",
-    responses={
-        200: data_stream_response("AG-UI events, as `data: {json}` frames"),
-        429: {"description": "No slot and no queue place (code overloaded)"},
-    },
 )
 async def run_agent(
     agent: str, body: RunAgentInput, principal: Principal, services: ServicesDep
@@ -282,12 +278,15 @@ class AgUiEncoder:
         self._usage: dict[str, list[int]] = {}
 
     @property
-    def ended(self) -> bool:
+    def done(self) -> bool:
         return self._ended
 
     @property
     def paused(self) -> bool:
         return bool(self._pending)
+
+    def opening(self) -> bytes:
+        return b""  # RUN_STARTED carries the first event: it goes out with it
 
     def encode(self, batch: Sequence[WireEvent]) -> bytes:
         out: list[bytes] = []

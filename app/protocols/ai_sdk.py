@@ -30,7 +30,6 @@ from app.protocols.common import (
     active_run,
     answer_confirmation,
     busy_reason,
-    data_stream_response,
     disconnect_policy,
     event_data,
     latest_run,
@@ -44,7 +43,8 @@ from app.wire import encode_data
 
 __all__ = ["UI_MESSAGE_STREAM_HEADERS", "UIMessageStreamEncoder", "router"]
 
-router = APIRouter(tags=["Vercel AI SDK"])
+# described by the protocol's own specification, not in /openapi.json
+router = APIRouter(tags=["Vercel AI SDK"], include_in_schema=False)
 
 Principal = Annotated[str, Depends(principal_of)]
 
@@ -88,13 +88,6 @@ class ChatRequest(_Loose):
     max_iterations: int | None = Field(default=None, ge=1)
 
 
-class StopAnswer(BaseModel):
-    """The answer of a stop."""
-
-    run_id: str
-    status: str
-
-
 def _part(chunk: dict[str, Any]) -> bytes:
     return b"data: " + encode_data(chunk).encode() + b"\n\n"
 
@@ -116,11 +109,6 @@ def _approvals(message: UIMessage) -> list[tuple[str, bool]]:
 @router.post(
     "/v1/agents/{agent}/ai-sdk/chat",
     summary="Chat with an agent over the AI SDK UI message stream",
-    responses={
-        200: data_stream_response("UI message stream parts, ended by `data: [DONE]`"),
-        409: {"description": "Another run is active, or an approval is pending"},
-        429: {"description": "No slot and no queue place (code overloaded)"},
-    },
 )
 async def chat(
     agent: str, body: ChatRequest, principal: Principal, services: ServicesDep
@@ -192,10 +180,6 @@ async def chat(
 @router.get(
     "/v1/agents/{agent}/ai-sdk/chat/{chat_id}/stream",
     summary="Resume the chat's active stream",
-    responses={
-        200: data_stream_response("The active run's parts, from its start"),
-        204: {"description": "No active run"},
-    },
 )
 async def resume_stream(
     agent: str, chat_id: SessionId, principal: Principal, services: ServicesDep
@@ -214,11 +198,6 @@ async def resume_stream(
     "/v1/agents/{agent}/ai-sdk/chat/{chat_id}/stop",
     summary="Stop the chat's active run",
     status_code=202,
-    response_model=StopAnswer,
-    responses={
-        200: {"model": StopAnswer, "description": "It had just finished"},
-        204: {"description": "No active run"},
-    },
 )
 async def stop(
     agent: str, chat_id: SessionId, principal: Principal, services: ServicesDep
@@ -275,26 +254,21 @@ class UIMessageStreamEncoder:
         self._usage = [0, 0]
 
     @property
-    def ended(self) -> bool:
+    def done(self) -> bool:
         return self._ended
 
     @property
     def paused(self) -> bool:
         return bool(self._pending)
 
+    def opening(self) -> bytes:
+        self._started = True
+        return _part(
+            {"type": "start", "messageId": self._run_id, "messageMetadata": {"runId": self._run_id}}
+        )
+
     def encode(self, batch: Sequence[WireEvent]) -> bytes:
-        out: list[bytes] = []
-        if not self._started:
-            self._started = True
-            out.append(
-                _part(
-                    {
-                        "type": "start",
-                        "messageId": self._run_id,
-                        "messageMetadata": {"runId": self._run_id},
-                    }
-                )
-            )
+        out: list[bytes] = [] if self._started else [self.opening()]
         for event in batch:
             if self._ended:
                 break

@@ -34,7 +34,6 @@ __all__ = [
     "active_run",
     "answer_confirmation",
     "busy_reason",
-    "data_stream_response",
     "disconnect_policy",
     "event_data",
     "latest_run",
@@ -44,16 +43,6 @@ __all__ = [
 ]
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
-def data_stream_response(description: str) -> dict[str, Any]:
-    """The OpenAPI answer of a route streaming ``data:`` frames of another protocol."""
-    item = {
-        "type": "object",
-        "required": ["data"],
-        "properties": {"data": {"type": "string", "description": "one JSON event (or [DONE])"}},
-    }
-    return {"description": description, "content": {"text/event-stream": {"itemSchema": item}}}
 
 
 _DATA_KEY = b',"data":'

@@ -30,9 +30,9 @@ def agui(log: Sequence[WireEvent], *, after: int = 0, batch: int = 100) -> list[
     events = [e for e in log if e.seq > after]
     for start in range(0, len(events), batch):
         body += encoder.encode(events[start : start + batch])
-    if encoder.paused and not encoder.ended:
+    if encoder.paused and not encoder.done:
         body += encoder.pause()
-    assert encoder.ended
+    assert encoder.done
     out = data_frames(body)
     validate_agui(out)
     return out
@@ -41,9 +41,9 @@ def agui(log: Sequence[WireEvent], *, after: int = 0, batch: int = 100) -> list[
 def ai_sdk(log: Sequence[WireEvent], *, after: int = 0) -> list[Any]:
     encoder = UIMessageStreamEncoder(RUN, after=after)
     body = encoder.encode([e for e in log if e.seq > after])
-    if encoder.paused and not encoder.ended:
+    if encoder.paused and not encoder.done:
         body += encoder.pause()
-    assert encoder.ended
+    assert encoder.done
     return data_frames(body)
 
 
