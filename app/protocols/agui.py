@@ -141,8 +141,7 @@ async def run_agent(
         names = ", ".join(str(tool.get("name")) for tool in body.tools)
         raise InvalidRequest(
             f"client-side tools are not supported ({names}): this agent's tools run on the "
-            "server; send tools: [] and configure tools on the agent",
-            code="validation_error",
+            "server; send tools: [] and configure tools on the agent"
         )
     props = _props(body)
     on_disconnect = props.on_disconnect

@@ -11,7 +11,9 @@ hand-over exactly as ``GET /v1/runs/{id}/events`` does.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +24,7 @@ from agent_runtime.extensions.confirmation import (
     CONFIRMATION_RESPONSE,
 )
 from app.api.streaming import EventStreamResponse, FrameEncoder
-from app.bus.base import LogNotFound, WireEvent
+from app.bus.base import BusError, LogNotFound, Router, WireEvent
 from app.errors import NotFound, SessionBusy
 from app.run_handle import RunHandle, RunRequestOptions
 from app.services import Services
@@ -41,6 +43,8 @@ __all__ = [
     "start_run",
     "stream_run",
 ]
+
+logger = logging.getLogger("app.protocols")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -65,16 +69,38 @@ async def start_run(
     return await services.manager.start(principal, session_id, options)
 
 
+# cancellations sent to another worker after a disconnect, held until they are delivered
+_routed: set[asyncio.Task[bool]] = set()
+
+
 def disconnect_policy(services: Services, run_id: str, policy: str) -> Callable[[], None] | None:
-    """What a streaming client's disconnect does to the run: cancel it, or nothing."""
+    """What a streaming client's disconnect does to the run: cancel it, or nothing.
+
+    A stream that continues a run (a resume, an approval) may be served by a worker other than
+    the run's: the cancellation then goes through the bus to the worker that holds it.
+    """
     if policy != "cancel":
         return None
     manager = services.manager
+    router = services.bus.router
 
     def cancel() -> None:
-        manager.cancel_local(run_id, "client_disconnected")
+        if manager.local(run_id) is not None:
+            manager.cancel_local(run_id, "client_disconnected")
+            return
+        task = asyncio.get_running_loop().create_task(_route_cancel(router, run_id))
+        _routed.add(task)
+        task.add_done_callback(_routed.discard)
 
     return cancel
+
+
+async def _route_cancel(router: Router, run_id: str) -> bool:
+    try:
+        return await router.cancel(run_id, "client_disconnected")
+    except BusError as exc:
+        logger.warning("could not cancel run %s after a disconnect: %s", run_id, exc)
+        return False
 
 
 def stream_run(

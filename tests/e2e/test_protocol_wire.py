@@ -144,8 +144,9 @@ async def test_auth_and_ownership(start_server: Launch) -> None:
 
 @pytest.mark.parametrize("backend", ["redis+postgres"], indirect=True)
 async def test_a_protocol_run_moves_between_servers(start_server: Launch) -> None:
-    one = start_server()
-    two = start_server()
+    slow = {"AGENT_DEMO_SLOW_SECONDS": "0.3"}
+    one = start_server(slow)
+    two = start_server(slow)
     async with one.client() as a, two.client() as b:
         # AG-UI: interrupted on one server, resumed through the other
         asked = await _agui(a, _input("moving", "delete d"))
@@ -174,6 +175,20 @@ async def test_a_protocol_run_moves_between_servers(start_server: Launch) -> Non
         await wait_for(ended)
         events, _ = await read_events(b, "GET", f"/v1/runs/{run_id}/events")
         assert events[-1].type == "run.completed"
+
+        # a client leaving a resumed stream served by the other server cancels the run there
+        asked = await _agui(a, _input("moving-2", "slow: delete f"))
+        call_id = asked[-1]["outcome"]["interrupts"][0]["id"]
+        run_id = asked[0]["rawEvent"]["run_id"]
+        async with b.stream(
+            "POST", AGUI, json=_resume("moving-2", call_id, True)
+        ) as resumed_stream:
+            async for line in resumed_stream.aiter_lines():
+                if "TEXT_MESSAGE_CONTENT" in line:
+                    break
+        events, _ = await read_events(a, "GET", f"/v1/runs/{run_id}/events")
+        assert events[-1].type == "run.cancelled"
+        assert events[-1].data["data"] == {"reason": "client_disconnected"}
 
 
 def _chat(chat_id: str, *messages: dict[str, Any], **extra: Any) -> dict[str, Any]:

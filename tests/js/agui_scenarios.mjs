@@ -148,7 +148,7 @@ const scenarios = {
 
   async abort() {
     const a = agent();
-    a.addMessage({ id: randomUUID(), role: "user", content: "a slow answer please" });
+    a.addMessage({ id: randomUUID(), role: "user", content: `a slow answer please ${"and more ".repeat(20)}` });
     let runId;
     const events = [];
     const done = a.runAgent(

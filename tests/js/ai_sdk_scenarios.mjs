@@ -45,6 +45,8 @@ class NodeChat extends AbstractChat {
 }
 
 const chatId = () => `chat-${randomUUID()}`;
+// long enough to still be streaming when the scenario acts on it, even on a loaded machine
+const SLOW = `a slow one ${Array.from({ length: 30 }, (_, i) => `w${i}`).join(" ")}`;
 const textOf = (message) =>
   message.parts
     .filter((p) => p.type === "text")
@@ -152,7 +154,7 @@ const scenarios = {
 
     const first = await transport.sendMessages({
       chatId: id,
-      messages: [userMessage("a slow one")],
+      messages: [userMessage(SLOW)],
       trigger: "submit-message",
       messageId: undefined,
       abortSignal: undefined,
@@ -171,7 +173,7 @@ const scenarios = {
       if (done) break;
       rest.push(value);
     }
-    assert.equal(textOf(replay.message), "You said: a slow one");
+    assert.equal(textOf(replay.message), `You said: ${SLOW}`);
     assert.equal(replay.chunks[0].type, "start");
     assert.equal(rest.at(-1).type, "finish");
     // and once the run ended, nothing to resume again
@@ -182,7 +184,7 @@ const scenarios = {
   async stop() {
     // the client's stop (an aborted fetch) is a disconnect: the run is cancelled
     const chat = new NodeChat({ id: chatId(), transport: new DefaultChatTransport({ api }) });
-    const sent = chat.sendMessage({ text: "a slow one" });
+    const sent = chat.sendMessage({ text: SLOW });
     const answering = () => {
       const last = chat.messages.at(-1);
       return last?.role === "assistant" && textOf(last) !== "";
@@ -200,7 +202,7 @@ const scenarios = {
     const id = chatId();
     const stream = await transport.sendMessages({
       chatId: id,
-      messages: [userMessage("a slow one")],
+      messages: [userMessage(SLOW)],
       trigger: "submit-message",
       messageId: undefined,
       abortSignal: undefined,
