@@ -56,6 +56,7 @@ from app.storage import (
     StorageUnavailable,
     Store,
 )
+from app.turns import remove_replaced_turn, store_stopped_turn
 from app.wire import WireEncoder, delta_json, encode_data
 
 __all__ = ["RunHandle", "RunManager", "RunRequestOptions", "record_view"]
@@ -240,6 +241,12 @@ class RunManager:
                     "or cancel it",
                     extra={"active_run_id": active},
                 )
+            if options.replaces is not None:  # regenerate / edit: under the session's lock
+                try:
+                    await remove_replaced_turn(self._store, session_id, options.replaces)
+                except BaseException:
+                    await self._bus.locks.release(lease)
+                    raise
         except BaseException:
             ticket.release()
             raise
@@ -508,7 +515,11 @@ class RunManager:
         if reason not in CANCEL_REASONS:
             # the runtime's own words for a cancellation we did not ask for
             reason = "shutdown" if self.agent_for(handle).closed else "cancel_requested"
-        return Outcome.cancelled(reason)
+        if event.usage is not None:
+            handle.usage = event.usage
+        stopped = Outcome.cancelled(reason)
+        stopped.messages = list(event.messages or ())
+        return stopped
 
     async def _update_status(self, handle: RunHandle, status: RunStatus) -> None:
         if not await self._record_stored(handle):
@@ -539,6 +550,19 @@ class RunManager:
                 outcome = Outcome.failed(
                     "internal", "the run completed but its messages could not be stored"
                 )
+        elif stored and outcome.status == "cancelled":
+            # the stopped turn stays in the conversation (see app.turns)
+            try:
+                await store_stopped_turn(
+                    self._store,
+                    handle.session_id,
+                    run_id,
+                    handle.input,
+                    outcome.messages,
+                    outcome.data["reason"],
+                )
+            except Exception:
+                logger.exception("could not store the stopped turn", extra={"run_id": run_id})
         handle.status = outcome.status
         handle.output = outcome.output
         handle.error = outcome.error
@@ -551,6 +575,7 @@ class RunManager:
                     output=outcome.output,
                     error=outcome.error,
                     usage=handle.usage.to_dict(),
+                    model=handle.usage.model,
                 )
         except Exception:
             logger.exception("could not store the run's outcome", extra={"run_id": run_id})
