@@ -1,8 +1,8 @@
 """Response headers that keep the UI and the API from being framed, sniffed or scripted.
 
 Every HTTP answer carries ``X-Content-Type-Options: nosniff``, ``Referrer-Policy: no-referrer``
-and a ``Content-Security-Policy``; HTML pages get a policy of their own, everything else (JSON,
-event streams, problem answers, the UI's scripts) the strictest one, which allows nothing.
+and a ``Content-Security-Policy``: data (JSON, problem answers, event streams, metrics) the
+strictest one, which allows nothing; the pages and their files one of these:
 
 - The UI (``/``): scripts, styles, fetches and images from this origin only; no inline script
   or style, no ``eval``, no plugins, no ``<base>``. Images may be ``data:`` (the favicon).
@@ -48,6 +48,7 @@ _DOCS: Final = (
     "form-action 'self'",
 )
 _NOTHING: Final = ("default-src 'none'", "base-uri 'none'", "form-action 'none'")
+_DATA_TYPES: Final = (b"application/", b"text/event-stream", b"text/plain")
 
 
 def content_security_policies(frame_ancestors: str) -> dict[str, str]:
@@ -88,11 +89,14 @@ class SecurityHeadersMiddleware:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", ()))
                 present = {name.lower() for name, _ in headers}
-                html = any(
-                    name.lower() == b"content-type" and value.startswith(b"text/html")
-                    for name, value in headers
-                )
-                kind = ("docs" if docs else "ui") if html else "other"
+                kind = "docs" if docs else "ui"
+                for name, value in headers:
+                    # data (JSON, problems, event streams) gets the policy that allows
+                    # nothing; a page, its files, and a 304 (which has no content type but
+                    # whose headers the browser applies to the page it revalidated) the UI's
+                    if name.lower() == b"content-type" and value.startswith(_DATA_TYPES):
+                        kind = "other"
+                        break
                 headers.extend(h for h in self._headers[kind] if h[0] not in present)
                 message = {**message, "headers": headers}
             await send(message)
