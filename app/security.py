@@ -6,8 +6,7 @@ strictest one, which allows nothing; the pages and their files one of these:
 
 - The UI (``/``): scripts, styles, fetches and images from this origin only; no inline script
   or style, no ``eval``, no plugins, no ``<base>``. Images may be ``data:`` (the favicon).
-- ``/docs`` and ``/redoc`` (``app.api.docs``): the same, except that Swagger UI and ReDoc set
-  inline styles and ReDoc runs a worker from a ``blob:``.
+- ``/docs`` (``app.api.docs``): the same, except that Swagger UI sets inline styles.
 - ``frame-ancestors 'none'`` (and ``X-Frame-Options: DENY`` for old browsers) unless
   ``AGENT_FRAME_ANCESTORS`` names the origins allowed to frame the pages: no other site can put
   the approval dialog in a frame and trick a click on *Approve*.
@@ -42,7 +41,6 @@ _DOCS: Final = (
     "img-src 'self' data:",
     "font-src 'self' data:",
     "connect-src 'self'",
-    "worker-src 'self' blob:",
     "object-src 'none'",
     "base-uri 'none'",
     "form-action 'self'",

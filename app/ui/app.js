@@ -827,7 +827,10 @@ function startRename() {
   if (!entry) return; // nothing sent yet: the server has no session to rename
   const input = h("input", { class: "rename-box", "aria-label": "Conversation title", maxlength: "200" });
   input.value = entry.title || "";
+  let finished = false;
   const done = async (save) => {
+    if (finished) return; // Enter, then the blur of the box going away
+    finished = true;
     const title = input.value.trim().replace(/\s+/g, " ");
     input.remove();
     els.rename.hidden = false;
@@ -853,7 +856,7 @@ function startRename() {
       done(false);
     }
   });
-  input.addEventListener("blur", () => input.isConnected && done(true));
+  input.addEventListener("blur", () => done(true));
   els.title.replaceChildren(input);
   els.rename.hidden = true;
   input.focus();

@@ -507,7 +507,10 @@ export function turnsFromMessages(messages, runs = []) {
         turn.agent = run.agent || null;
         turn.model = run.model || run.usage?.model || null;
         turn.skill = run.skill || null;
-        if (run.usage) turn.usage = { input_tokens: run.usage.input_tokens, output_tokens: run.usage.output_tokens };
+        // token counts once a model answered (a run stopped before that has none to show)
+        if (run.usage && turn.model) {
+          turn.usage = { input_tokens: run.usage.input_tokens, output_tokens: run.usage.output_tokens };
+        }
       }
       turns.push(turn);
     }
