@@ -18,22 +18,24 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Route, expect
 
+from . import test_ui
 from .browser import screenshot
 from .conftest import Server, launch
-from .test_ui import (  # noqa: F401 - fixtures
+from .test_ui import (
     _SKIP,
     _new_page,
     answer,
-    browser,
-    context,
     last_turn,
-    page,
-    prompt_box,
     send,
     session_id_of,
     slow_prompt,
     wait_for_words,
 )
+
+# the browser and its pages, as the other UI tests have them
+browser = test_ui.browser
+context = test_ui.context
+page = test_ui.page
 
 pytestmark = [
     pytest.mark.e2e,
@@ -289,21 +291,15 @@ def test_titles_come_with_the_list(page: Page, ui_server: Server) -> None:
 
 
 def test_framing_is_refused(browser: Browser, ui_server: Server) -> None:
+    """Another site cannot frame the page (and so cannot trick a click on Approve)."""
     context = browser.new_context()
     try:
         host = context.new_page()
-        refused: list[str] = []
-        host.on(
-            "console", lambda m: refused.append(m.text) if "frame-ancestors" in m.text else None
-        )
-        host.set_content(f'<iframe src="{ui_server.base_url}/" width="600" height="400"></iframe>')
-        host.wait_for_function("() => document.querySelector('iframe').contentWindow.length === 0")
-        frame = host.frames[1]
-        host.wait_for_timeout(0)
-        expect(host.locator("iframe")).to_be_visible()
-        # the framed page never ran: no UI in the frame
-        assert frame.locator("#prompt").count() == 0
-        assert refused, "Chromium did not report the frame-ancestors refusal"
+        with host.expect_console_message(lambda m: "frame-ancestors" in m.text) as refusal:
+            host.set_content(f'<iframe src="{ui_server.base_url}/" width="600"></iframe>')
+        assert "'none'" in refusal.value.text
+        framed = host.frames[1]
+        assert framed.locator("#prompt").count() == 0  # the UI never loaded in the frame
     finally:
         context.close()
 
@@ -319,11 +315,11 @@ def test_docs_render_with_the_network_blocked(context: BrowserContext, ui_server
             route.abort()
 
     context.route("**/*", only_this_server)
-    for page in _new_page(context):
-        page.goto(f"{ui_server.base_url}/docs")
-        expect(page.locator(".swagger-ui .info .title")).to_contain_text("agent-server")
-        expect(page.locator(".opblock-summary-path").first).to_be_visible()
-        screenshot(page, "docs")
+    for docs in _new_page(context):
+        docs.goto(f"{ui_server.base_url}/docs")
+        expect(docs.locator(".swagger-ui .info .title")).to_contain_text("agent-server")
+        expect(docs.locator(".opblock-summary-path").first).to_be_visible()
+        screenshot(docs, "docs")
     assert elsewhere == []
 
 
