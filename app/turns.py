@@ -15,7 +15,8 @@ marker is ours; models never see it): the model knows what it was asked and how 
 **Replacing the last turn.** A run started with ``replaces: <run id>`` (regenerate, or edit
 and resend) takes the place of the session's latest run: that run's turn is removed before the
 new run reads the conversation, so the model never sees the answer being replaced. Only the
-latest run can be replaced; there are no branches.
+latest run can be replaced (another run of the session is a 422, a run of no such session a
+404); there are no branches.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_runtime.messages import Message, UserMessage, message_to_dict
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, NotFound
 from app.storage import Store
 
 __all__ = ["remove_replaced_turn", "stopped_turn", "store_stopped_turn"]
@@ -69,8 +70,12 @@ async def remove_replaced_turn(store: Store, session_id: str, replaces: str) -> 
     """Remove the turn of ``replaces``, the session's latest run, before a run replaces it.
 
     Call it while holding the session's lock, so no run can end in between. Raises
-    ``InvalidRequest`` when ``replaces`` is not the session's latest run.
+    ``NotFound`` when ``replaces`` is no run of this session, ``InvalidRequest`` when it is
+    not the session's latest run.
     """
+    record = await store.get_run(replaces)
+    if record is None or record.session_id != session_id:
+        raise NotFound(f"no run {replaces!r} in session {session_id!r} to replace")
     latest = await store.list_runs(session_id, 1)
     if not latest or latest[0].run_id != replaces:
         raise InvalidRequest(

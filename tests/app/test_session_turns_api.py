@@ -100,6 +100,10 @@ async def test_regenerate_replaces_the_last_turn(serve: Serve) -> None:
         second = (await run_blocking(served, "re", "two")).json()
         refused = await run_blocking(served, "re", "one again", replaces=first["run_id"])
         assert_problem(refused, 422, "validation_error")
+        unknown = await run_blocking(served, "re", "x", replaces="run_nope")
+        assert_problem(unknown, 404, "not_found")
+        elsewhere = await run_blocking(served, "other", "x", replaces=second["run_id"])
+        assert_problem(elsewhere, 404, "not_found")
         again = await run_blocking(served, "re", "two, better", replaces=second["run_id"])
         assert again.status_code == 200, again.text
         body = (await client.get("/v1/sessions/re/messages")).json()
