@@ -32,7 +32,7 @@ from app.protocols.common import (
     start_run,
     stream_run,
 )
-from app.run_handle import RunRequestOptions
+from app.runs import RunRequestOptions
 from app.services import Services, ServicesDep
 from app.wire import encode_data
 

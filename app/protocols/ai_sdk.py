@@ -37,7 +37,7 @@ from app.protocols.common import (
     start_run,
     stream_run,
 )
-from app.run_handle import RunRequestOptions
+from app.runs import RunRequestOptions
 from app.services import ServicesDep
 from app.wire import encode_data
 
@@ -149,6 +149,11 @@ async def chat(
     text = "\n".join(p.text for p in last.parts if p.type == "text" and p.text)
     if not text.strip():
         raise InvalidRequest("messages: the last user message has no text part")
+    # regenerate: the new run takes the place of the latest turn (the client dropped its
+    # answer), so the model does not see the answer it replaces
+    replaces = None
+    if body.trigger == "regenerate-message":
+        replaces = await latest_run(services, body.id, principal)
     options = RunRequestOptions(
         input=text,
         agent=agent,
@@ -156,6 +161,7 @@ async def chat(
         run_timeout=body.run_timeout,
         max_iterations=body.max_iterations,
         metadata={"ai_sdk": {"trigger": body.trigger}},
+        replaces=replaces,
     )
     try:
         handle = await start_run(services, principal, body.id, options)

@@ -26,7 +26,7 @@ from agent_runtime.extensions.confirmation import (
 from app.api.streaming import EventStreamResponse, FrameEncoder
 from app.bus.base import BusError, LogNotFound, Router, WireEvent
 from app.errors import NotFound, SessionBusy
-from app.run_handle import RunHandle, RunRequestOptions
+from app.runs import RunHandle, RunRequestOptions
 from app.services import Services
 
 __all__ = [

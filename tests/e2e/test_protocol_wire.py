@@ -240,3 +240,7 @@ async def test_ai_sdk_replays_a_pending_approval_and_answers_once(server: Server
             p["delta"] for p in data_frames(answer.content)[:-1] if p["type"] == "text-delta"
         )
         assert text == "You said: hello"
+        # in place of the previous turn: the conversation holds one question and one answer
+        stored = (await client.get("/v1/sessions/wire-chat/messages")).json()["messages"]
+        assert [m["role"] for m in stored] == ["user", "assistant"]
+        assert stored[0]["content"] == "hello"
