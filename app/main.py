@@ -25,6 +25,7 @@ from app.lifespan import make_lifespan
 from app.logs import configure_logging
 from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, LoadShedMiddleware
+from app.protocols import openai as openai_protocol
 from app.settings import Settings
 
 __all__ = ["UI_DIR", "create_app"]
@@ -57,6 +58,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.include_router(sessions.router)
     app.include_router(external_events.router)
     app.include_router(health.router)
+    app.include_router(openai_protocol.router)
     if settings.debug_endpoints:
         app.include_router(health.debug_router)
     # the browser UI: "/" is index.html; anything not matched above falls through to it

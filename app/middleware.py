@@ -97,12 +97,18 @@ class LoadShedMiddleware:
         if scope["type"] == "http" and scope["method"] == "POST" and _starts_run(scope["path"]):
             problem = _refusal(scope)
             if problem is not None:
-                await problem.response()(scope, receive, send)
+                await problem.response(scope["path"])(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
+# POST paths that always start a run, besides /v1/sessions/{session_id}/runs
+_RUN_STARTS = frozenset({"/openai/v1/responses", "/openai/v1/chat/completions"})
+
+
 def _starts_run(path: str) -> bool:
+    if path in _RUN_STARTS:
+        return True
     # /v1/sessions/{session_id}/runs
     return path.startswith("/v1/sessions/") and path.endswith("/runs") and path.count("/") == 4
 

@@ -56,6 +56,8 @@ class RunRequestOptions:
     run_timeout: float | None = None
     max_iterations: int | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    system_prompt: str | None = None
+    """Replaces the agent's system prompt for this run (OpenAI ``instructions``)."""
 
 
 @dataclass(slots=True)

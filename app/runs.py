@@ -418,6 +418,8 @@ class RunManager:
             handle.started_at = now()
             await self._update_status(handle, "running")
         options = handle.profile.run_options()
+        if handle.options.system_prompt is not None:
+            options["system_prompt"] = handle.options.system_prompt
         run_timeout = handle.options.run_timeout or handle.profile.run_timeout
         if run_timeout is not None:
             options["run_timeout"] = run_timeout

@@ -79,6 +79,7 @@ _STATUS_BY_CODE: dict[str, int] = {
     "session_busy": 409,
     "not_accepted": 409,
     "idempotency_key_in_flight": 409,
+    "confirmation_required": 409,
     "overloaded": 429,
     "budget_exceeded": 429,
     "draining": 503,

@@ -11,6 +11,9 @@ stream deliver its run's terminal event (the drain is ours to control). Each res
 - bounds each write by ``send_timeout``: a client that stops reading counts as gone;
 - sends ``: ping`` after ``ping`` seconds of silence;
 - on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy).
+
+The stream sends the log's own SSE frames, or, with an ``encoder``, what that encoder makes of
+them: the standard protocols (``app.protocols``) speak their own events over the same response.
 """
 
 from __future__ import annotations
@@ -18,20 +21,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.api.errors import problem_response
-from app.bus.base import BusError, EventLog, LogNotFound, Subscription
+from app.bus.base import BusError, EventLog, LogNotFound, Subscription, WireEvent
 from app.wire import PING_FRAME
 
 if TYPE_CHECKING:
     from app.runs import RunHandle, RunManager
 
-__all__ = ["EventStreamResponse", "RunResultResponse"]
+__all__ = ["EventStreamResponse", "FrameEncoder", "RunResultResponse"]
 
 logger = logging.getLogger("app.streaming")
 
@@ -50,6 +53,23 @@ async def _wait_disconnect(receive: Receive) -> None:
             return
 
 
+class FrameEncoder(Protocol):
+    """Turns a run's wire events into the bytes another protocol's clients read."""
+
+    def opening(self) -> bytes:
+        """What the stream starts with, before any event (may be empty)."""
+        ...
+
+    def encode(self, events: Sequence[WireEvent]) -> bytes:
+        """The frames for these events (empty when they mean nothing to the protocol)."""
+        ...
+
+    @property
+    def done(self) -> bool:
+        """True once the protocol's stream is over; it may end before the run does."""
+        ...
+
+
 class EventStreamResponse(Response):
     """``text/event-stream`` of one run's events after ``after``, until its terminal event."""
 
@@ -66,9 +86,11 @@ class EventStreamResponse(Response):
         send_timeout: float = 30.0,
         on_gone: Callable[[], object] | None = None,
         manager: RunManager | None = None,
+        encoder: FrameEncoder | None = None,
     ) -> None:
         self.status_code = 200
         self.background = None
+        self._encoder = encoder
         self._events = events
         self._run_id = run_id
         self._after = after
@@ -106,6 +128,7 @@ class EventStreamResponse(Response):
         ticker: asyncio.TimerHandle | None = None
         ping = self._ping
         send_timeout = self._send_timeout
+        encoder = self._encoder
 
         def on_disconnect(_: asyncio.Task[None]) -> None:
             nonlocal gone
@@ -129,17 +152,24 @@ class EventStreamResponse(Response):
                 await send(
                     {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
                 )
+                opening = encoder.opening() if encoder is not None else b""
+                if opening:
+                    await send({"type": "http.response.body", "body": opening, "more_body": True})
             while True:
                 batch = await subscription.next()
                 if gone:
                     break
-                if batch:
+                if encoder is not None and batch:
+                    body = encoder.encode(batch)
+                elif batch:
                     body = batch[0].frame if len(batch) == 1 else b"".join(e.frame for e in batch)
                 elif subscription.finished:
                     body = b""
                 else:
                     body = PING_FRAME
-                more = not subscription.finished
+                more = not subscription.finished and not (encoder is not None and encoder.done)
+                if not body and more:
+                    continue  # events this protocol does not show
                 # most writes complete without waiting; the deadline only bites when the
                 # client stopped reading and the server's buffers are full
                 async with asyncio.timeout(send_timeout):
