@@ -15,6 +15,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses.response_input_item_param import McpApprovalResponse
 from pydantic import TypeAdapter
 
 from .conftest import Server, launch
@@ -62,6 +63,10 @@ def check_stream(events: list[Any], *, first: int = 0) -> Response:
     assert events[-1] is terminals[0]
     final: Response = Response.model_validate(terminals[0].response.model_dump(mode="json"))
     return final
+
+
+def approval(request_id: str, *, approve: bool) -> McpApprovalResponse:
+    return {"type": "mcp_approval_response", "approval_request_id": request_id, "approve": approve}
 
 
 async def collect(stream: Any) -> list[Any]:
@@ -157,9 +162,7 @@ async def test_background_retrieve_resume_and_replay(client: AsyncOpenAI) -> Non
 
 async def test_cancel_a_background_response(client: AsyncOpenAI) -> None:
     words = " ".join(f"w{i}" for i in range(40))
-    started = await client.responses.create(
-        model="default", input=f"slow {words}", background=True
-    )
+    started = await client.responses.create(model="default", input=f"slow {words}", background=True)
     cancelled = await client.responses.cancel(started.id)
     assert cancelled.status == "cancelled"
     assert (await client.responses.retrieve(started.id)).status == "cancelled"
@@ -184,9 +187,7 @@ async def test_approval_round_trip_streamed(client: AsyncOpenAI) -> None:
         await client.responses.create(
             model="default",
             previous_response_id=first.id,
-            input=[
-                {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
-            ],
+            input=[approval(request.id, approve=True)],
             stream=True,
         )
     )
@@ -203,9 +204,7 @@ async def test_approval_round_trip_streamed(client: AsyncOpenAI) -> None:
         await client.responses.create(
             model="default",
             previous_response_id=first.id,
-            input=[
-                {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
-            ],
+            input=[approval(request.id, approve=True)],
         )
 
 
@@ -217,9 +216,7 @@ async def test_approval_denied_not_streamed(client: AsyncOpenAI) -> None:
     final = await client.responses.create(
         model="default",
         previous_response_id=first.id,
-        input=[
-            {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": False}
-        ],
+        input=[approval(request.id, approve=False)],
     )
     assert final.status == "completed"
     assert "did not delete keep.txt" in final.output_text
@@ -284,7 +281,9 @@ async def test_errors_in_the_openai_shape(oai_server: Server, client: AsyncOpenA
         await client.responses.retrieve("resp_0123456789abcdef0123456789abcdef")
     with pytest.raises(openai.UnprocessableEntityError):
         await client.responses.create(
-            model="default", input="hi", tools=[{"type": "function", "name": "f", "parameters": {}}]
+            model="default",
+            input="hi",
+            tools=[{"type": "function", "name": "f", "parameters": {}, "strict": False}],
         )
     async with AsyncOpenAI(
         base_url=f"{oai_server.base_url}/openai/v1", api_key="sk-wrong", max_retries=0
@@ -299,4 +298,3 @@ async def test_errors_in_the_openai_shape(oai_server: Server, client: AsyncOpenA
     ) as other:
         with pytest.raises(openai.NotFoundError):
             await other.responses.retrieve(mine.id)
-
