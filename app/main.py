@@ -26,6 +26,7 @@ from app.logs import configure_logging
 from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, LoadShedMiddleware
 from app.protocols import openai as openai_protocol
+from app.protocols.a2a import install_a2a
 from app.settings import Settings
 
 __all__ = ["UI_DIR", "create_app"]
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.include_router(external_events.router)
     app.include_router(health.router)
     app.include_router(openai_protocol.router)
+    install_a2a(app, settings)
     if settings.debug_endpoints:
         app.include_router(health.debug_router)
     # the browser UI: "/" is index.html; anything not matched above falls through to it
