@@ -30,7 +30,7 @@ def install_a2a(app: FastAPI, settings: Settings) -> None:
         agent_card,
         methods=["GET"],
         summary="The A2A agent card",
-        tags=["a2a"],
+        include_in_schema=False,  # the A2A specification describes it
     )
     app.mount(
         "/a2a",

@@ -33,7 +33,8 @@ from app.services import ServicesDep
 
 __all__ = ["ChatBuilder", "router"]
 
-router = APIRouter(tags=["openai"])
+# not in /openapi.json: the OpenAI API reference describes these paths
+router = APIRouter(tags=["openai"], include_in_schema=False)
 
 Principal = Annotated[str, Depends(principal_of)]
 

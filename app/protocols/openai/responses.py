@@ -44,7 +44,8 @@ from app.storage import RunRecord
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["openai"])
+# not in /openapi.json: the OpenAI API reference describes these paths
+router = APIRouter(tags=["openai"], include_in_schema=False)
 
 Principal = Annotated[str, Depends(principal_of)]
 
