@@ -298,3 +298,44 @@ async def test_errors_in_the_openai_shape(oai_server: Server, client: AsyncOpenA
     ) as other:
         with pytest.raises(openai.NotFoundError):
             await other.responses.retrieve(mine.id)
+
+
+async def test_a_full_worker_sheds_protocol_runs(tmp_path_factory: pytest.TempPathFactory) -> None:
+    server = launch(
+        tmp_path_factory.mktemp("openai-shed"),
+        {
+            "AGENT_MAX_CONCURRENT_RUNS": "1",
+            "AGENT_MAX_QUEUED_RUNS": "0",
+            "AGENT_DEMO_SLOW_SECONDS": "5",
+        },
+    )
+    try:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30.0) as http:
+            held = await http.post(
+                "/v1/sessions/shed-holder/runs",
+                json={"input": "slow a b c", "background": True},
+            )
+            assert held.status_code == 202
+            async with AsyncOpenAI(
+                base_url=f"{server.base_url}/openai/v1", api_key="none", max_retries=0
+            ) as sdk:
+                with pytest.raises(openai.RateLimitError) as refused:
+                    await sdk.responses.create(model="default", input="hi")
+                assert refused.value.code == "overloaded"
+                assert refused.value.response.headers["retry-after"]
+                with pytest.raises(openai.RateLimitError):
+                    await sdk.chat.completions.create(
+                        model="default", messages=[{"role": "user", "content": "hi"}]
+                    )
+            a2a = await http.post(
+                "/a2a/default/message:send",
+                json={
+                    "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+                },
+                headers={"A2A-Version": "1.0"},
+            )
+            assert a2a.status_code == 429
+            assert a2a.headers["retry-after"]
+            await http.post(f"/v1/runs/{held.json()['run_id']}/cancel")
+    finally:
+        server.stop()
