@@ -89,7 +89,15 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             CORSMiddleware,
             allow_origins=origins,
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+            # the standard protocols' own headers too (A2A's version, MCP's session and version)
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Last-Event-ID",
+                "A2A-Version",
+                "Mcp-Protocol-Version",
+                "Mcp-Session-Id",
+            ],
             expose_headers=["X-Run-Id", "Retry-After", "Location"],
             max_age=600,
         )

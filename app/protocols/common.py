@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from app.api.errors import problem_response
 from app.bus.base import EventLog, LogNotFound, WireEvent
 from app.errors import NotFound
 from app.runs import RunHandle, RunManager
@@ -155,7 +156,16 @@ class LogResultResponse(Response):
         if manager is not None:
             manager.open_waiters += 1
         loop = asyncio.get_running_loop()
-        subscription = await self._events.subscribe(self._run_id, self._after)
+        try:
+            subscription = await self._events.subscribe(self._run_id, self._after)
+        except LogNotFound:
+            if manager is not None:
+                manager.open_waiters -= 1
+            detail = f"the events of run {self._run_id!r} are no longer kept"
+            await problem_response(404, "not_found", detail, path=scope["path"])(
+                scope, receive, send
+            )
+            return
         gone = False
 
         def on_disconnect(_: asyncio.Task[None]) -> None:
