@@ -37,7 +37,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.errors import InvalidRequest, NotAccepted, NotFound, ServiceError, Unauthorized
 from app.protocols.common import follow, new_session_id, snapshot
-from app.run_handle import RunRequestOptions
+from app.runs import RunRequestOptions
 from app.services import Services
 
 __all__ = ["McpEndpoint"]

@@ -38,7 +38,7 @@ from a2a.utils.errors import (
 from app.errors import InvalidRequest, NotAccepted, NotFound, ServiceError, SessionBusy
 from app.protocols.a2a.tasks import STATE_OF_STATUS, TaskBuilder, data_of, text_of
 from app.protocols.common import follow, new_session_id, snapshot
-from app.run_handle import RunHandle, RunRequestOptions
+from app.runs import RunHandle, RunRequestOptions
 from app.services import Services
 from app.storage import RunRecord, SessionCursor
 

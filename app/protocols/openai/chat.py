@@ -28,7 +28,7 @@ from app.protocols.common import (
     new_session_id,
 )
 from app.protocols.openai.schemas import ChatCompletionRequest, message_text, refuse_client_tools
-from app.run_handle import RunRequestOptions
+from app.runs import RunRequestOptions
 from app.services import ServicesDep
 
 __all__ = ["ChatBuilder", "router"]

@@ -38,7 +38,7 @@ from app.protocols.openai.schemas import (
     message_text,
     refuse_client_tools,
 )
-from app.run_handle import RunHandle, RunRequestOptions
+from app.runs import RunHandle, RunRequestOptions
 from app.services import Services, ServicesDep
 from app.storage import RunRecord
 
