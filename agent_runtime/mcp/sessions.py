@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 from .config import MCPServerConfig
 from .errors import MCPClientStateError
 
-__all__ = ["ServerConnection", "TlsContext", "consume", "describe", "leaf", "session_unknown"]
+__all__ = ["ServerConnection", "TlsContext", "consume", "describe", "leaf"]
 
 logger = logging.getLogger("agent_runtime.mcp")
 
@@ -228,51 +228,28 @@ class _SessionPool:
         async with self._slots:
             if self._closed:
                 raise MCPClientStateError("the MCP client is closed")
-            async with asyncio.timeout(self._server.config.timeout):
-                try:
-                    return await self._run_once(operation, fresh=False)
-                except MCPError as exc:
-                    if not session_unknown(exc):
-                        raise
-                    # the server forgot the session (restarted, or expired it) and refused
-                    # the call before running it: once more, on a session opened now. The
-                    # idle ones were opened before the same restart: replaced as well.
-                    logger.info(
-                        "MCP server %s no longer knows a pooled session (%s): replacing it",
-                        self._server.config.name,
-                        exc.message,
-                    )
-                    self._drop_idle()
-                    return await self._run_once(operation, fresh=True)
-
-    async def _run_once(self, operation: Callable[[Client], Awaitable[_T]], *, fresh: bool) -> _T:
-        healthy = False
-        session: _PooledSession | None = None
-        try:
-            session = await self._checkout(fresh=fresh)
+            healthy = False
+            session: _PooledSession | None = None
             try:
-                result = await operation(session.client)
-            except MCPError as exc:
-                # an error answer leaves the session usable; a lost connection does not, nor
-                # an answer saying the server does not know the session
-                healthy = exc.code != mcp_types.CONNECTION_CLOSED and not session_unknown(exc)
-                raise
-            healthy = True
-            return result
-        finally:
-            if session is not None:
-                if healthy and session.usable and not self._closed:
-                    self._idle.append(session)
-                else:
-                    session.stop()
+                async with asyncio.timeout(self._server.config.timeout):
+                    session = await self._checkout()
+                    try:
+                        result = await operation(session.client)
+                    except MCPError as exc:
+                        # an error answer leaves the session usable; a lost connection does not
+                        healthy = exc.code != mcp_types.CONNECTION_CLOSED
+                        raise
+                    healthy = True
+                    return result
+            finally:
+                if session is not None:
+                    if healthy and session.usable and not self._closed:
+                        self._idle.append(session)
+                    else:
+                        session.stop()
 
-    def _drop_idle(self) -> None:
-        idle, self._idle = self._idle, []
-        for session in idle:
-            session.stop()
-
-    async def _checkout(self, *, fresh: bool = False) -> _PooledSession:
-        while self._idle and not fresh:
+    async def _checkout(self) -> _PooledSession:
+        while self._idle:
             candidate = self._idle.pop()
             if candidate.usable:
                 return candidate
@@ -302,21 +279,6 @@ class _SessionPool:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
-
-
-# what servers answer a request naming a session they do not know: the Python SDK 404 "Session
-# not found", the TypeScript SDK 400 "Bad Request: No valid session ID provided", and the client
-# SDK's own stand-in for a bare 404, "Session terminated"
-_UNKNOWN_SESSION = ("not found", "terminated", "no valid", "invalid", "unknown", "expired")
-
-
-def session_unknown(exc: MCPError) -> bool:
-    """Whether ``exc`` is a server's answer that it does not know the request's session.
-
-    Such an answer comes before the request is dispatched, so the call did not run.
-    """
-    message = exc.message.lower()
-    return "session" in message and any(word in message for word in _UNKNOWN_SESSION)
 
 
 def leaf(exc: BaseException) -> BaseException:
