@@ -20,6 +20,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from app.api import external_events, health, runs, sessions
+from app.api.docs import DOCS_PATHS, install_docs
 from app.api.errors import CatchAllMiddleware, install_error_handlers
 from app.api.openapi import install_openapi
 from app.auth import Authenticator
@@ -30,6 +31,7 @@ from app.middleware import BodyLimitMiddleware, LoadShedMiddleware
 from app.protocols import openai as openai_protocol
 from app.protocols.a2a import install_a2a
 from app.protocols.mcp_server import McpEndpoint
+from app.security import SecurityHeadersMiddleware
 from app.settings import Settings
 
 __all__ = ["UI_DIR", "create_app"]
@@ -58,7 +60,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         version=VERSION,
         summary="An agent runtime served over HTTP and Server-Sent Events.",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # served offline by install_docs
         redoc_url=None,
     )
     app.state.settings = settings
@@ -76,6 +78,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.router.routes.append(Route("/mcp", mcp, methods=["GET", "POST", "DELETE"], name="mcp"))
     if settings.debug_endpoints:
         app.include_router(health.debug_router)
+    install_docs(app)
     # the browser UI: "/" is index.html; anything not matched above falls through to it
     app.router.routes.append(_UIMount("/", app=_UIFiles(directory=UI_DIR, html=True), name="ui"))
 
@@ -88,7 +91,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         app.add_middleware(
             CORSMiddleware,
             allow_origins=origins,
-            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
             # the standard protocols' own headers too (A2A's version, MCP's session and version)
             allow_headers=[
                 "Authorization",
@@ -101,6 +104,12 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             expose_headers=["X-Run-Id", "Retry-After", "Location"],
             max_age=600,
         )
+    # outermost: every answer carries them, errors and CORS preflights included
+    app.add_middleware(
+        SecurityHeadersMiddleware,
+        frame_ancestors=settings.frame_ancestors,
+        docs_paths=DOCS_PATHS,
+    )
     return app
 
 
