@@ -103,7 +103,7 @@ class LoadShedMiddleware:
             if _starts_run(path):
                 problem = _refusal(scope)
                 if problem is not None:
-                    await problem.response()(scope, receive, send)
+                    await problem.response(path)(scope, receive, send)
                     return
             elif (marker := _answer_marker(path)) is not None and _full(scope):
                 # only a full worker reads the body here, to tell a start from an answer
@@ -120,7 +120,20 @@ class LoadShedMiddleware:
         await self.app(scope, receive, send)
 
 
+# POST paths that always start a run, besides /v1/sessions/{session_id}/runs
+_RUN_STARTS = frozenset({"/openai/v1/responses", "/openai/v1/chat/completions"})
+
+
+# A2A HTTP+JSON: /a2a/{agent}/message:send and /message:stream (JSON-RPC names its method in
+# the body, which is not read here: RunManager.start refuses those with the same 429)
+_A2A_RUN_STARTS = ("/message:send", "/message:stream")
+
+
 def _starts_run(path: str) -> bool:
+    if path in _RUN_STARTS:
+        return True
+    if path.startswith("/a2a/") and path.endswith(_A2A_RUN_STARTS) and path.count("/") == 3:
+        return True
     # /v1/sessions/{session_id}/runs
     return path.startswith("/v1/sessions/") and path.endswith("/runs") and path.count("/") == 4
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_runtime.messages import Message, UserMessage, message_to_dict
-from app.errors import InvalidRequest, NotFound
+from app.errors import Conflict, NotFound
 from app.storage import Store
 
 __all__ = ["remove_replaced_turn", "stopped_turn", "store_stopped_turn"]
@@ -70,17 +70,18 @@ async def remove_replaced_turn(store: Store, session_id: str, replaces: str) -> 
     """Remove the turn of ``replaces``, the session's latest run, before a run replaces it.
 
     Call it while holding the session's lock, so no run can end in between. Raises
-    ``NotFound`` when ``replaces`` is no run of this session, ``InvalidRequest`` when it is
-    not the session's latest run.
+    ``NotFound`` when ``replaces`` is no run of this session, ``Conflict``
+    (``turn_not_latest``) when it is not the session's latest run.
     """
     record = await store.get_run(replaces)
     if record is None or record.session_id != session_id:
         raise NotFound(f"no run {replaces!r} in session {session_id!r} to replace")
     latest = await store.list_runs(session_id, 1)
     if not latest or latest[0].run_id != replaces:
-        raise InvalidRequest(
+        raise Conflict(
             f"run {replaces!r} is not the latest run of session {session_id!r}: only the last "
-            "turn can be replaced"
+            "turn can be replaced",
+            code="turn_not_latest",
         )
     if not await store.remove_last_turn(session_id, replaces):  # pragma: no cover - see above
-        raise InvalidRequest(f"the turn of run {replaces!r} is not the last one")
+        raise Conflict(f"the turn of run {replaces!r} is not the last one", code="turn_not_latest")

@@ -92,8 +92,8 @@ class RunRequest(BaseModel):
         max_length=128,
         description="The id of the session's latest run: this run takes the place of its turn "
         "(regenerate, or edit and resend). That turn is removed from the conversation before "
-        "this run reads it; 422 when the run is not the session's latest, 404 when it is no run "
-        "of the session.",
+        "this run reads it; 409 `turn_not_latest` when the run is not the session's latest "
+        "(the conversation moved on), 404 when it is no run of the session.",
     )
 
     # JSON's own types only: pydantic would read "yes" or 0 as a bool and "3" as a number,

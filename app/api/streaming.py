@@ -12,9 +12,11 @@ stream deliver its run's terminal event (the drain is ours to control). Each res
 - sends ``: ping`` after ``ping`` seconds of silence;
 - on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy).
 
-A stream in another protocol (``app.protocols``) is the same response with a ``FrameEncoder``:
-it turns each batch of the log into that protocol's frames, and may end the stream before the
-log does (at a request for an answer, which the protocol answers with a request of its own).
+The stream sends the log's own SSE frames, or, with an ``encoder``, what that encoder makes of
+them: the standard protocols (``app.protocols``) speak their own events over the same response.
+An encoder whose stream may end before the log does, at a request for an answer that the
+protocol answers with a request of its own (AG-UI's interrupt, the AI SDK's approval), is a
+``PausingEncoder``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -35,7 +37,7 @@ from app.wire import PING_FRAME
 if TYPE_CHECKING:
     from app.runs import RunHandle, RunManager
 
-__all__ = ["EventStreamResponse", "FrameEncoder", "RunResultResponse"]
+__all__ = ["EventStreamResponse", "FrameEncoder", "PausingEncoder", "RunResultResponse"]
 
 logger = logging.getLogger("app.streaming")
 
@@ -55,25 +57,30 @@ async def _wait_disconnect(receive: Receive) -> None:
 
 
 class FrameEncoder(Protocol):
-    """Writes a run's wire events as another protocol's frames (one encoder per response)."""
+    """Turns a run's wire events into the bytes another protocol's clients read."""
 
     def opening(self) -> bytes:
         """What the stream starts with, before any event (may be empty)."""
         ...
 
+    def encode(self, events: Sequence[WireEvent]) -> bytes:
+        """The frames for these events (empty when they mean nothing to the protocol)."""
+        ...
+
     @property
     def done(self) -> bool:
-        """True once the protocol's stream is complete: nothing more is sent."""
+        """True once the protocol's stream is over; it may end before the run does."""
         ...
+
+
+@runtime_checkable
+class PausingEncoder(FrameEncoder, Protocol):
+    """A ``FrameEncoder`` whose stream ends at a request for an answer, while the run waits."""
 
     @property
     def paused(self) -> bool:
         """True when the last event encoded asks for an answer: the stream ends there unless
         the log already holds more (the answer came first)."""
-        ...
-
-    def encode(self, batch: Sequence[WireEvent]) -> bytes:
-        """The frames for these events (may be empty)."""
         ...
 
     def pause(self) -> bytes:
@@ -101,6 +108,7 @@ class EventStreamResponse(Response):
     ) -> None:
         self.status_code = 200
         self.background = None
+        self._encoder = encoder
         self._events = events
         self._run_id = run_id
         self._after = after
@@ -140,6 +148,7 @@ class EventStreamResponse(Response):
         ping = self._ping
         send_timeout = self._send_timeout
         encoder = self._encoder
+        pausing = encoder if isinstance(encoder, PausingEncoder) else None
 
         def on_disconnect(_: asyncio.Task[None]) -> None:
             nonlocal gone
@@ -171,7 +180,7 @@ class EventStreamResponse(Response):
                 if gone:
                     break
                 if encoder is not None:
-                    body, more = await self._translate(encoder, batch, subscription)
+                    body, more = await self._translate(encoder, pausing, batch, subscription)
                     if not body and more:
                         continue  # events this protocol does not show
                 elif batch:
@@ -207,7 +216,11 @@ class EventStreamResponse(Response):
                 self._on_gone()
 
     async def _translate(
-        self, encoder: FrameEncoder, batch: Sequence[WireEvent], subscription: Subscription
+        self,
+        encoder: FrameEncoder,
+        pausing: PausingEncoder | None,
+        batch: Sequence[WireEvent],
+        subscription: Subscription,
     ) -> tuple[bytes, bool]:
         """The encoder's frames for a batch, and whether the stream goes on."""
         if not batch:
@@ -215,12 +228,12 @@ class EventStreamResponse(Response):
                 return b"", False
             return PING_FRAME, True
         body = encoder.encode(batch)
-        if encoder.paused and not encoder.done:
+        if pausing is not None and pausing.paused and not pausing.done:
             # a request for an answer ends the protocol's stream, unless its answer (or the
             # run's end) is already logged: then this is history being replayed
             last = await self._events.last_seq(self._run_id)
             if last is None or last <= subscription.cursor:
-                body += encoder.pause()
+                body += pausing.pause()
         return body, not (encoder.done or subscription.finished)
 
 

@@ -1,1 +1,1 @@
-"""The standard protocols front ends and other agents speak, each a translation of our runs."""
+"""The standard protocols, each a translation of the service's runs and their event logs."""

@@ -99,7 +99,7 @@ async def test_regenerate_replaces_the_last_turn(serve: Serve) -> None:
         first = (await run_blocking(served, "re", "one")).json()
         second = (await run_blocking(served, "re", "two")).json()
         refused = await run_blocking(served, "re", "one again", replaces=first["run_id"])
-        assert_problem(refused, 422, "validation_error")
+        assert_problem(refused, 409, "turn_not_latest")
         unknown = await run_blocking(served, "re", "x", replaces="run_nope")
         assert_problem(unknown, 404, "not_found")
         elsewhere = await run_blocking(served, "other", "x", replaces=second["run_id"])

@@ -15,7 +15,7 @@ from agent_runtime.messages import AssistantMessage
 from agent_runtime.model import ModelEvent, ModelRequest, ModelResponse, Usage
 from agent_runtime.testing import FunctionModel
 from app.bus import LocalBus
-from app.errors import InvalidRequest
+from app.errors import Conflict
 from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.storage import Store, open_store
 from tests.app.conftest import wait_until
@@ -134,7 +134,7 @@ async def test_a_run_replaces_the_last_turn(turns: Turns) -> None:
     await turns.finished(second)
 
     # only the latest run's turn can be replaced; nothing is removed or started otherwise
-    with pytest.raises(InvalidRequest, match="latest run"):
+    with pytest.raises(Conflict, match="latest run"):
         await turns.run("s3", "one again", replaces=first.run_id)
     assert len(await turns.stored("s3")) == 4
     await wait_until(lambda: turns.manager.debug_state()["runs"] == 0)
