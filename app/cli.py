@@ -30,8 +30,11 @@ __all__ = ["main"]
 _SHUTDOWN_MARGIN = 5.0
 # seconds the start-up check gives PostgreSQL to answer
 _CHECK_TIMEOUT = 10.0
-# seconds uvicorn's supervisor waits for a worker's answer before it counts the worker as hung
-_WORKER_HEALTHCHECK = 30
+# With --workers > 1, uvicorn's supervisor replaces a worker that has not answered its health
+# ping within this many seconds. Its default (5 s) is shorter than a worker's start on a
+# loaded host (importing the app alone took 17-20 s at a load average of 9 on 2 cores), so
+# workers were killed in a loop, "Child process died" and nothing else in the log.
+_WORKER_HEALTHCHECK_TIMEOUT = 60
 _POSTGRES_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
 
 
@@ -118,14 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         access_log=settings.debug,
         timeout_graceful_shutdown=math.ceil(graceful),
         timeout_keep_alive=math.ceil(settings.keep_alive_timeout),
+        timeout_worker_healthcheck=_WORKER_HEALTHCHECK_TIMEOUT,
         lifespan="on",
         # uvicorn's httptools protocol with a cap and a deadline on request heads and a cap
         # on connections (app.http_protocol)
         http="app.http_protocol:GuardedHttpToolsProtocol",
-        # a worker answers uvicorn's health check only once it has imported the app, which
-        # takes 1-2 s, and ten times that on a loaded machine: uvicorn's 5 s would kill
-        # (and restart, and kill) workers that are merely starting
-        timeout_worker_healthcheck=_WORKER_HEALTHCHECK,
     )
     return 0
 

@@ -7,17 +7,20 @@ access, from the environment, so importing this module reads no settings.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
-from starlette.routing import Match, Mount
+from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from app.api import external_events, health, runs, sessions
+from app.api.docs import DOCS_PATHS, install_docs
 from app.api.errors import CatchAllMiddleware, install_error_handlers
 from app.api.openapi import install_openapi
 from app.auth import Authenticator
@@ -26,6 +29,11 @@ from app.lifespan import make_lifespan
 from app.logs import configure_logging
 from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, LoadShedMiddleware
+from app.protocols import agui, ai_sdk
+from app.protocols import openai as openai_protocol
+from app.protocols.a2a import install_a2a
+from app.protocols.mcp_server import McpEndpoint
+from app.security import SecurityHeadersMiddleware
 from app.settings import Settings
 
 __all__ = ["UI_DIR", "create_app"]
@@ -58,12 +66,21 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         )
     )
     metrics = Metrics()
+    service_lifespan = make_lifespan(settings, metrics)
+    mcp = McpEndpoint()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # the MCP transport's task group lives inside the services' lifetime, and ends first
+        async with service_lifespan(app), mcp.running():
+            yield
+
     app = FastAPI(
         title="agent-server",
         version=VERSION,
         summary="An agent runtime served over HTTP and Server-Sent Events.",
-        lifespan=make_lifespan(settings, metrics),
-        docs_url="/docs",
+        lifespan=lifespan,
+        docs_url=None,  # served offline by install_docs
         redoc_url=None,
     )
     app.state.settings = settings
@@ -76,8 +93,14 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.include_router(sessions.router)
     app.include_router(external_events.router)
     app.include_router(health.router)
+    app.include_router(openai_protocol.router)
+    install_a2a(app, settings)
+    app.router.routes.append(Route("/mcp", mcp, methods=["GET", "POST", "DELETE"], name="mcp"))
+    app.include_router(agui.router)
+    app.include_router(ai_sdk.router)
     if settings.debug_endpoints:
         app.include_router(health.debug_router)
+    install_docs(app)
     # the browser UI: "/" is index.html; anything not matched above falls through to it
     app.router.routes.append(_UIMount("/", app=_UIFiles(directory=UI_DIR, html=True), name="ui"))
 
@@ -90,11 +113,30 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         app.add_middleware(
             CORSMiddleware,
             allow_origins=origins,
-            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
-            expose_headers=["X-Run-Id", "Retry-After", "Location"],
+            allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
+            # the standard protocols' own headers too (A2A's version, MCP's session and version)
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Last-Event-ID",
+                "A2A-Version",
+                "Mcp-Protocol-Version",
+                "Mcp-Session-Id",
+            ],
+            expose_headers=[
+                "X-Run-Id",
+                "Retry-After",
+                "Location",
+                "x-vercel-ai-ui-message-stream",
+            ],
             max_age=600,
         )
+    # outermost: every answer carries them, errors and CORS preflights included
+    app.add_middleware(
+        SecurityHeadersMiddleware,
+        frame_ancestors=settings.frame_ancestors,
+        docs_paths=DOCS_PATHS,
+    )
     return app
 
 

@@ -194,12 +194,18 @@ class Driver:
         if reason not in CANCEL_REASONS:
             # the runtime's own words for a cancellation we did not ask for
             reason = "shutdown" if self._context.agent_for(handle).closed else "cancel_requested"
-        return Outcome.cancelled(reason)
+        if event.usage is not None:
+            handle.usage = event.usage
+        stopped = Outcome.cancelled(reason)
+        stopped.messages = list(event.messages or ())  # the stopped turn (app.turns)
+        return stopped
 
 
 def run_options(handle: RunHandle) -> dict[str, Any]:
     """The agent's run options, with the request's own limits over the profile's."""
     options = handle.profile.run_options()
+    if handle.options.system_prompt is not None:
+        options["system_prompt"] = handle.options.system_prompt
     run_timeout = handle.options.run_timeout or handle.profile.run_timeout
     if run_timeout is not None:
         options["run_timeout"] = run_timeout
