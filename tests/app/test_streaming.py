@@ -272,7 +272,9 @@ async def test_cancel_a_queued_streaming_request(serve: Serve) -> None:
 
 
 async def test_drain_lets_short_runs_finish_and_cancels_the_rest(serve: Serve) -> None:
-    async with serve(drain_timeout=0.5, demo_slow_seconds=0.1) as served:
+    # short runs need ~0.3 s, long ones ~10 s: a 2 s drain tells them apart with room for a
+    # loaded machine
+    async with serve(drain_timeout=2.0, demo_slow_seconds=0.1) as served:
         short = [stream(served, f"short-{i}", "slow a b") for i in range(5)]
         long = [stream(served, f"long-{i}", "slow " + "w " * 100) for i in range(5)]
         waiting = stream(served, "waiting", "delete y.txt")
@@ -280,7 +282,7 @@ async def test_drain_lets_short_runs_finish_and_cancels_the_rest(serve: Serve) -
         for request in everyone:
             await request.wait_for(lambda r: len(r.events()) >= 1)
         manager = served.services.manager
-        drain = asyncio.ensure_future(manager.drain(0.5))
+        drain = asyncio.ensure_future(manager.drain(2.0))
         for request in everyone:
             await request.finish()
         await drain
