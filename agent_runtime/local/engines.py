@@ -117,7 +117,12 @@ class _SentenceTransformersEngine:
         )
         if options.get("max_length"):
             self._model.max_seq_length = int(options["max_length"])
-        dimensions = self._model.get_sentence_embedding_dimension()
+        # renamed in sentence-transformers 5 (the old name warns)
+        measure = (
+            getattr(self._model, "get_embedding_dimension", None)
+            or self._model.get_sentence_embedding_dimension
+        )
+        dimensions = measure()
         self.dimensions = int(dimensions or 0)
         # torch inference is not documented as thread-safe: one call at a time per model
         self._lock = threading.Lock()

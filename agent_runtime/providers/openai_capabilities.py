@@ -142,7 +142,9 @@ class OpenAICapabilities:
         self._client.images  # noqa: B018
         self._client.audio.speech  # noqa: B018
         self._client.audio.transcriptions  # noqa: B018
-        for name in ("anyio._backends._asyncio", "h11", "httpcore2._async.http11"):
+        # the SDK decodes base64 embeddings with numpy when it is installed: a first import
+        # of numpy takes a second, which must not happen on the loop
+        for name in ("anyio._backends._asyncio", "h11", "httpcore2._async.http11", "numpy"):
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
 
