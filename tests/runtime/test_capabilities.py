@@ -209,7 +209,7 @@ async def test_every_purpose_is_lazy_and_claims_its_first_loop(
         await asyncio.to_thread(elsewhere)
     assert caught.value.owner_loop is loop and caught.value.model == f"{purpose}-model"
     await binding.aclose()
-    assert not binding.built and binding.owner_loop is None
+    assert (binding.built, binding.owner_loop) == (False, None)
 
 
 @pytest.mark.parametrize("purpose", sorted(FACTORIES))
