@@ -53,6 +53,10 @@ async def upstream() -> AsyncIterator[FakeUpstream]:
         yield server
 
 
+def _state(binding: ModelBinding) -> tuple[bool, asyncio.AbstractEventLoop | None]:
+    return binding.built, binding.owner_loop
+
+
 def _binding(purpose: str, upstream: FakeUpstream, **options: Any) -> ModelBinding:
     options.setdefault("api_key", "sk-test")
     return FACTORIES[purpose](model=f"{purpose}-model", base_url=upstream.openai_url, **options)
@@ -192,11 +196,11 @@ async def test_every_purpose_is_lazy_and_claims_its_first_loop(
     purpose: str, upstream: FakeUpstream
 ) -> None:
     binding = _binding(purpose, upstream)
-    assert (binding.built, binding.owner_loop) == (False, None)
+    assert _state(binding) == (False, None)
     assert f"purpose={purpose!r}" in repr(binding) and "sk-test" not in repr(binding)
     await binding.preflight()
     loop = asyncio.get_running_loop()
-    assert binding.built and binding.owner_loop is loop
+    assert _state(binding) == (True, loop)
     assert upstream.requests == []  # preflight makes no network call
 
     def elsewhere() -> None:
@@ -209,7 +213,7 @@ async def test_every_purpose_is_lazy_and_claims_its_first_loop(
         await asyncio.to_thread(elsewhere)
     assert caught.value.owner_loop is loop and caught.value.model == f"{purpose}-model"
     await binding.aclose()
-    assert (binding.built, binding.owner_loop) == (False, None)
+    assert _state(binding) == (False, None)
 
 
 @pytest.mark.parametrize("purpose", sorted(FACTORIES))
