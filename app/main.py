@@ -17,7 +17,7 @@ from starlette.routing import Match, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from app.api import external_events, health, runs, sessions
+from app.api import capabilities, external_events, health, runs, sessions
 from app.api.errors import CatchAllMiddleware, install_error_handlers
 from app.api.openapi import install_openapi
 from app.auth import Authenticator
@@ -57,6 +57,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.include_router(sessions.router)
     app.include_router(external_events.router)
     app.include_router(health.router)
+    app.include_router(capabilities.router)
     if settings.debug_endpoints:
         app.include_router(health.debug_router)
     # the browser UI: "/" is index.html; anything not matched above falls through to it

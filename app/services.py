@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
@@ -16,6 +16,9 @@ from app.metrics import Metrics
 from app.runs import RunManager
 from app.settings import Settings
 from app.storage import Store
+
+if TYPE_CHECKING:
+    from app.media import MediaJobs
 
 __all__ = ["Services", "ServicesDep", "get_services"]
 
@@ -39,6 +42,8 @@ class Services:
     ready: bool = False
     readiness_problem: str = "warming up"
     notes: dict[str, str] = field(default_factory=dict)
+    media: MediaJobs | None = None
+    """The worker's media jobs (``POST /v1/media/...``)."""
 
 
 async def get_services(request: Request) -> Services:
