@@ -1,0 +1,113 @@
+"""What every part of the run manager shares: the worker's dependencies and its held runs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from agent_runtime.agent import AgentCore
+from agent_runtime.events import AgentPhase
+from app.admission import Admission
+from app.agents import AgentProfile
+from app.bus.base import Bus
+from app.metrics import Metrics
+from app.runs.handle import RunHandle
+from app.storage import RunRecord, RunStatus, Store
+
+__all__ = ["RunContext"]
+
+
+class RunContext:
+    """The worker's agents, store, bus, admission and metrics, and the table of the runs it
+    holds (``runs``, with the tasks that drive them and an event set while there are none).
+
+    A run is in ``runs`` from its admission until its terminal event was appended; every
+    part of the run manager reads it from here, and only ``hold``/``forget`` change it.
+    """
+
+    def __init__(
+        self,
+        *,
+        agent: AgentCore,
+        agents: Mapping[str, AgentCore],
+        store: Store,
+        bus: Bus,
+        admission: Admission,
+        metrics: Metrics,
+        profiles: Mapping[str, AgentProfile],
+        queue_timeout: float,
+        lease_seconds: float,
+        debug: bool,
+    ) -> None:
+        self.agent = agent
+        # each configured agent's own core; a profile without one runs on ``agent``
+        self.agents = dict(agents)
+        self.store = store
+        self.bus = bus
+        self.events = bus.events
+        # the in-process log appends without a coroutine; others are awaited
+        self.append_nowait = getattr(bus.events, "append_nowait", None)
+        self.admission = admission
+        self.metrics = metrics
+        self.profiles = dict(profiles)
+        self.queue_timeout = queue_timeout
+        self.lease_seconds = lease_seconds
+        # A dead worker's runs must end within lease_seconds of its death: the lease lapses
+        # 2/3 of the way there at the latest, and the sweep, every 1/6, notices it by 5/6.
+        self.lease_ttl = lease_seconds * 2 / 3
+        self.debug = debug
+        self.draining = False
+        self.runs: dict[str, RunHandle] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def agent_for(self, handle: RunHandle) -> AgentCore:
+        """The core that runs the handle's agent."""
+        return self.agents.get(handle.profile.name, self.agent)
+
+    def all_agents(self) -> list[AgentCore]:
+        """Every distinct core of this worker."""
+        return list({id(a): a for a in (self.agent, *self.agents.values())}.values())
+
+    def live_status(self, handle: RunHandle) -> RunStatus:
+        """The handle's status, ``waiting`` while the runtime waits for an answer."""
+        status = handle.status
+        if status == "running" and handle.in_runtime:
+            run = self.agent_for(handle).active_runs.get(handle.run_id)
+            if run is not None and run.phase is AgentPhase.WAITING:
+                return "waiting"
+        return status
+
+    async def find(self, run_id: str, principal: str) -> RunHandle | RunRecord | None:
+        """The run (held here, else stored) if it exists and belongs to ``principal``."""
+        handle = self.runs.get(run_id)
+        if handle is not None:
+            return handle if handle.principal == principal else None
+        record = await self.store.get_run(run_id)
+        if record is None or record.principal != principal:
+            return None
+        return record
+
+    def hold(self, handle: RunHandle) -> None:
+        """The run is now this worker's."""
+        self.runs[handle.run_id] = handle
+        self.idle.clear()
+
+    def forget(self, run_id: str) -> None:
+        """The run is no longer this worker's (its end is written, or its start undone)."""
+        self.runs.pop(run_id, None)
+        if not self.runs:
+            self.idle.set()
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """A task of this worker's runs, kept until it ends."""
+        task = asyncio.get_running_loop().create_task(coroutine, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    def reject(self, reason: str) -> None:
+        """Count a refused run start."""
+        self.metrics.runs_rejected.labels(reason).inc()

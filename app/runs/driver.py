@@ -1,0 +1,222 @@
+"""The driver: a run's task, from its slot to its outcome.
+
+::
+
+    execute(handle)
+      wait for a slot (background runs) → drive(handle)
+        conversation(handle): the session's stored messages
+        stream(handle, history): agent.stream(...), every AgentEvent → wire event (seq, JSON
+        once) → the run's event log; the runtime's terminal event → the run's Outcome
+      → Finalizer.finalize(handle, outcome), on every path
+
+``stream`` takes the conversation the run continues from, so a run can be driven from
+something other than the session's stored messages (a checkpoint of a run begun elsewhere).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any, cast
+
+from agent_runtime.agent import AgentRunConfig
+from agent_runtime.errors import AgentClosedError, RunError
+from agent_runtime.events import AgentEvent, AgentEventType
+from agent_runtime.messages import Message, message_from_dict
+from app.admission import AdmissionRejected, QueueTimeout
+from app.bus.base import BusError, BusUnavailable, LeaseLost
+from app.runs.context import RunContext
+from app.runs.finalize import Finalizer
+from app.runs.handle import CANCEL_REASONS, Outcome, RunHandle, now
+from app.runs.records import RunRecords
+from app.wire import delta_json, encode_data
+
+__all__ = ["Driver"]
+
+logger = logging.getLogger("app.runs")
+
+_WAITING_EVENT = "confirmation_requested"
+_TERMINAL_TYPES = frozenset(
+    {AgentEventType.RUN_COMPLETED, AgentEventType.RUN_FAILED, AgentEventType.RUN_CANCELLED}
+)
+
+
+class Driver:
+    """Drives this worker's runs."""
+
+    def __init__(self, context: RunContext, records: RunRecords, finalizer: Finalizer) -> None:
+        self._context = context
+        self._records = records
+        self._finalizer = finalizer
+
+    async def execute(self, handle: RunHandle) -> None:
+        """The run's task: wait for its slot, drive it, end it (always through finalize)."""
+        outcome: Outcome | None = None
+        try:
+            if not handle.ticket.granted and handle.cancel_reason is None:
+                remaining = self._context.queue_timeout - (time.monotonic() - handle.t_accepted)
+                try:
+                    await handle.ticket.wait(max(0.0, remaining))
+                except QueueTimeout as exc:
+                    outcome = Outcome.failed("queue_timeout", str(exc))
+                except AdmissionRejected as exc:
+                    reason = "shutdown" if exc.reason == "draining" else "cancel_requested"
+                    outcome = Outcome.cancelled(handle.cancel_reason or reason)
+            if outcome is None:
+                if handle.cancel_reason is not None:
+                    outcome = Outcome.cancelled(handle.cancel_reason)
+                else:
+                    outcome = await self.drive(handle)
+        except asyncio.CancelledError:
+            # only the run manager cancels a run's task (a run not yet in the runtime); the
+            # terminal event must still go out, so finalize shielded, then propagate
+            if not handle.finalizing:
+                cancelled = Outcome.cancelled(handle.cancel_reason or "shutdown")
+                await asyncio.shield(self._finalizer.finalize(handle, cancelled))
+            raise
+        except BusError as exc:
+            # the shared bus failed under the run: Redis unreachable, or the lease taken over
+            logger.error("run stopped by a bus failure: %s", exc, extra={"run_id": handle.run_id})
+            outcome = bus_failure(exc)
+        except Exception:
+            logger.exception("run failed unexpectedly", extra={"run_id": handle.run_id})
+            outcome = Outcome.failed("internal", "the run failed unexpectedly; it was logged")
+        await self._finalizer.finalize(handle, outcome)
+
+    async def drive(self, handle: RunHandle) -> Outcome:
+        """Load the conversation, run the agent on it; the outcome of its terminal event."""
+        history = await self.conversation(handle)
+        if handle.status == "queued":
+            handle.status = "running"
+            handle.started_at = now()
+            await self._records.status(handle, "running")
+        return await self.stream(handle, history)
+
+    async def conversation(self, handle: RunHandle) -> list[Message]:
+        """The session's stored messages the run continues."""
+        # a new session has nothing to read back: skip the query on the way to the first event
+        if not handle.history_size:
+            return []
+        stored = await self._context.store.list_messages(handle.session_id)
+        return [message_from_dict(item.message) for item in stored]
+
+    async def stream(self, handle: RunHandle, history: Sequence[Message]) -> Outcome:
+        """Run the agent on ``history`` and forward its events to the run's log."""
+        context = self._context
+        records = self._records
+        run_id = handle.run_id
+        options = run_options(handle)
+        config = AgentRunConfig(
+            session_id=handle.session_id,
+            request_id=run_id,
+            run_id=run_id,
+            metadata=handle.metadata,
+        )
+        terminal: AgentEvent | None = None
+        encode = handle.encoder.encode_json
+        text_delta = AgentEventType.TEXT_DELTA
+        append_nowait = context.append_nowait
+        events = context.events
+        metrics = context.metrics
+        fence = handle.lease.token
+        usage = handle.usage
+        handle.in_runtime = True
+        try:
+            stream = cast(
+                AsyncGenerator[AgentEvent, None],
+                context.agent_for(handle).stream(
+                    handle.input, config=config, conversation=list(history), **options
+                ),
+            )
+            try:
+                async for event in stream:
+                    # the hot path: one encode, one append
+                    event_type = event.type
+                    seq = handle.seq + 1
+                    if event_type is text_delta:
+                        wire = encode(seq, "text.delta", event.ts, delta_json(event.delta))
+                    elif event_type in _TERMINAL_TYPES:
+                        terminal = event
+                        continue
+                    else:
+                        wire = encode(seq, event_type.value, event.ts, encode_data(event.data()))
+                    handle.seq = seq
+                    if append_nowait is not None:
+                        append_nowait(run_id, wire, fence=fence)
+                    else:
+                        await events.append(run_id, wire, fence=fence)
+                    if handle.t_first_event is None:
+                        handle.t_first_event = time.monotonic()
+                        metrics.time_to_first_event.observe(
+                            handle.t_first_event - handle.t_accepted
+                        )
+                    if event_type is AgentEventType.USAGE:
+                        usage.add(event.usage)
+                    elif event_type is AgentEventType.CUSTOM and event.name == _WAITING_EVENT:
+                        handle.status = "waiting"
+                        await records.status(handle, "waiting")
+                    elif handle.status == "waiting":
+                        handle.status = "running"
+                        await records.status(handle, "running")
+            except RunError:
+                pass  # run.failed or run.cancelled was yielded just before
+            finally:
+                await stream.aclose()
+        except AgentClosedError:
+            return Outcome.cancelled(handle.cancel_reason or "shutdown")
+        finally:
+            handle.in_runtime = False
+        if terminal is None:  # pragma: no cover - the runtime always ends with a terminal event
+            return Outcome.failed("internal", "the run ended without a result")
+        return self.outcome_of(handle, terminal)
+
+    def outcome_of(self, handle: RunHandle, event: AgentEvent) -> Outcome:
+        """The outcome of the runtime's terminal event."""
+        data = event.data()
+        if event.type is AgentEventType.RUN_COMPLETED:
+            if event.usage is not None:
+                handle.usage = event.usage
+            return Outcome(
+                "completed",
+                "run.completed",
+                data,
+                output=data["output"],
+                messages=list(event.messages or ()),
+            )
+        if event.type is AgentEventType.RUN_FAILED:
+            if event.usage is not None:
+                handle.usage = event.usage
+            error = dict(data["error"])
+            return Outcome("failed", "run.failed", {"error": error}, error=error)
+        reason = handle.cancel_reason or event.reason or "cancel_requested"
+        if reason not in CANCEL_REASONS:
+            # the runtime's own words for a cancellation we did not ask for
+            reason = "shutdown" if self._context.agent_for(handle).closed else "cancel_requested"
+        return Outcome.cancelled(reason)
+
+
+def run_options(handle: RunHandle) -> dict[str, Any]:
+    """The agent's run options, with the request's own limits over the profile's."""
+    options = handle.profile.run_options()
+    run_timeout = handle.options.run_timeout or handle.profile.run_timeout
+    if run_timeout is not None:
+        options["run_timeout"] = run_timeout
+    max_iterations = handle.options.max_iterations or handle.profile.max_iterations
+    if max_iterations is not None:
+        options["max_iterations"] = max_iterations
+    return options
+
+
+def bus_failure(exc: BusError) -> Outcome:
+    """How a run ends when the bus fails under it (the details go to the log, not the client)."""
+    if isinstance(exc, LeaseLost):
+        return Outcome.failed(
+            "worker_lost", "this worker lost the run's session lease; the run was ended"
+        )
+    if isinstance(exc, BusUnavailable):
+        return Outcome.failed(
+            "unavailable", "the shared event bus (Redis) became unreachable during the run"
+        )
+    return Outcome.failed("internal", "the run's event log refused an event; it was logged")

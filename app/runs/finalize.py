@@ -1,0 +1,94 @@
+"""A run's one end: store the outcome, release its hold, append its terminal event.
+
+Every path out of a run goes through ``Finalizer.finalize`` exactly once (or, for a start
+undone before the run's task existed, ``Finalizer.abandon``), so exactly one terminal event is
+appended per run, always last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+from app.bus.base import BusError
+from app.runs.context import RunContext
+from app.runs.handle import Outcome, RunHandle, now
+from app.runs.records import RunRecords
+
+__all__ = ["Finalizer"]
+
+logger = logging.getLogger("app.runs")
+
+
+class Finalizer:
+    """Ends this worker's runs."""
+
+    def __init__(self, context: RunContext, records: RunRecords) -> None:
+        self._context = context
+        self._records = records
+
+    async def finalize(self, handle: RunHandle, outcome: Outcome) -> None:
+        """Store the outcome, release the run's hold, append its one terminal event."""
+        if handle.finalizing:  # pragma: no cover - guarded by the callers
+            return
+        handle.finalizing = True
+        context = self._context
+        records = self._records
+        run_id = handle.run_id
+        stored = await records.stored(handle)
+        outcome = await records.messages(handle, outcome, stored)
+        handle.status = outcome.status
+        handle.output = outcome.output
+        handle.error = outcome.error
+        handle.finished_at = now()
+        await records.outcome(handle, outcome, stored)
+        handle.ticket.release()
+        # the terminal event before the lock's release: a worker dying in between leaves a
+        # sealed log and a lock that lapses, never an unsealed log. Yet a client that starts
+        # the next run as soon as it reads this one's end must not find the session busy: a
+        # shared bus releases the lock in the same step as the sealing append, the
+        # in-process one just below without a suspension point in between.
+        handle.seq += 1
+        wire = handle.encoder.encode(handle.seq, outcome.event_type, time.time(), outcome.data)
+        try:
+            await context.events.append(run_id, wire, fence=handle.lease.token)
+        except BusError:
+            logger.exception("could not append the terminal event", extra={"run_id": run_id})
+        try:
+            await context.bus.locks.release(handle.lease)
+            await context.bus.router.unregister(run_id)
+        except Exception:
+            logger.exception("could not release the run's session lock", extra={"run_id": run_id})
+        context.forget(run_id)
+        elapsed = time.monotonic() - handle.t_accepted
+        context.metrics.runs_total.labels(outcome.status).inc()
+        context.metrics.run_duration.labels(outcome.status).observe(elapsed)
+        handle.finished.set_result(None)
+        details: dict[str, Any] = {
+            "run_id": run_id,
+            "session_id": handle.session_id,
+            "status": outcome.status,
+            "duration_ms": round(elapsed * 1000),
+            "events": handle.seq,
+        }
+        if outcome.error is not None:
+            details["code"] = outcome.error.get("code")
+        if outcome.status == "cancelled":
+            details["reason"] = outcome.data.get("reason")
+        logger.info("run finished", extra=details)
+
+    async def abandon(self, handle: RunHandle) -> None:
+        """Undo a start that failed before the run's task existed."""
+        context = self._context
+        context.forget(handle.run_id)
+        handle.ticket.release()
+        with contextlib.suppress(Exception):
+            await context.bus.locks.release(handle.lease)
+        discard = getattr(context.events, "discard", None)
+        if callable(discard):
+            discard(handle.run_id)
+        await self._records.not_started(handle)
+        if not handle.finished.done():
+            handle.finished.set_result(None)

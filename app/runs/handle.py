@@ -1,0 +1,213 @@
+"""A run as this worker holds it: the request's options, its state, and how it ended."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from agent_runtime.messages import Message
+from agent_runtime.model import Usage
+from app.admission import Ticket
+from app.agents import AgentProfile
+from app.bus.base import Lease
+from app.storage import RunRecord, RunStatus
+from app.wire import WireEncoder, iso_ms
+
+__all__ = [
+    "CANCEL_REASONS",
+    "Outcome",
+    "RunHandle",
+    "RunRequestOptions",
+    "new_run_id",
+    "now",
+    "record_view",
+]
+
+CANCEL_REASONS = frozenset({"client_disconnected", "cancel_requested", "shutdown"})
+
+
+def new_run_id() -> str:
+    """A run id: ``run_`` and 128 random bits in hex."""
+    return f"run_{secrets.token_hex(16)}"
+
+
+def now() -> datetime:
+    """The current time, aware, in UTC."""
+    return datetime.now(UTC)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else iso_ms(moment.timestamp())
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequestOptions:
+    """What a run request asks for (validated at the HTTP edge)."""
+
+    input: str
+    agent: str = "default"
+    background: bool = False
+    on_disconnect: Literal["cancel", "continue"] = "cancel"
+    run_timeout: float | None = None
+    max_iterations: int | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How a run ended: its terminal event's type and data, and what is stored."""
+
+    status: RunStatus
+    event_type: str
+    data: dict[str, Any]
+    output: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    messages: Sequence[Message] = ()
+
+    @classmethod
+    def failed(cls, code: str, message: str) -> Outcome:
+        error = {"code": code, "message": message}
+        return cls("failed", "run.failed", {"error": error}, error=error)
+
+    @classmethod
+    def cancelled(cls, reason: str) -> Outcome:
+        return cls("cancelled", "run.cancelled", {"reason": reason})
+
+
+class RunHandle:
+    """A run held by this worker, from its request until its terminal event."""
+
+    __slots__ = (
+        "agent",
+        "cancel_reason",
+        "created_at",
+        "encoder",
+        "error",
+        "finalizing",
+        "finished",
+        "finished_at",
+        "history_size",
+        "in_runtime",
+        "input",
+        "lease",
+        "metadata",
+        "options",
+        "output",
+        "principal",
+        "profile",
+        "recorded",
+        "run_id",
+        "seq",
+        "session_id",
+        "started_at",
+        "status",
+        "t_accepted",
+        "t_first_event",
+        "task",
+        "task_cancelled",
+        "ticket",
+        "usage",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        session_id: str,
+        principal: str,
+        profile: AgentProfile,
+        options: RunRequestOptions,
+        lease: Lease,
+        ticket: Ticket,
+    ) -> None:
+        self.run_id = run_id
+        self.session_id = session_id
+        self.principal = principal
+        self.profile = profile
+        self.agent = profile.name
+        self.options = options
+        self.input = options.input
+        self.metadata = dict(options.metadata)
+        self.lease = lease
+        self.ticket = ticket
+        self.status: RunStatus = "queued"
+        self.created_at = now()
+        self.started_at: datetime | None = None
+        self.finished_at: datetime | None = None
+        self.output: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.usage = Usage()
+        self.seq = 0
+        self.encoder = WireEncoder(run_id, session_id)
+        self.task: asyncio.Task[None] | None = None
+        self.task_cancelled = False
+        self.in_runtime = False
+        self.finalizing = False
+        self.cancel_reason: str | None = None
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.t_accepted = time.monotonic()
+        self.t_first_event: float | None = None
+        # messages the session held when the run was admitted; 0 spares reading them back
+        self.history_size = -1
+        # the write of the run's record, which runs beside the run's start (see app.runs.records)
+        self.recorded: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.run_id} session={self.session_id} status={self.status}>"
+
+    @property
+    def done(self) -> bool:
+        """True once the terminal event was appended."""
+        return self.finished.done()
+
+    def view(self, status: RunStatus) -> dict[str, Any]:
+        """``GET /v1/runs/{id}``, with the status as the caller sees it now."""
+        return {
+            "run_id": self.run_id,
+            "session_id": self.session_id,
+            "agent": self.agent,
+            "input": self.input,
+            "status": status,
+            "created_at": _iso(self.created_at),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "output": self.output,
+            "error": self.error,
+            "usage": self.usage.to_dict(),
+            "metadata": self.metadata,
+            "events_url": f"/v1/runs/{self.run_id}/events",
+        }
+
+    def result(self) -> dict[str, Any]:
+        """The JSON answer of a blocking run."""
+        return {
+            "run_id": self.run_id,
+            "session_id": self.session_id,
+            "status": self.status,
+            "output": self.output,
+            "error": self.error,
+            "usage": self.usage.to_dict(),
+        }
+
+
+def record_view(record: RunRecord) -> dict[str, Any]:
+    """``GET /v1/runs/{id}`` for a stored run."""
+    return {
+        "run_id": record.run_id,
+        "session_id": record.session_id,
+        "agent": record.agent,
+        "input": record.input,
+        "status": record.status,
+        "created_at": _iso(record.created_at),
+        "started_at": _iso(record.started_at),
+        "finished_at": _iso(record.finished_at),
+        "output": record.output,
+        "error": record.error,
+        "usage": record.usage,
+        "metadata": record.metadata,
+        "events_url": f"/v1/runs/{record.run_id}/events",
+    }

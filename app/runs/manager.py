@@ -1,0 +1,231 @@
+"""The run manager: one worker's runs, behind one object the HTTP layer and the bus talk to.
+
+It holds no logic of its own beyond the queries; each concept is a module of this package::
+
+    start.py      admission and start: slot, session, lease, record, log, the run's task
+    driver.py     the run's task: agent events → wire events → the run's log
+    records.py    every write of a run's record to the store
+    finalize.py   the run's one end: outcome stored, hold released, terminal event appended
+    routing.py    cancels and answers, here or through the bus (the CommandHandler side)
+    leases.py     renewing this worker's leases, and running the sweep
+    sweep.py      runs no worker holds any more: the lost-run sweep, recovery at start
+    drain.py      shutdown: stop taking runs, let them finish, stop the rest
+    context.py    what they share: the dependencies and the table of held runs
+
+A run is decoupled from the HTTP response that started it: responses only read its log, each
+from its own cursor (``app.api.streaming``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent_runtime.agent import AgentCore
+from app.admission import Admission
+from app.agents import AgentProfile
+from app.bus.base import Bus
+from app.errors import ServiceError
+from app.metrics import Metrics
+from app.runs.context import RunContext
+from app.runs.drain import Drain
+from app.runs.driver import Driver
+from app.runs.finalize import Finalizer
+from app.runs.handle import RunHandle, RunRequestOptions
+from app.runs.leases import LeaseKeeper
+from app.runs.records import RunRecords
+from app.runs.routing import Routing
+from app.runs.start import Starter
+from app.runs.sweep import LostRunSweep
+from app.storage import RunRecord, RunStatus, Store
+
+__all__ = ["RunManager"]
+
+
+class RunManager:
+    """Runs of one worker. Also the bus's ``CommandHandler`` for this worker."""
+
+    def __init__(
+        self,
+        *,
+        agent: AgentCore,
+        store: Store,
+        bus: Bus,
+        admission: Admission,
+        metrics: Metrics,
+        profiles: Mapping[str, AgentProfile],
+        agents: Mapping[str, AgentCore] | None = None,
+        queue_timeout: float,
+        lease_seconds: float,
+        debug: bool = False,
+    ) -> None:
+        context = RunContext(
+            agent=agent,
+            agents=agents or {},
+            store=store,
+            bus=bus,
+            admission=admission,
+            metrics=metrics,
+            profiles=profiles,
+            queue_timeout=queue_timeout,
+            lease_seconds=lease_seconds,
+            debug=debug,
+        )
+        self._context = context
+        records = RunRecords(store)
+        finalizer = Finalizer(context, records)
+        driver = Driver(context, records, finalizer)
+        self._routing = Routing(context)
+        self._starter = Starter(context, records, driver, finalizer, self._routing)
+        self._sweep = LostRunSweep(context)
+        self._leases = LeaseKeeper(context, self._routing, self._sweep)
+        self._drain = Drain(context, self._routing)
+        self._open_streams = 0
+        # blocking (stream: false) responses waiting for their run; counted by the response
+        self.open_waiters = 0
+        bus.router.bind(self)
+        if bus.shared:
+            self._leases.start()
+
+    # --- queries ----------------------------------------------------------------------------
+
+    @property
+    def agent(self) -> AgentCore:
+        """The worker's agent."""
+        return self._context.agent
+
+    @property
+    def draining(self) -> bool:
+        """True once the drain began: no new runs."""
+        return self._context.draining
+
+    def agent_for(self, handle: RunHandle) -> AgentCore:
+        """The core that runs the handle's agent."""
+        return self._context.agent_for(handle)
+
+    def local(self, run_id: str) -> RunHandle | None:
+        """The run if this worker holds it."""
+        return self._context.runs.get(run_id)
+
+    def live_status(self, handle: RunHandle) -> RunStatus:
+        """The handle's status, ``waiting`` while the runtime waits for an answer."""
+        return self._context.live_status(handle)
+
+    def handle_view(self, handle: RunHandle) -> dict[str, Any]:
+        """``GET /v1/runs/{id}`` for a run held here."""
+        return handle.view(self._context.live_status(handle))
+
+    async def find(self, run_id: str, principal: str) -> RunHandle | RunRecord | None:
+        """The run (held here, else stored) if it exists and belongs to ``principal``."""
+        return await self._context.find(run_id, principal)
+
+    def stream_opened(self) -> None:
+        """An SSE response started reading a log."""
+        self._open_streams += 1
+        self._context.metrics.sse_streams.inc()
+
+    def stream_closed(self) -> None:
+        """An SSE response ended."""
+        self._open_streams -= 1
+        self._context.metrics.sse_streams.dec()
+
+    def debug_state(self) -> dict[str, Any]:
+        """Counts of everything a run holds, for leak checks."""
+        context = self._context
+        extensions: dict[str, dict[str, int]] = {}
+        agents = context.all_agents()
+        for extension in (ext for agent in agents for ext in agent.extensions):
+            pending = getattr(extension, "pending_count", None)
+            staged = getattr(extension, "staged_count", None)
+            if callable(pending) or callable(staged):
+                counts = extensions.setdefault(extension.name, {"pending": 0, "staged": 0})
+                counts["pending"] += int(pending()) if callable(pending) else 0
+                counts["staged"] += int(staged()) if callable(staged) else 0
+        admission = context.admission
+        return {
+            "runs": len(context.runs),
+            "tasks": sum(1 for task in context.tasks if not task.done()),
+            "sse_streams": self._open_streams,
+            "blocking_waiters": self.open_waiters,
+            "admission_running": admission.running,
+            "admission_queued": admission.queued,
+            "admission_principals": admission.principals,
+            "agent_active_runs": sum(len(a.active_runs) for a in agents),
+            "agent_active_sessions": sum(len(a.active_sessions) for a in agents),
+            "extensions": extensions,
+            "draining": context.draining,
+            **context.bus.stats(),
+        }
+
+    # --- starting ---------------------------------------------------------------------------
+
+    def profile(self, name: str) -> AgentProfile:
+        """The configured agent ``name``; ``NotFound`` if there is none."""
+        return self._starter.profile(name)
+
+    async def start(self, principal: str, session_id: str, options: RunRequestOptions) -> RunHandle:
+        """Admit and start a run; raises ``NotFound``, ``SessionBusy``, ``Overloaded``,
+        ``Draining`` (``app.errors``).
+
+        A background run is started at once, waiting for its slot in its own task; any other
+        run is started only once it holds a slot (up to the queue timeout, else 429).
+        """
+        return await self._starter.start(principal, session_id, options)
+
+    def shed(self) -> ServiceError | None:
+        """The 429 any new run gets right now, whoever asks (counted as a rejection); else
+        None. Cheap enough to ask before a request is even parsed."""
+        return self._starter.shed()
+
+    # --- commands ---------------------------------------------------------------------------
+
+    def cancel_local(self, run_id: str, reason: str) -> bool:
+        """Cancel a run held here; False if there is no such unfinished run."""
+        return self._routing.cancel_local(run_id, reason)
+
+    def deliver_local(
+        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+    ) -> list[str]:
+        """Offer an external answer to the agent holding the run (found by run, else session)."""
+        return self._routing.deliver_local(session_id, run_id, name, payload)
+
+    async def cancel(self, run_id: str, principal: str) -> tuple[str, RunStatus] | None:
+        """``POST /v1/runs/{id}/cancel``: ("cancelling" | "finished", status), None if unknown."""
+        return await self._routing.cancel(run_id, principal)
+
+    async def external_event(
+        self,
+        principal: str,
+        session_id: str,
+        run_id: str | None,
+        name: str,
+        payload: Mapping[str, Any],
+    ) -> list[str]:
+        """Deliver an answer to a waiting run of the caller's session; 404 if not theirs."""
+        return await self._routing.external_event(principal, session_id, run_id, name, payload)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Fail runs a previous process left unfinished (one worker, no shared bus only)."""
+        return await self._sweep.recover()
+
+    async def reap_lost_runs(self, *, from_store: bool = True) -> int:
+        """End the runs whose worker no longer holds their session's lease (see
+        ``LostRunSweep.reap_lost_runs``); how many were failed as ``worker_lost``."""
+        return await self._sweep.reap_lost_runs(from_store=from_store)
+
+    def begin_drain(self) -> None:
+        """Stop taking runs (readiness 503, new runs 503); idempotent and synchronous."""
+        self._drain.begin()
+
+    async def drain(self, timeout: float) -> None:  # noqa: ASYNC109 - the drain's own budget
+        """Let runs finish for ``timeout`` seconds, then cancel the rest (reason shutdown).
+
+        Idempotent: concurrent and later callers wait for the same drain.
+        """
+        await self._drain.drain(timeout)
+
+    async def aclose(self) -> None:
+        """Stop the lease renewer and sweep (after ``drain``)."""
+        await self._leases.aclose()

@@ -1,0 +1,118 @@
+"""A run's record in the store: every write that creates, moves or ends it, in one place."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from agent_runtime.messages import message_to_dict
+from app.errors import NotFound
+from app.runs.handle import Outcome, RunHandle
+from app.storage import RunRecord, RunStatus, SessionNotFound, SessionOwnedByOther, Store
+
+__all__ = ["RunRecords"]
+
+logger = logging.getLogger("app.runs")
+
+
+class RunRecords:
+    """Writes of one worker's runs to the store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def create(self, handle: RunHandle) -> asyncio.Task[None]:
+        """Start writing the run's record beside its start (``handle.recorded``).
+
+        The run's model call is usually what its first event waits for, so the record is
+        written meanwhile; the start answers only once it is stored, and the run awaits it
+        before its own first write.
+        """
+        record = RunRecord(
+            run_id=handle.run_id,
+            session_id=handle.session_id,
+            principal=handle.principal,
+            agent=handle.agent,
+            input=handle.input,
+            status=handle.status,
+            created_at=handle.created_at,
+            started_at=handle.started_at,
+            metadata=handle.metadata,
+        )
+        recorded = asyncio.get_running_loop().create_task(self._create(record))
+        handle.recorded = recorded
+        return recorded
+
+    async def _create(self, record: RunRecord) -> None:
+        try:
+            await self._store.create_run(record)
+        except SessionNotFound:
+            # deleted between the ownership check and the lock
+            raise NotFound(f"no session {record.session_id!r}") from None
+        except SessionOwnedByOther:  # deleted, then re-created by someone else
+            raise NotFound(f"no session {record.session_id!r}") from None
+
+    async def stored(self, handle: RunHandle) -> bool:
+        """Wait for the run's record to be written; False if it was not (start() says why)."""
+        recorded = handle.recorded
+        if recorded is None:
+            return False
+        if not recorded.done():
+            await asyncio.wait([recorded])
+        return not recorded.cancelled() and recorded.exception() is None
+
+    async def status(self, handle: RunHandle, status: RunStatus) -> None:
+        """Store the run's new status (running, waiting); a failure is logged, not raised."""
+        if not await self.stored(handle):
+            return
+        try:
+            await self._store.update_run(handle.run_id, status=status)
+        except Exception:
+            logger.warning(
+                "could not store the run's status",
+                exc_info=True,
+                extra={"run_id": handle.run_id, "status": status},
+            )
+
+    async def messages(self, handle: RunHandle, outcome: Outcome, stored: bool) -> Outcome:
+        """Store a completed run's messages; the outcome to report (failed if they were not)."""
+        if not (stored and outcome.status == "completed" and outcome.messages):
+            return outcome
+        try:
+            await self._store.append_messages(
+                handle.session_id,
+                handle.run_id,
+                [message_to_dict(m) for m in outcome.messages],
+            )
+        except Exception:
+            logger.exception("could not store the run's messages", extra={"run_id": handle.run_id})
+            return Outcome.failed(
+                "internal", "the run completed but its messages could not be stored"
+            )
+        return outcome
+
+    async def outcome(self, handle: RunHandle, outcome: Outcome, stored: bool) -> None:
+        """Store how the run ended; a failure is logged, not raised."""
+        if not stored:
+            return
+        try:
+            await self._store.update_run(
+                handle.run_id,
+                status=outcome.status,
+                output=outcome.output,
+                error=outcome.error,
+                usage=handle.usage.to_dict(),
+            )
+        except Exception:
+            logger.exception("could not store the run's outcome", extra={"run_id": handle.run_id})
+
+    async def not_started(self, handle: RunHandle) -> None:
+        """A start undone after its record was written: the record says so."""
+        if await self.stored(handle):
+            with contextlib.suppress(Exception):
+                await self._store.update_run(
+                    handle.run_id,
+                    status="failed",
+                    error={"code": "internal", "message": "the run could not be started"},
+                )

@@ -1,0 +1,188 @@
+"""Admission and start: a slot, the session, its lease, the run's record and log, its task.
+
+::
+
+    start()
+      admit:   admission ticket (in memory, so a 429 costs nothing) → session (store)
+               → session lock (bus; 409 if held) → the run's handle
+      launch:  wait for a slot (unless background) → record (beside the start) → event log
+               → route → the run's task (``Driver.execute``)
+      answer once the record is stored
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.admission import AdmissionRejected, Ticket
+from app.agents import AgentProfile
+from app.errors import Draining, NotFound, Overloaded, ServiceError, SessionBusy
+from app.runs.context import RunContext
+from app.runs.driver import Driver
+from app.runs.finalize import Finalizer
+from app.runs.handle import RunHandle, RunRequestOptions, new_run_id, now
+from app.runs.records import RunRecords
+from app.runs.routing import Routing
+from app.storage import SessionOwnedByOther
+
+__all__ = ["Starter"]
+
+logger = logging.getLogger("app.runs")
+
+_RETRY_AFTER_BUSY = 1.0
+_RETRY_AFTER_DRAINING = 5.0
+
+
+class Starter:
+    """Admits and starts this worker's runs."""
+
+    def __init__(
+        self,
+        context: RunContext,
+        records: RunRecords,
+        driver: Driver,
+        finalizer: Finalizer,
+        routing: Routing,
+    ) -> None:
+        self._context = context
+        self._records = records
+        self._driver = driver
+        self._finalizer = finalizer
+        self._routing = routing
+
+    def profile(self, name: str) -> AgentProfile:
+        """The configured agent ``name``; ``NotFound`` if there is none."""
+        profiles = self._context.profiles
+        profile = profiles.get(name)
+        if profile is None:
+            raise NotFound(f"no agent {name!r}; configured: {', '.join(sorted(profiles))}")
+        return profile
+
+    async def start(self, principal: str, session_id: str, options: RunRequestOptions) -> RunHandle:
+        """Admit and start a run (see ``RunManager.start``)."""
+        context = self._context
+        profile = self.profile(options.agent)
+        if context.draining:
+            context.reject("draining")
+            raise draining_problem()
+        # admission first: it is in memory, so a refused request (429) costs no storage write
+        # and leaves no session behind, which keeps refusals fast under overload
+        try:
+            ticket = context.admission.reserve(principal)
+        except AdmissionRejected as exc:
+            context.reject(exc.reason)
+            raise admission_problem(exc) from None
+        try:
+            handle = await self._admit(principal, session_id, profile, options, ticket)
+        except BaseException:
+            ticket.release()
+            raise
+        context.hold(handle)
+        try:
+            recorded = await self._launch(handle)
+        except BaseException:
+            await self._finalizer.abandon(handle)
+            raise
+        handle.task = context.spawn(self._driver.execute(handle), handle.run_id)
+        try:
+            await asyncio.shield(recorded)
+        except asyncio.CancelledError:
+            # the request went away
+            self._routing.cancel_local(handle.run_id, "client_disconnected")
+            raise
+        except BaseException:
+            # not stored (session deleted meanwhile, or the store failed): nobody will learn
+            # this run's id, so end it; it stores nothing more (see RunRecords.stored)
+            self._routing.cancel_local(handle.run_id, "cancel_requested")
+            raise
+        logger.info(
+            "run accepted",
+            extra={
+                "run_id": handle.run_id,
+                "session_id": session_id,
+                "principal": principal,
+                "agent": profile.name,
+                "status": handle.status,
+                **({"input": options.input} if context.debug else {}),
+            },
+        )
+        return handle
+
+    async def _admit(
+        self,
+        principal: str,
+        session_id: str,
+        profile: AgentProfile,
+        options: RunRequestOptions,
+        ticket: Ticket,
+    ) -> RunHandle:
+        """The session (created on first use) and its lock: the run's handle, or an error."""
+        context = self._context
+        try:
+            session = await context.store.get_or_create_session(session_id, principal)
+        except SessionOwnedByOther:
+            raise NotFound(f"no session {session_id!r}") from None
+        run_id = new_run_id()
+        lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
+        if lease is None:
+            context.reject("session_busy")
+            active = await context.bus.locks.holder(session_id)
+            if active is not None and not active.startswith("run_"):
+                active = None  # held for a moment by a deletion or the lost-run sweep
+            raise SessionBusy(
+                f"session {session_id!r} already has an active run; wait for it to finish "
+                "or cancel it",
+                extra={"active_run_id": active},
+            )
+        handle = RunHandle(run_id, session_id, principal, profile, options, lease, ticket)
+        handle.history_size = session.message_count
+        return handle
+
+    async def _launch(self, handle: RunHandle) -> asyncio.Task[None]:
+        """Wait for a slot (unless background), then record the run and open its log; the
+        record's write, still going on."""
+        context = self._context
+        ticket = handle.ticket
+        if not handle.options.background and not ticket.granted:
+            try:
+                await ticket.wait(context.queue_timeout)
+            except AdmissionRejected as exc:
+                if exc.reason != "aborted":
+                    context.reject(exc.reason)
+                    raise admission_problem(exc) from None
+                # cancelled while queued: start, and end at once as cancelled
+        if ticket.granted:
+            handle.status = "running"
+            handle.started_at = now()
+        recorded = self._records.create(handle)
+        await context.events.create(
+            handle.run_id, session_id=handle.session_id, fence=handle.lease.token
+        )
+        await context.bus.router.register(handle.run_id, handle.session_id)
+        return recorded
+
+    def shed(self) -> ServiceError | None:
+        """The 429 any new run gets right now, whoever asks (counted as a rejection); else
+        None. Cheap enough to ask before a request is even parsed."""
+        context = self._context
+        admission = context.admission
+        if context.draining or admission.closed_reason is not None or not admission.full:
+            return None
+        context.reject("overloaded")
+        return admission_problem(admission.overloaded())
+
+
+def draining_problem() -> ServiceError:
+    """The answer to a run start while this worker drains."""
+    return Draining(
+        "this server is shutting down and takes no new runs; retry on another instance",
+        retry_after=_RETRY_AFTER_DRAINING,
+    )
+
+
+def admission_problem(exc: AdmissionRejected) -> ServiceError:
+    """The answer to a run start that admission refused."""
+    if exc.reason == "draining":
+        return draining_problem()
+    return Overloaded(str(exc), retry_after=_RETRY_AFTER_BUSY)

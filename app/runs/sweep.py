@@ -1,0 +1,197 @@
+"""Runs no worker holds any more: the lost-run sweep (shared bus), and recovery at start (one
+worker, no shared bus).
+
+A worker that dies stops renewing its leases; once one lapses, any worker's sweep takes the
+session's lock (a higher fencing token than the lost worker's) and gives the run one end, the
+same in its log and in the store (``settle``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import Any
+
+from app.bus.base import BusError, LogNotFound, WireEvent
+from app.runs.context import RunContext
+from app.wire import WireEncoder
+
+__all__ = ["LostRunSweep"]
+
+logger = logging.getLogger("app.runs")
+
+
+class LostRunSweep:
+    """Ends the runs whose worker is gone."""
+
+    def __init__(self, context: RunContext) -> None:
+        self._context = context
+
+    async def recover(self) -> int:
+        """Fail runs a previous process left unfinished (one worker, no shared bus only)."""
+        context = self._context
+        store = context.store
+        count = 0
+        for record in await store.list_unfinished_runs():
+            if record.run_id in context.runs:
+                continue
+            await store.update_run(
+                record.run_id,
+                status="failed",
+                error={
+                    "code": "worker_lost",
+                    "message": "the server stopped before this run finished",
+                },
+            )
+            count += 1
+        if count:
+            logger.warning("marked runs of a previous process as lost", extra={"count": count})
+        return count
+
+    async def reap_lost_runs(self, *, from_store: bool = True) -> int:
+        """End the runs whose worker no longer holds their session's lease.
+
+        Candidates: unsealed logs whose run no worker holds (on a bus that lists them, every
+        round) and the store's unfinished runs (``from_store``). For each, take the session's
+        lock (a higher fencing token than the lost worker's), then make the log and the store
+        agree on one end (``settle``). Returns how many runs were failed as ``worker_lost``.
+        Only meaningful with a shared bus, where leases expire when a worker dies.
+        """
+        context = self._context
+        runs = context.runs
+        candidates: dict[str, str] = {}
+        # this worker's runs while the candidates are listed: listed as unfinished, they were
+        # running here, so they are not lost (each ends through its finalize, here). Skipping
+        # them without a look keeps a round cheap where most runs are local, and a run of ours
+        # that ended since does not cost its reads (a later round still sees a record left
+        # unfinished, by a store outage, once the run is no longer ours)
+        ours = set(runs)
+        orphans = getattr(context.events, "orphans", None)
+        if callable(orphans):
+            candidates.update(await orphans())
+        if from_store:
+            for record in await context.store.list_unfinished_runs():
+                candidates.setdefault(record.run_id, record.session_id)
+        ours.update(runs)
+        locks = context.bus.locks
+        reaped = 0
+        for run_id, session_id in candidates.items():
+            if run_id in ours or run_id in runs:
+                continue
+            if await locks.holder(session_id) == run_id:
+                continue  # its worker still renews the lease
+            if await self._ended(run_id):
+                # it ended where it ran since the candidates were listed (its lock released
+                # after both of these): taking the lock now would only make a client's next
+                # run in the session find it busy
+                continue
+            reaper = f"reaper_{secrets.token_hex(8)}"
+            lease = await locks.acquire(session_id, reaper, context.lease_ttl)
+            if lease is None:
+                continue  # the session is busy again; a later round decides
+            try:
+                if await self.settle(run_id, session_id, lease.token):
+                    reaped += 1
+            finally:
+                await locks.release(lease)
+        return reaped
+
+    async def _ended(self, run_id: str) -> bool:
+        """True if nothing is left to settle: the run's record (if any) is finished and its log
+        (if any is left) holds its end."""
+        record = await self._context.store.get_run(run_id)
+        if record is not None and not record.is_finished:
+            return False
+        kept, end = await self._log_end(run_id)
+        # no log left (expired, even while it was being read, or never made): nothing to end
+        return not kept or end is not None
+
+    async def settle(self, run_id: str, session_id: str, fence: int) -> bool:
+        """Give a run that no worker holds one end, the same in its log and in the store.
+
+        Lost mid-way: ``run.failed`` (``worker_lost``) in both, so its readers get their
+        terminal event. Its worker died between storing the end and appending it: that end
+        is appended; the reverse (the store was unreachable): the logged end is stored. True
+        if the run was failed as lost.
+        """
+        store = self._context.store
+        record = await store.get_run(run_id)
+        _, logged = await self._log_end(run_id)
+        if logged is not None:
+            if record is not None and not record.is_finished:
+                data = logged.document["data"]
+                if logged.type == "run.completed":
+                    await store.update_run(
+                        run_id,
+                        status="completed",
+                        output=data.get("output"),
+                        usage=data.get("usage"),
+                    )
+                elif logged.type == "run.failed":
+                    await store.update_run(run_id, status="failed", error=data.get("error"))
+                else:
+                    await store.update_run(run_id, status="cancelled")
+            return False
+        if record is not None and record.is_finished:
+            if record.status == "completed":
+                completed = {"output": record.output, "usage": record.usage or {}}
+                await self._append_end(run_id, session_id, "run.completed", completed, fence)
+            elif record.status == "failed":
+                await self._append_end(
+                    run_id, session_id, "run.failed", {"error": record.error}, fence
+                )
+            else:  # the reason of a cancellation is not stored
+                await self._append_end(
+                    run_id, session_id, "run.cancelled", {"reason": "shutdown"}, fence
+                )
+            return False
+        error = {
+            "code": "worker_lost",
+            "message": "the worker running this run stopped before it finished",
+        }
+        # stored first: a reader that gets the terminal event finds the run ended
+        if record is not None:
+            await store.update_run(run_id, status="failed", error=error)
+        await self._append_end(run_id, session_id, "run.failed", {"error": error}, fence)
+        logger.warning("run lost with its worker", extra={"run_id": run_id})
+        return True
+
+    async def _log_end(self, run_id: str) -> tuple[bool, WireEvent | None]:
+        """Whether the run's log is still kept, and its terminal event if it has one.
+
+        A sealed log expires its TTL after the run's end, possibly between two of these reads:
+        a log found gone at any of them counts as not kept, never as one without an end.
+        """
+        events = self._context.events
+        last = await events.last_seq(run_id)
+        if last is None:
+            return False, None
+        if last == 0:
+            return True, None
+        try:
+            subscription = await events.subscribe(run_id, after=last - 1)
+        except LogNotFound:
+            return False, None
+        try:
+            async with asyncio.timeout(10):
+                batch = await subscription.next()
+        finally:
+            await subscription.aclose()
+        if batch and batch[-1].terminal:
+            return True, batch[-1]
+        return True, None
+
+    async def _append_end(
+        self, run_id: str, session_id: str, type_: str, data: dict[str, Any], fence: int
+    ) -> None:
+        events = self._context.events
+        last = await events.last_seq(run_id)
+        if last is None:
+            return  # no log (never created, or expired): the store alone tells
+        wire = WireEncoder(run_id, session_id).encode(last + 1, type_, time.time(), data)
+        try:
+            await events.append(run_id, wire, fence=fence)
+        except BusError:
+            logger.warning("could not end a lost run's log", extra={"run_id": run_id})
