@@ -61,7 +61,7 @@ async def test_example_runs(index: int, monkeypatch: pytest.MonkeyPatch) -> None
         namespace: dict[str, Any] = {"__name__": "docs_example"}
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            pending = eval(code, namespace)  # noqa: S307 - the document's own example
+            pending = eval(code, namespace)  # the document's own example
             if pending is not None:
                 await pending
         assert out.getvalue().strip(), "an example should say what it did"
