@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.responses import JSONResponse, Response
 
 from agent_runtime.capabilities import Images, Video, embed, rerank
@@ -41,6 +42,21 @@ _PROBLEMS: dict[int | str, dict[str, Any]] = {
 }
 
 _MAX_INPUTS = 2048
+
+
+class _MediaJobId(Convertor[str]):
+    """A media job id in a path, so that ``/v1/media/images`` is never read as a job's id."""
+
+    regex = "media_[0-9a-f]{32}"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("media_job", _MediaJobId())
 
 
 class EmbeddingsRequest(BaseModel):
@@ -117,7 +133,8 @@ def _media(services: Services) -> MediaJobs:
 @router.post(
     "/openai/v1/embeddings",
     summary="Create embeddings (OpenAI)",
-    responses=_PROBLEMS,
+    # the OpenAI API reference documents it, errors in OpenAI's shape (not problems) included
+    include_in_schema=False,
 )
 async def create_embeddings(
     body: EmbeddingsRequest, principal: Principal, services: ServicesDep
@@ -254,14 +271,16 @@ def _view(record: MediaJobRecord) -> dict[str, Any]:
     return view
 
 
-@router.get("/v1/media/{job_id}", summary="A media job's status and result", responses=_PROBLEMS)
+@router.get(
+    "/v1/media/{job_id:media_job}", summary="A media job's status and result", responses=_PROBLEMS
+)
 async def get_media_job(job_id: str, principal: Principal, services: ServicesDep) -> Response:
     """The job's status, progress, and (once completed) its result."""
     return JSONResponse(_view(_media(services).get(job_id, principal)))
 
 
 @router.get(
-    "/v1/media/{job_id}/content",
+    "/v1/media/{job_id:media_job}/content",
     summary="A completed media job's bytes",
     responses={200: {"content": {"image/png": {}, "video/mp4": {}}}, **_PROBLEMS},
 )
@@ -286,7 +305,7 @@ async def get_media_content(
 
 
 @router.post(
-    "/v1/media/{job_id}/cancel",
+    "/v1/media/{job_id:media_job}/cancel",
     summary="Cancel a media job",
     responses={202: {"description": "cancelling"}, **_PROBLEMS},
 )
