@@ -23,7 +23,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from .bindings import ModelBinding, ModelBindings
 from .capabilities.agent_calls import CapabilityCalls
@@ -105,7 +105,9 @@ class AgentRunConfig:
 
 @dataclass(eq=False, slots=True)
 class AgentState:
-    """The state of one run. ``messages`` is the conversation as the model last saw it."""
+    """The state of one run. ``messages`` is the conversation as the model last saw it;
+    ``added`` what this run added to it so far (its prompt first); ``partial`` the text of the
+    model call in flight; ``approvals`` the decision on each ``ask`` call, by call id."""
 
     run_id: str = ""
     session_id: str = ""
@@ -115,6 +117,34 @@ class AgentState:
     usage: Usage = field(default_factory=Usage)
     consecutive_tool_errors: int = 0
     error: BaseException | None = None
+    added: list[Message] = field(default_factory=list)
+    partial: list[str] = field(default_factory=list)
+    approvals: dict[str, Literal["approved", "denied"]] = field(default_factory=dict)
+
+    def stopped_messages(self) -> list[Message]:
+        """What the run added, as far as it got, as a conversation that can be carried on.
+
+        The text of a model call cut short becomes an assistant message of its own, and a tool
+        call that had not returned gets an error result (``CANCELLED_CALL``), so every call in
+        the list has its result, as every provider requires.
+        """
+        messages = list(self.added)
+        if self.partial:
+            messages.append(AssistantMessage("".join(self.partial)))
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        for message in list(messages):
+            if isinstance(message, AssistantMessage):
+                for call in message.tool_calls:
+                    if call.id not in answered:
+                        messages.append(
+                            ToolMessage(call.id, call.name, f"Error: {CANCELLED_CALL}", True)
+                        )
+        return messages
+
+
+CANCELLED_CALL = "the run was cancelled before this call returned"
+"""The error result a cancelled run's unfinished tool call gets in ``run.cancelled``'s
+``messages`` (after ``"Error: "``, as every failed call's result reads)."""
 
 
 @dataclass(slots=True)
@@ -711,6 +741,8 @@ class AgentCore(CapabilityCalls):
                     AgentEventType.RUN_CANCELLED,
                     context.run_id,
                     context.session_id,
+                    usage=state.usage,
+                    messages=state.stopped_messages(),
                     reason=reason,
                 )
             )
@@ -758,7 +790,8 @@ class AgentCore(CapabilityCalls):
             history = []
         user = UserMessage(prompt)
         state.messages = [*history, user]
-        new_messages: list[Message] = [user]
+        new_messages = state.added
+        new_messages.append(user)
         primary = self.bindings.llm[0]
         await channel.put(
             AgentEvent(
@@ -836,6 +869,7 @@ class AgentCore(CapabilityCalls):
         run_id = context.run_id
         session_id = context.session_id
         last_error: ProviderError | None = None
+        partial = context.state.partial
         for binding in self.bindings.llm:
             attempt = 0
             while True:
@@ -854,6 +888,7 @@ class AgentCore(CapabilityCalls):
                                 if kind is ModelEventKind.TEXT:
                                     if item.delta:
                                         emitted = True
+                                        partial.append(item.delta)
                                         await channel.put(
                                             AgentEvent(
                                                 AgentEventType.TEXT_DELTA,
@@ -887,15 +922,24 @@ class AgentCore(CapabilityCalls):
                         extra={"run_id": run_id, "model": binding.model, "status": exc.status_code},
                     )
                     break
+                # the answer is whole: it joins the conversation, its text is no longer partial
+                partial.clear()
                 if response.usage is not None:
-                    context.state.usage.add(response.usage)
+                    # the binding that answered, which after a failover is not the primary
+                    usage = Usage(
+                        response.usage.input_tokens,
+                        response.usage.output_tokens,
+                        response.usage.model or binding.model,
+                    )
+                    context.state.usage.add(usage)
                     await channel.put(
                         AgentEvent(
                             AgentEventType.USAGE,
                             run_id,
                             session_id,
                             model_call_id,
-                            usage=response.usage,
+                            usage=usage,
+                            model=usage.model,
                         )
                     )
                 return response
@@ -951,6 +995,7 @@ class AgentCore(CapabilityCalls):
             return f"tool {call.name!r} is not allowed by policy"
         if policy is ToolPolicy.ASK:
             approved, reason = await self._ask(context, call)
+            context.state.approvals[call.id] = "approved" if approved else "denied"
             if not approved:
                 return reason or f"the call to {call.name!r} was denied"
         return found
@@ -1005,7 +1050,8 @@ class AgentCore(CapabilityCalls):
             )
         )
         content = f"Error: {outcome_error}" if is_error else self._executor.render(result)
-        return ToolMessage(call.id, call.name, content, is_error)
+        approval = context.state.approvals.get(call.id)
+        return ToolMessage(call.id, call.name, content, is_error, approval=approval)
 
     async def _notify_cancelled(self, context: AgentRunContext, reason: str) -> None:
         notice = RunCancelledEvent(reason)

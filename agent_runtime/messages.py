@@ -55,13 +55,18 @@ class AssistantMessage:
 
 @dataclass(slots=True)
 class ToolMessage:
-    """The result of one tool call, as the model will read it."""
+    """The result of one tool call, as the model will read it.
+
+    ``approval`` is ``"approved"`` or ``"denied"`` for a call that needed a person's approval
+    (policy ``ask``), else None. Models never see it; front ends show it.
+    """
 
     tool_call_id: str
     name: str
     content: str
     is_error: bool = False
     role: Literal["tool"] = "tool"
+    approval: Literal["approved", "denied"] | None = None
 
 
 Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolMessage
@@ -77,13 +82,16 @@ def message_to_dict(message: Message) -> dict[str, Any]:
             ]
         return data
     if isinstance(message, ToolMessage):
-        return {
+        data = {
             "role": "tool",
             "tool_call_id": message.tool_call_id,
             "name": message.name,
             "content": message.content,
             "is_error": message.is_error,
         }
+        if message.approval is not None:
+            data["approval"] = message.approval
+        return data
     return {"role": message.role, "content": message.content}
 
 
@@ -102,11 +110,13 @@ def message_from_dict(data: dict[str, Any]) -> Message:
         content = data.get("content")
         return AssistantMessage(None if content is None else str(content), calls)
     if role == "tool":
+        approval = data.get("approval")
         return ToolMessage(
             str(data["tool_call_id"]),
             str(data.get("name") or ""),
             str(data.get("content") or ""),
             bool(data.get("is_error", False)),
+            approval=approval if approval in ("approved", "denied") else None,
         )
     raise ValueError(f"unknown message role: {role!r}")
 

@@ -67,20 +67,33 @@ class ToolSpec:
 
 @dataclass(slots=True)
 class Usage:
-    """Token counts of one model call, or summed over a run."""
+    """Token counts of one model call, or summed over a run.
+
+    ``model`` names the model that answered the call (a fallback binding's when the primary
+    failed over); in a run's total it is the model of the latest call.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    model: str | None = None
 
     def add(self, other: Usage | None) -> None:
-        """Add another call's counts to these."""
+        """Add another call's counts to these (and take its model, when it names one)."""
         if other is not None:
             self.input_tokens += other.input_tokens
             self.output_tokens += other.output_tokens
+            if other.model is not None:
+                self.model = other.model
 
-    def to_dict(self) -> dict[str, int]:
-        """The JSON form used on the wire."""
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form used on the wire; ``model`` only when known."""
+        data: dict[str, Any] = {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+        }
+        if self.model is not None:
+            data["model"] = self.model
+        return data
 
 
 @dataclass(slots=True)

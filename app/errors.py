@@ -11,6 +11,7 @@ contract; the HTTP status belongs to the edge::
      ├── Unauthorized        unauthorized: no key, or not a valid one
      ├── SessionBusy         session_busy: the session already has an active run
      ├── NotAccepted         not_accepted: an answer nobody was waiting for
+     ├── Conflict            the request no longer fits the resource's state (turn_not_latest)
      ├── Overloaded          overloaded: no slot and no room in the queue (retry later)
      ├── Draining            draining: this worker is shutting down (retry elsewhere)
      ├── Unavailable         unavailable: a dependency cannot be reached, or not ready yet
@@ -23,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 __all__ = [
+    "Conflict",
     "Draining",
     "InvalidRequest",
     "NotAccepted",
@@ -90,6 +92,12 @@ class NotAccepted(ServiceError):
     """An answer that no waiting run took."""
 
     code = "not_accepted"
+
+
+class Conflict(ServiceError):
+    """The request was made against a state that has changed (a turn that is no longer last)."""
+
+    code = "conflict"
 
 
 class Overloaded(ServiceError):

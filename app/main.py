@@ -18,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from app.api import capabilities, external_events, health, runs, sessions
+from app.api.docs import DOCS_PATHS, install_docs
 from app.api.errors import CatchAllMiddleware, install_error_handlers
 from app.api.openapi import install_openapi
 from app.auth import Authenticator
@@ -25,6 +26,7 @@ from app.lifespan import make_lifespan
 from app.logs import configure_logging
 from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, LoadShedMiddleware
+from app.security import SecurityHeadersMiddleware
 from app.settings import Settings
 
 __all__ = ["UI_DIR", "create_app"]
@@ -44,7 +46,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         version=VERSION,
         summary="An agent runtime served over HTTP and Server-Sent Events.",
         lifespan=make_lifespan(settings, metrics),
-        docs_url="/docs",
+        docs_url=None,  # served offline by install_docs
         redoc_url=None,
     )
     app.state.settings = settings
@@ -60,6 +62,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.include_router(capabilities.router)
     if settings.debug_endpoints:
         app.include_router(health.debug_router)
+    install_docs(app)
     # the browser UI: "/" is index.html; anything not matched above falls through to it
     app.router.routes.append(_UIMount("/", app=_UIFiles(directory=UI_DIR, html=True), name="ui"))
 
@@ -72,11 +75,17 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         app.add_middleware(
             CORSMiddleware,
             allow_origins=origins,
-            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             expose_headers=["X-Run-Id", "Retry-After", "Location"],
             max_age=600,
         )
+    # outermost: every answer carries them, errors and CORS preflights included
+    app.add_middleware(
+        SecurityHeadersMiddleware,
+        frame_ancestors=settings.frame_ancestors,
+        docs_paths=DOCS_PATHS,
+    )
     return app
 
 

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     """Path of a TOML file defining agents (see docs/api.md, "Agents")."""
     max_body_bytes: Annotated[int, Field(ge=1)] = 1_048_576
     cors_origins: str = ""
+    frame_ancestors: str = ""
+    """Origins allowed to frame the UI (CSP ``frame-ancestors`` sources, space- or
+    comma-separated); empty: none may (``frame-ancestors 'none'``, ``X-Frame-Options: DENY``)."""
 
     # --- service tuning ---------------------------------------------------------------------
     demo_token_delay: Annotated[float, Field(ge=0)] = 0.02
@@ -110,6 +113,19 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("AGENT_MODEL is empty; use demo, openai:MODEL, anthropic:MODEL")
         return value
+
+    @field_validator("frame_ancestors")
+    @classmethod
+    def _source_list(cls, value: str) -> str:
+        sources = value.replace(",", " ").split()
+        for source in sources:
+            # a CSP source expression: printable ASCII without the directive separator
+            if not source.isascii() or not source.isprintable() or ";" in source:
+                raise ValueError(
+                    f"AGENT_FRAME_ANCESTORS: {source!r} is not a CSP source (use origins like "
+                    "https://portal.example.com, or 'self', separated by spaces)"
+                )
+        return " ".join(sources)
 
     @field_validator("redis_url", "config")
     @classmethod

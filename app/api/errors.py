@@ -78,6 +78,8 @@ _STATUS_BY_CODE: dict[str, int] = {
     "unauthorized": 401,
     "session_busy": 409,
     "not_accepted": 409,
+    "conflict": 409,
+    "turn_not_latest": 409,
     "idempotency_key_in_flight": 409,
     "overloaded": 429,
     "budget_exceeded": 429,

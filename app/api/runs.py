@@ -75,6 +75,7 @@ async def start_run(
         run_timeout=body.run_timeout,
         max_iterations=body.max_iterations,
         metadata=body.metadata or {},
+        replaces=body.replaces,
     )
     handle = await manager.start(principal, session_id, options)
     run_id = handle.run_id

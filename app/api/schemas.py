@@ -21,7 +21,9 @@ __all__ = [
     "RunView",
     "SessionId",
     "SessionList",
+    "SessionPatch",
     "SessionView",
+    "TurnRun",
 ]
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -84,6 +86,15 @@ class RunRequest(BaseModel):
     )
     max_iterations: int | None = Field(None, ge=1, le=1000, description="Model calls at most.")
     metadata: dict[str, Any] | None = Field(None, description="Stored with the run.")
+    replaces: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="The id of the session's latest run: this run takes the place of its turn "
+        "(regenerate, or edit and resend). That turn is removed from the conversation before "
+        "this run reads it; 409 `turn_not_latest` when the run is not the session's latest "
+        "(the conversation moved on), 404 when it is no run of the session.",
+    )
 
     # JSON's own types only: pydantic would read "yes" or 0 as a bool and "3" as a number,
     # which the schema says are errors (an integral 3.0 is a JSON integer and stays valid)
@@ -126,6 +137,9 @@ class ExternalEventRequest(BaseModel):
 class Usage(BaseModel):
     input_tokens: int
     output_tokens: int
+    model: str | None = Field(
+        None, description="The model that answered (a fallback's, after a failover)."
+    )
 
 
 class Output(BaseModel):
@@ -156,6 +170,9 @@ class RunView(RunResult):
 
     agent: str
     input: str = Field(description="The prompt the run was started with.")
+    model: str | None = Field(
+        description="The model that answered the run's latest model call, once there was one."
+    )
     created_at: str | None
     started_at: str | None
     finished_at: str | None
@@ -193,6 +210,31 @@ class SessionView(BaseModel):
     message_count: int
     last_run_id: str | None
     active_run_id: str | None
+    title: str | None = Field(
+        description="The session's first input (one line, at most 200 characters) until "
+        "renamed with PATCH; null before its first run."
+    )
+
+
+class SessionPatch(BaseModel):
+    """``PATCH /v1/sessions/{session_id}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(min_length=1, max_length=200, description="The session's new title.")
+
+    @field_validator("title", mode="after")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        line = " ".join(value.split())
+        if not line:
+            raise ValueError("must not be blank")
+        return line
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text(cls, data: Any) -> Any:
+        return _unicode_text(data)
 
 
 class SessionList(BaseModel):
@@ -214,6 +256,26 @@ class MessageView(BaseModel):
     run_id: str
     created_at: str
     role: str
+    stopped: str | None = Field(
+        None,
+        description="On every message of a stopped turn (a cancelled run's): the run.cancelled "
+        "reason. Absent otherwise. A stopped turn goes back to the model like any other.",
+    )
+    approval: Literal["approved", "denied"] | None = Field(
+        None, description="On a tool result whose call needed approval: how it was decided."
+    )
+
+
+class TurnRun(BaseModel):
+    """The run behind a stored turn: what a front end shows beside its messages."""
+
+    run_id: str
+    agent: str
+    status: RunStatusName
+    model: str | None
+    usage: Usage | None
+    created_at: str | None
+    finished_at: str | None
 
 
 class MessagesView(BaseModel):
@@ -221,6 +283,10 @@ class MessagesView(BaseModel):
 
     session_id: str
     messages: list[MessageView]
+    runs: list[TurnRun] = Field(
+        description="The runs whose messages are listed, oldest first: each turn's agent, "
+        "status, model and token usage."
+    )
 
 
 class Problem(BaseModel):

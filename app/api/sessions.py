@@ -1,4 +1,4 @@
-"""Sessions: the caller's list, a summary, the stored conversation, deletion."""
+"""Sessions: the caller's list, a summary, its title, the stored conversation, deletion."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from app.api.schemas import (
     Problem,
     SessionId,
     SessionList,
+    SessionPatch,
     SessionView,
 )
 from app.auth import principal_of
 from app.services import Services, ServicesDep
-from app.storage import SessionCursor, SessionRecord
+from app.storage import RunRecord, SessionCursor, SessionRecord
 from app.wire import iso_ms
 
 __all__ = ["router"]
@@ -60,6 +61,24 @@ def _session_view(session: SessionRecord, holder: str | None) -> dict[str, Any]:
         "message_count": session.message_count,
         "last_run_id": session.last_run_id,
         "active_run_id": _active_run(holder),
+        "title": session.title,
+    }
+
+
+def _iso(record: RunRecord, name: str) -> str | None:
+    moment = getattr(record, name)
+    return None if moment is None else iso_ms(moment.timestamp())
+
+
+def _turn_run(record: RunRecord) -> dict[str, Any]:
+    return {
+        "run_id": record.run_id,
+        "agent": record.agent,
+        "status": record.status,
+        "model": record.model,
+        "usage": record.usage,
+        "created_at": _iso(record, "created_at"),
+        "finished_at": _iso(record, "finished_at"),
     }
 
 
@@ -118,6 +137,23 @@ async def get_session(
     return JSONResponse(_session_view(session, await services.bus.locks.holder(session_id)))
 
 
+@router.patch(
+    "/v1/sessions/{session_id}",
+    summary="Rename a session",
+    response_model=SessionView,
+    responses={404: _PROBLEM, 422: _PROBLEM},
+)
+async def patch_session(
+    session_id: SessionId, body: SessionPatch, principal: Principal, services: ServicesDep
+) -> Response:
+    """Set the session's title (by default its first input)."""
+    await _owned(services, session_id, principal)
+    session = await services.store.set_title(session_id, body.title)
+    if session is None:  # deleted in between
+        raise ProblemError(404, "not_found", f"no session {session_id!r}")
+    return JSONResponse(_session_view(session, await services.bus.locks.holder(session_id)))
+
+
 @router.get(
     "/v1/sessions/{session_id}/messages",
     summary="The stored conversation",
@@ -127,9 +163,16 @@ async def get_session(
 async def get_messages(
     session_id: SessionId, principal: Principal, services: ServicesDep
 ) -> Response:
-    """Every message of the session's completed runs, oldest first."""
+    """Every message of the session's turns, oldest first (a stopped turn's marked
+    ``stopped``), and the runs behind them."""
     await _owned(services, session_id, principal)
     stored = await services.store.list_messages(session_id)
+    shown = {item.run_id for item in stored}
+    runs = (
+        [r for r in await services.store.list_runs(session_id, None) if r.run_id in shown]
+        if shown
+        else []
+    )
     messages: list[dict[str, Any]] = [
         {
             **item.message,
@@ -139,7 +182,13 @@ async def get_messages(
         }
         for item in stored
     ]
-    return JSONResponse({"session_id": session_id, "messages": messages})
+    return JSONResponse(
+        {
+            "session_id": session_id,
+            "messages": messages,
+            "runs": [_turn_run(r) for r in reversed(runs)],
+        }
+    )
 
 
 @router.delete(

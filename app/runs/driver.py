@@ -194,7 +194,11 @@ class Driver:
         if reason not in CANCEL_REASONS:
             # the runtime's own words for a cancellation we did not ask for
             reason = "shutdown" if self._context.agent_for(handle).closed else "cancel_requested"
-        return Outcome.cancelled(reason)
+        if event.usage is not None:
+            handle.usage = event.usage
+        stopped = Outcome.cancelled(reason)
+        stopped.messages = list(event.messages or ())  # the stopped turn (app.turns)
+        return stopped
 
 
 def run_options(handle: RunHandle) -> dict[str, Any]:

@@ -56,6 +56,8 @@ class RunRequestOptions:
     run_timeout: float | None = None
     max_iterations: int | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # the session's latest run, whose turn this one takes the place of (app.turns)
+    replaces: str | None = None
 
 
 @dataclass(slots=True)
@@ -178,6 +180,7 @@ class RunHandle:
             "output": self.output,
             "error": self.error,
             "usage": self.usage.to_dict(),
+            "model": self.usage.model,
             "metadata": self.metadata,
             "events_url": f"/v1/runs/{self.run_id}/events",
         }
@@ -208,6 +211,7 @@ def record_view(record: RunRecord) -> dict[str, Any]:
         "output": record.output,
         "error": record.error,
         "usage": record.usage,
+        "model": record.model,
         "metadata": record.metadata,
         "events_url": f"/v1/runs/{record.run_id}/events",
     }

@@ -10,6 +10,7 @@ from agent_runtime.messages import message_to_dict
 from app.errors import NotFound
 from app.runs.handle import Outcome, RunHandle
 from app.storage import RunRecord, RunStatus, SessionNotFound, SessionOwnedByOther, Store
+from app.turns import store_stopped_turn
 
 __all__ = ["RunRecords"]
 
@@ -76,7 +77,11 @@ class RunRecords:
             )
 
     async def messages(self, handle: RunHandle, outcome: Outcome, stored: bool) -> Outcome:
-        """Store a completed run's messages; the outcome to report (failed if they were not)."""
+        """Store a completed run's messages, or a cancelled run's stopped turn
+        (``app.turns``); the outcome to report (failed if a completed run's were not)."""
+        if stored and outcome.status == "cancelled":
+            await self._stopped_turn(handle, outcome)
+            return outcome
         if not (stored and outcome.status == "completed" and outcome.messages):
             return outcome
         try:
@@ -92,6 +97,19 @@ class RunRecords:
             )
         return outcome
 
+    async def _stopped_turn(self, handle: RunHandle, outcome: Outcome) -> None:
+        try:
+            await store_stopped_turn(
+                self._store,
+                handle.session_id,
+                handle.run_id,
+                handle.input,
+                outcome.messages,
+                outcome.data["reason"],
+            )
+        except Exception:
+            logger.exception("could not store the stopped turn", extra={"run_id": handle.run_id})
+
     async def outcome(self, handle: RunHandle, outcome: Outcome, stored: bool) -> None:
         """Store how the run ended; a failure is logged, not raised."""
         if not stored:
@@ -103,6 +121,7 @@ class RunRecords:
                 output=outcome.output,
                 error=outcome.error,
                 usage=handle.usage.to_dict(),
+                model=handle.usage.model,
             )
         except Exception:
             logger.exception("could not store the run's outcome", extra={"run_id": handle.run_id})

@@ -25,6 +25,7 @@ from app.runs.handle import RunHandle, RunRequestOptions, new_run_id, now
 from app.runs.records import RunRecords
 from app.runs.routing import Routing
 from app.storage import SessionOwnedByOther
+from app.turns import remove_replaced_turn
 
 __all__ = ["Starter"]
 
@@ -135,6 +136,12 @@ class Starter:
                 "or cancel it",
                 extra={"active_run_id": active},
             )
+        if options.replaces is not None:  # regenerate / edit: under the session's lock
+            try:
+                await remove_replaced_turn(context.store, session_id, options.replaces)
+            except BaseException:
+                await context.bus.locks.release(lease)
+                raise
         handle = RunHandle(run_id, session_id, principal, profile, options, lease, ticket)
         handle.history_size = session.message_count
         return handle

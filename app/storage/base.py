@@ -27,6 +27,7 @@ from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol, TypeVa
 
 __all__ = [
     "TERMINAL_STATUSES",
+    "TITLE_MAX_CHARS",
     "UNFINISHED_STATUSES",
     "JSONObject",
     "RunAlreadyExists",
@@ -42,6 +43,7 @@ __all__ = [
     "StorageUnavailable",
     "Store",
     "StoredMessage",
+    "title_of",
 ]
 
 JSONObject = dict[str, Any]
@@ -152,6 +154,7 @@ class SessionRecord:
     updated_at: datetime
     message_count: int = 0
     last_run_id: str | None = None
+    title: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +195,8 @@ class StoredMessage:
 class RunRecord:
     """One run: what was asked, where it stands, and how it ended.
 
-    `error` is `{"code": ..., "message": ...}` for a failed run.
+    `error` is `{"code": ..., "message": ...}` for a failed run. `model` is the model that
+    answered its latest model call (a fallback's, after a failover), once there was one.
     """
 
     run_id: str
@@ -208,6 +212,7 @@ class RunRecord:
     error: JSONObject | None = None
     usage: JSONObject | None = None
     metadata: JSONObject = field(default_factory=dict)
+    model: str | None = None
 
     def __post_init__(self) -> None:
         require_status(self.status)
@@ -246,6 +251,18 @@ def decode_json(text: str) -> JSONObject:
 
 def decode_optional_json(text: str | None) -> JSONObject | None:
     return None if text is None else decode_json(text)
+
+
+TITLE_MAX_CHARS: Final = 200
+"""The longest session title a store keeps (a longer first input is cut, with an ellipsis)."""
+
+
+def title_of(text: str) -> str | None:
+    """A session's title from its first input: one line, at most ``TITLE_MAX_CHARS``."""
+    line = " ".join(text.split())
+    if len(line) > TITLE_MAX_CHARS:
+        line = line[: TITLE_MAX_CHARS - 1].rstrip() + "…"
+    return line or None
 
 
 def message_role(index: int, message: Mapping[str, Any]) -> str:
@@ -368,6 +385,13 @@ class Store(Protocol):
         """
         ...
 
+    async def set_title(self, session_id: str, title: str) -> SessionRecord | None:
+        """Set the session's title (`updated_at` stays); the session, or None if there is none.
+
+        A session is titled by its first run's input (`create_run`) until this renames it.
+        """
+        ...
+
     # messages
 
     async def list_messages(self, session_id: str) -> list[StoredMessage]:
@@ -385,12 +409,22 @@ class Store(Protocol):
         """
         ...
 
+    async def remove_last_turn(self, session_id: str, run_id: str) -> bool:
+        """Remove the run's messages if they end the conversation, in one transaction.
+
+        True if they were removed (or the run stored none); False, removing nothing, when
+        another run's messages come after them. Updates `message_count`, `last_run_id` (the
+        run that now ends the conversation) and `updated_at`.
+        """
+        ...
+
     # runs
 
     async def create_run(self, run: RunRecord) -> None:
         """Store a new run of an existing session owned by `run.principal`.
 
-        Raises `SessionNotFound`, `SessionOwnedByOther` or `RunAlreadyExists`.
+        A session without a title takes `title_of(run.input)`. Raises `SessionNotFound`,
+        `SessionOwnedByOther` or `RunAlreadyExists`.
         """
         ...
 
@@ -404,6 +438,7 @@ class Store(Protocol):
         usage: Mapping[str, Any] | None = None,
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
+        model: str | None = None,
     ) -> RunRecord:
         """Move a run to `status` and return the run as stored afterwards.
 
@@ -418,8 +453,8 @@ class Store(Protocol):
         """The run, or None. The caller checks `principal`."""
         ...
 
-    async def list_runs(self, session_id: str, limit: int = 20) -> list[RunRecord]:
-        """The session's most recent runs, newest first."""
+    async def list_runs(self, session_id: str, limit: int | None = 20) -> list[RunRecord]:
+        """The session's most recent runs, newest first; all of them with `limit=None`."""
         ...
 
     async def list_unfinished_runs(self) -> list[RunRecord]:

@@ -45,6 +45,7 @@ from app.storage.base import (
     finish_on_cancel,
     message_role,
     run_update_stamps,
+    title_of,
     utcnow,
 )
 
@@ -94,6 +95,11 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # its advisory lock) is what keeps workers starting together from migrating twice. IF NOT
     # EXISTS: on a large table an operator builds it CONCURRENTLY beforehand (docs/deploy.md).
     ("CREATE INDEX IF NOT EXISTS sessions_by_principal ON sessions (principal, updated_at, id)",),
+    # 3: a session's own title; the model that answered a run
+    (
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS title text",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS model text",
+    ),
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
@@ -101,11 +107,11 @@ SCHEMA_VERSION: Final = len(_MIGRATIONS)
 # in the same database. Taken inside the migration transaction, it is released at commit.
 _MIGRATION_LOCK_KEY: Final = 0x6167_656E_7473_746F  # "agentsto"
 
-_SESSION_COLUMNS: Final = "id, principal, created_at, updated_at, message_count, last_run_id"
+_SESSION_COLUMNS: Final = "id, principal, created_at, updated_at, message_count, last_run_id, title"
 _MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
-    " input, output, error, usage, metadata"
+    " input, output, error, usage, metadata, model"
 )
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 
@@ -170,6 +176,7 @@ def _session(row: asyncpg.Record) -> SessionRecord:
         updated_at=row["updated_at"],
         message_count=row["message_count"],
         last_run_id=row["last_run_id"],
+        title=row["title"],
     )
 
 
@@ -199,6 +206,7 @@ def _run(row: asyncpg.Record) -> RunRecord:
         error=decode_optional_json(row["error"]),
         usage=decode_optional_json(row["usage"]),
         metadata=decode_json(row["metadata"]),
+        model=row["model"],
     )
 
 
@@ -392,6 +400,17 @@ class PostgresStore(BackgroundOperations):
                 )
         return [_session(row) for row in rows]
 
+    @finish_on_cancel
+    async def set_title(self, session_id: str, title: str) -> SessionRecord | None:
+        """Set the session's title; see `Store.set_title`."""
+        async with self._connection() as conn:
+            row = await conn.fetchrow(
+                f"UPDATE sessions SET title = $2 WHERE id = $1 RETURNING {_SESSION_COLUMNS}",
+                session_id,
+                title,
+            )
+        return None if row is None else _session(row)
+
     # --- messages -------------------------------------------------------------------------
 
     @finish_on_cancel
@@ -436,6 +455,47 @@ class PostgresStore(BackgroundOperations):
                 rows,
             )
 
+    @finish_on_cancel
+    async def remove_last_turn(self, session_id: str, run_id: str) -> bool:
+        """Remove the run's messages if they end the conversation; see `Store.remove_last_turn`."""
+        async with self._connection() as conn, conn.transaction():
+            # the session row's lock orders this against appends to the same session
+            exists = await conn.fetchval(
+                "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE", session_id
+            )
+            if exists is None:
+                return True
+            first: int | None = await conn.fetchval(
+                "SELECT min(position) FROM messages WHERE session_id = $1 AND run_id = $2",
+                session_id,
+                run_id,
+            )
+            if first is None:
+                return True  # the run stored nothing
+            later = await conn.fetchval(
+                "SELECT 1 FROM messages WHERE session_id = $1 AND position > $2"
+                " AND run_id != $3 LIMIT 1",
+                session_id,
+                first,
+                run_id,
+            )
+            if later is not None:
+                return False
+            removed = await conn.fetch(
+                "DELETE FROM messages WHERE session_id = $1 AND run_id = $2 RETURNING position",
+                session_id,
+                run_id,
+            )
+            await conn.execute(
+                "UPDATE sessions SET message_count = message_count - $2, updated_at = $3,"
+                " last_run_id = (SELECT run_id FROM messages WHERE session_id = $1"
+                " ORDER BY position DESC LIMIT 1) WHERE id = $1",
+                session_id,
+                len(removed),
+                utcnow(),
+            )
+        return True
+
     # --- runs -----------------------------------------------------------------------------
 
     @finish_on_cancel
@@ -453,7 +513,7 @@ class PostgresStore(BackgroundOperations):
             try:
                 await conn.execute(
                     f"INSERT INTO runs ({_RUN_COLUMNS})"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
                     run.run_id,
                     run.session_id,
                     run.principal,
@@ -467,9 +527,17 @@ class PostgresStore(BackgroundOperations):
                     encode_optional_json(run.error),
                     encode_optional_json(run.usage),
                     encode_json(run.metadata),
+                    run.model,
                 )
             except asyncpg.UniqueViolationError as exc:
                 raise RunAlreadyExists(run.run_id) from exc
+            title = title_of(run.input)
+            if title is not None:
+                await conn.execute(
+                    "UPDATE sessions SET title = $2 WHERE id = $1 AND title IS NULL",
+                    run.session_id,
+                    title,
+                )
 
     @finish_on_cancel
     async def update_run(
@@ -482,6 +550,7 @@ class PostgresStore(BackgroundOperations):
         usage: Mapping[str, Any] | None = None,
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
+        model: str | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
         auto_started, auto_finished = run_update_stamps(status, started_at, finished_at)
@@ -490,7 +559,8 @@ class PostgresStore(BackgroundOperations):
                 "UPDATE runs SET status = $2, output = COALESCE($3::jsonb, output),"
                 " error = COALESCE($4::jsonb, error), usage = COALESCE($5::jsonb, usage),"
                 " started_at = COALESCE($6::timestamptz, started_at, $7::timestamptz),"
-                " finished_at = COALESCE($8::timestamptz, finished_at, $9::timestamptz)"
+                " finished_at = COALESCE($8::timestamptz, finished_at, $9::timestamptz),"
+                " model = COALESCE($10::text, model)"
                 f" WHERE run_id = $1 AND status NOT IN ({_TERMINAL_SQL})"
                 f" RETURNING {_RUN_COLUMNS}",
                 run_id,
@@ -502,6 +572,7 @@ class PostgresStore(BackgroundOperations):
                 auto_started,
                 finished_at,
                 auto_finished,
+                model,
             )
             if row is None:  # finished already, or unknown
                 row = await conn.fetchrow(
@@ -519,9 +590,9 @@ class PostgresStore(BackgroundOperations):
         return None if row is None else _run(row)
 
     @finish_on_cancel
-    async def list_runs(self, session_id: str, limit: int = 20) -> list[RunRecord]:
-        """The session's most recent runs, newest first."""
-        if limit < 1:
+    async def list_runs(self, session_id: str, limit: int | None = 20) -> list[RunRecord]:
+        """The session's most recent runs, newest first; all of them with `limit=None`."""
+        if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         async with self._connection() as conn:
             rows = await conn.fetch(

@@ -41,6 +41,7 @@ from app.storage.base import (
     finish_on_cancel,
     message_role,
     run_update_stamps,
+    title_of,
     utcnow,
 )
 
@@ -91,17 +92,22 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
     # 2: a principal's sessions, newest first, read page by page (list_sessions)
     ("CREATE INDEX IF NOT EXISTS sessions_by_principal ON sessions (principal, updated_at, id)",),
+    # 3: a session's own title; the model that answered a run
+    (
+        "ALTER TABLE sessions ADD COLUMN title TEXT",
+        "ALTER TABLE runs ADD COLUMN model TEXT",
+    ),
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
 # How long a statement waits for another process's write lock before giving up.
 _BUSY_TIMEOUT_SECONDS: Final = 10.0
 
-_SESSION_COLUMNS: Final = "id, principal, created_at, updated_at, message_count, last_run_id"
+_SESSION_COLUMNS: Final = "id, principal, created_at, updated_at, message_count, last_run_id, title"
 _MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
-    " input, output, error, usage, metadata"
+    " input, output, error, usage, metadata, model"
 )
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 
@@ -131,6 +137,7 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         updated_at=_parse_ts(row["updated_at"]),
         message_count=row["message_count"],
         last_run_id=row["last_run_id"],
+        title=row["title"],
     )
 
 
@@ -160,6 +167,7 @@ def _run(row: sqlite3.Row) -> RunRecord:
         error=decode_optional_json(row["error"]),
         usage=decode_optional_json(row["usage"]),
         metadata=decode_json(row["metadata"]),
+        model=row["model"],
     )
 
 
@@ -250,6 +258,11 @@ class SQLiteStore(BackgroundOperations):
             raise ValueError(f"limit must be at least 1, got {limit}")
         return await self._read(_list_sessions, principal, limit, before)
 
+    @finish_on_cancel
+    async def set_title(self, session_id: str, title: str) -> SessionRecord | None:
+        """Set the session's title; see `Store.set_title`."""
+        return await self._write(_set_title, session_id, title)
+
     # --- messages -------------------------------------------------------------------------
 
     @finish_on_cancel
@@ -264,6 +277,11 @@ class SQLiteStore(BackgroundOperations):
         """Append one run's messages atomically; an empty sequence changes nothing."""
         if messages:
             await self._write(_append_messages, session_id, run_id, messages)
+
+    @finish_on_cancel
+    async def remove_last_turn(self, session_id: str, run_id: str) -> bool:
+        """Remove the run's messages if they end the conversation; see `Store.remove_last_turn`."""
+        return await self._write(_remove_last_turn, session_id, run_id)
 
     # --- runs -----------------------------------------------------------------------------
 
@@ -283,6 +301,7 @@ class SQLiteStore(BackgroundOperations):
         usage: Mapping[str, Any] | None = None,
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
+        model: str | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
         started, finished = run_update_stamps(status, started_at, finished_at)
@@ -291,6 +310,7 @@ class SQLiteStore(BackgroundOperations):
             encode_optional_json(output),
             encode_optional_json(error),
             encode_optional_json(usage),
+            model,
             _optional_ts(started_at),
             _optional_ts(started),
             _optional_ts(finished_at),
@@ -308,9 +328,9 @@ class SQLiteStore(BackgroundOperations):
         return await self._read(_get_run, run_id)
 
     @finish_on_cancel
-    async def list_runs(self, session_id: str, limit: int = 20) -> list[RunRecord]:
-        """The session's most recent runs, newest first."""
-        if limit < 1:
+    async def list_runs(self, session_id: str, limit: int | None = 20) -> list[RunRecord]:
+        """The session's most recent runs, newest first; all of them with `limit=None`."""
+        if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         return await self._read(_list_runs, session_id, limit)
 
@@ -485,6 +505,37 @@ def _list_sessions(
     return [_session(row) for row in rows]
 
 
+def _set_title(db: sqlite3.Connection, session_id: str, title: str) -> SessionRecord | None:
+    db.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+    return _get_session(db, session_id)
+
+
+def _remove_last_turn(db: sqlite3.Connection, session_id: str, run_id: str) -> bool:
+    first = db.execute(
+        "SELECT MIN(position) FROM messages WHERE session_id = ? AND run_id = ?",
+        (session_id, run_id),
+    ).fetchone()[0]
+    if first is None:
+        return True  # the run stored nothing
+    later = db.execute(
+        "SELECT 1 FROM messages WHERE session_id = ? AND position > ? AND run_id != ? LIMIT 1",
+        (session_id, first, run_id),
+    ).fetchone()
+    if later is not None:
+        return False
+    removed = db.execute(
+        "DELETE FROM messages WHERE session_id = ? AND run_id = ?", (session_id, run_id)
+    ).rowcount
+    if removed:
+        db.execute(
+            "UPDATE sessions SET message_count = message_count - ?, updated_at = ?,"
+            " last_run_id = (SELECT run_id FROM messages WHERE session_id = ?"
+            " ORDER BY position DESC LIMIT 1) WHERE id = ?",
+            (removed, _ts(utcnow()), session_id, session_id),
+        )
+    return True
+
+
 def _delete_session(db: sqlite3.Connection, session_id: str) -> bool:
     return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
 
@@ -530,7 +581,7 @@ def _create_run(db: sqlite3.Connection, run: RunRecord) -> None:
         raise SessionOwnedByOther(run.session_id)
     try:
         db.execute(
-            f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.run_id,
                 run.session_id,
@@ -545,10 +596,16 @@ def _create_run(db: sqlite3.Connection, run: RunRecord) -> None:
                 encode_optional_json(run.error),
                 encode_optional_json(run.usage),
                 encode_json(run.metadata),
+                run.model,
             ),
         )
     except sqlite3.IntegrityError as exc:
         raise RunAlreadyExists(run.run_id) from exc
+    title = title_of(run.input)
+    if title is not None:
+        db.execute(
+            "UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL", (title, run.session_id)
+        )
 
 
 def _update_run(
@@ -556,7 +613,7 @@ def _update_run(
 ) -> RunRecord | None:
     db.execute(
         "UPDATE runs SET status = ?, output = COALESCE(?, output),"
-        " error = COALESCE(?, error), usage = COALESCE(?, usage),"
+        " error = COALESCE(?, error), usage = COALESCE(?, usage), model = COALESCE(?, model),"
         " started_at = COALESCE(?, started_at, ?),"
         " finished_at = COALESCE(?, finished_at, ?)"
         f" WHERE run_id = ? AND status NOT IN ({_TERMINAL_SQL})",
@@ -570,11 +627,11 @@ def _get_run(db: sqlite3.Connection, run_id: str) -> RunRecord | None:
     return None if row is None else _run(row)
 
 
-def _list_runs(db: sqlite3.Connection, session_id: str, limit: int) -> list[RunRecord]:
+def _list_runs(db: sqlite3.Connection, session_id: str, limit: int | None) -> list[RunRecord]:
     rows = db.execute(
         f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = ?"
         " ORDER BY created_at DESC, rowid DESC LIMIT ?",
-        (session_id, limit),
+        (session_id, -1 if limit is None else limit),
     ).fetchall()
     return [_run(row) for row in rows]
 

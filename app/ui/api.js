@@ -81,11 +81,16 @@ const seg = encodeURIComponent;
 // service under a prefix (https://example.org/agent/ → https://example.org/agent/v1/...).
 
 export const api = {
-  startRun(sessionId, input, signal) {
+  /** Start a run; ``options``: ``agent`` (a configured agent's name) and ``replaces`` (the
+   * id of the session's latest run, whose turn this run takes the place of). */
+  startRun(sessionId, input, signal, options = {}) {
     // on_disconnect "continue": a reload or a dropped connection must not cancel the run;
     // the page reconnects to its events instead, and Stop cancels explicitly
+    const body = { input, stream: true, on_disconnect: "continue" };
+    if (options.agent) body.agent = options.agent;
+    if (options.replaces) body.replaces = options.replaces;
     return send("POST", `v1/sessions/${seg(sessionId)}/runs`, {
-      json: { input, stream: true, on_disconnect: "continue" },
+      json: body,
       extraHeaders: { Accept: "text/event-stream" },
       signal,
     });
@@ -104,6 +109,9 @@ export const api = {
   session: (sessionId) => json("GET", `v1/sessions/${seg(sessionId)}`),
   messages: (sessionId) => json("GET", `v1/sessions/${seg(sessionId)}/messages`),
   deleteSession: (sessionId) => json("DELETE", `v1/sessions/${seg(sessionId)}`),
+  renameSession: (sessionId, title) => json("PATCH", `v1/sessions/${seg(sessionId)}`, { json: { title } }),
+  /** The configured agents: {agents: [{name, description, model, skills, ready}]}. */
+  agents: () => json("GET", "v1/agents"),
   answer: (sessionId, runId, toolCallId, approved) =>
     json("POST", "external-events", {
       json: {

@@ -4,9 +4,10 @@
 
 import { api, ApiError } from "./api.js";
 import { ConfirmDialog } from "./confirm.js";
+import { copyText } from "./markdown.js";
 import { readEventStream } from "./sse.js";
 import { MAX_SESSIONS, newSessionId, store } from "./store.js";
-import { h, newTurn, TurnView, turnsFromMessages } from "./view.js";
+import { h, newTurn, TurnView, turnOptions, turnsFromMessages } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 const els = {
@@ -32,6 +33,9 @@ const els = {
   keyForm: $("key-form"),
   keyInput: $("api-key"),
   keyError: $("key-error"),
+  agentPicker: $("agent-picker"),
+  agentSelect: $("agent"),
+  rename: $("rename"),
 };
 
 const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
@@ -44,6 +48,7 @@ let afterKey = null; // what to do once an API key is saved
 let serverOffset = 0; // server clock minus ours, in ms (from the Date header)
 let loadToken = 0;
 let listToken = 0;
+let agents = []; // GET /v1/agents, when the server has it
 
 const serverNow = () => Date.now() + serverOffset;
 
@@ -116,7 +121,7 @@ function sleep(ms, signal) {
 // --- sessions ----------------------------------------------------------------------------
 
 function renderSessions() {
-  const list = store.sessions().map((s) => ({ ...s, title: s.title || "Untitled conversation" }));
+  const list = store.sessions().map((s) => ({ ...s, title: s.title || "New chat" }));
   if (!list.some((s) => s.id === sessionId)) list.unshift({ id: sessionId, title: "New chat", updated: Date.now() });
   els.sessions.replaceChildren(
     ...list.map((s) => {
@@ -176,18 +181,7 @@ async function refreshSessions() {
     return;
   }
   if (token !== listToken) return; // a later refresh (after a deletion, say) is under way
-  // conversations this browser has not seen get their latest prompt (their run's input) as
-  // title, asked once: the stored list keeps it from then on
-  const titled = new Set(store.sessions().filter((s) => s.title).map((s) => s.id));
-  const titles = new Map(
-    await Promise.all(
-      page.sessions
-        .filter((item) => !titled.has(item.session_id) && (item.last_run_id || item.active_run_id))
-        .map(async (item) => [item.session_id, await promptOf(item.last_run_id || item.active_run_id)]),
-    ),
-  );
-  if (token !== listToken) return;
-  // merged with the stored list as it is now, after the awaits
+  // each session carries its own title (its first input, or what it was renamed to)
   const known = new Map(store.sessions().map((s) => [s.id, s]));
   const listed = page.sessions.map((item) => {
     const local = known.get(item.session_id);
@@ -195,7 +189,7 @@ async function refreshSessions() {
     if (local && local.updated > asked) return local;
     return {
       id: item.session_id,
-      title: local?.title || titleOf(titles.get(item.session_id)),
+      title: item.title || local?.title || "",
       updated: Date.parse(item.updated_at) - serverOffset,
     };
   });
@@ -280,8 +274,11 @@ async function loadSession() {
     return;
   }
   els.app.dataset.loading = "true";
+  let runs = [];
   try {
-    messages = (await api.messages(id)).messages;
+    const stored = await api.messages(id);
+    messages = stored.messages;
+    runs = stored.runs || [];
   } catch (error) {
     if (token !== loadToken) return;
     if (error instanceof ApiError && error.status === 401) {
@@ -297,7 +294,7 @@ async function loadSession() {
   }
   if (token !== loadToken) return;
   els.app.dataset.loading = "false";
-  for (const turn of turnsFromMessages(messages)) els.log.append(new TurnView(turn).el);
+  for (const turn of turnsFromMessages(messages, runs)) els.log.append(new TurnView(turn).el);
   const known = new Set(messages.map((m) => m.run_id));
 
   const snapshot = store.activeRun();
@@ -348,9 +345,16 @@ function newRun(view) {
   return { runId: null, sessionId, view, lastSeq: 0, done: false, abandoned: false, connection: null, stopRequested: false };
 }
 
-async function send(prompt) {
+/**
+ * Send ``prompt`` as a new run. With ``replacing`` (a turn's element, for regenerate and edit)
+ * the run takes the place of that turn, the session's last: the old turn is hidden while the
+ * run starts, removed once it has, and shown again if the start fails.
+ */
+async function send(prompt, replacing = null) {
   if (current || !prompt.trim()) return;
   showEmpty(false);
+  const replaces = replacing?.dataset.runId || null;
+  if (replacing) replacing.hidden = true;
   const view = new TurnView(newTurn(prompt));
   els.log.append(view.el);
   scrollToEnd(true);
@@ -363,14 +367,16 @@ async function send(prompt) {
   run.connection = new AbortController();
   let response;
   try {
-    response = await api.startRun(sessionId, prompt, run.connection.signal);
+    response = await api.startRun(sessionId, prompt, run.connection.signal, { agent: chosenAgent(), replaces });
   } catch (error) {
     if (run.abandoned) return;
     current = null;
     setBusy(false);
-    startFailed(view, error, prompt);
+    if (replacing) replacing.hidden = false;
+    startFailed(view, error, prompt, replacing);
     return;
   }
+  replacing?.remove();
   noteServerClock(response);
   run.runId = response.headers.get("x-run-id");
   view.turn.runId = run.runId;
@@ -558,7 +564,7 @@ const ERROR_TITLES = {
   internal: "The server failed to answer",
 };
 
-function startFailed(view, error, prompt) {
+function startFailed(view, error, prompt, replacing = null) {
   const err = error instanceof ApiError ? error : new ApiError({ detail: describe(error) });
   const title = ERROR_TITLES[err.code] || err.title || `Error ${err.status}`;
   let detail = err.detail ? err.detail.charAt(0).toUpperCase() + err.detail.slice(1) : "";
@@ -567,7 +573,7 @@ function startFailed(view, error, prompt) {
   retry.addEventListener("click", () => {
     if (current) return;
     view.el.remove();
-    send(prompt);
+    send(prompt, replacing?.isConnected ? replacing : null);
   });
   if (err.retryAfter !== null && err.retryAfter !== undefined) {
     const seconds = err.retryAfter;
@@ -601,7 +607,7 @@ function startFailed(view, error, prompt) {
   if (err.status === 401) {
     needKey(() => {
       view.el.remove();
-      send(prompt);
+      send(prompt, replacing?.isConnected ? replacing : null);
     });
   }
   scrollToEnd(true);
@@ -672,6 +678,7 @@ function saveKey(event) {
   afterKey = null;
   announce("API key saved");
   refreshSessions(); // the key's own conversations
+  loadAgents();
   if (then) then();
   else loadSession();
 }
@@ -705,6 +712,155 @@ function syncConfirmation(run) {
     confirmDialog.open({ ...pending.confirmation, sessionId: run.sessionId, runId: run.runId });
     announce(`Approval needed: ${pending.name}`);
   }
+}
+
+// --- copy, edit, regenerate ----------------------------------------------------------------
+
+const viewOf = (turnEl) => TurnView.of(turnEl);
+
+async function copyFrom(button, text) {
+  const ok = await copyText(text);
+  const label = button.querySelector("span") || button;
+  const before = label.textContent;
+  label.textContent = ok ? "Copied" : "Copy failed";
+  button.dataset.copied = ok ? "true" : "false";
+  announce(ok ? "Copied to the clipboard" : "Could not copy");
+  setTimeout(() => {
+    label.textContent = before;
+    delete button.dataset.copied;
+  }, 1500);
+}
+
+/** The last turn's prompt becomes a text box: Send replaces the turn, Escape cancels. */
+function startEdit(turnEl) {
+  const view = viewOf(turnEl);
+  if (!view || current || turnEl.querySelector(".edit-form")) return;
+  const bubble = turnEl.querySelector(".msg.user .bubble");
+  const box = h("textarea", { class: "edit-box", rows: "3", "aria-label": "Edit the message" });
+  box.value = view.turn.prompt || "";
+  const cancel = h("button", { type: "button", class: "button small", text: "Cancel" });
+  const save = h("button", { type: "submit", class: "button small primary", text: "Send" });
+  const form = h("form", { class: "edit-form" }, box, h("div", { class: "actions" }, cancel, save));
+  const close = () => {
+    form.remove();
+    bubble.hidden = false;
+    turnEl.querySelector("[data-action=edit]")?.focus();
+  };
+  cancel.addEventListener("click", close);
+  form.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      event.preventDefault();
+      close();
+    } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = box.value;
+    if (!text.trim() || current) return;
+    form.remove();
+    bubble.hidden = false;
+    send(text, turnEl);
+  });
+  bubble.hidden = true;
+  bubble.after(form);
+  box.focus();
+  box.setSelectionRange(box.value.length, box.value.length);
+}
+
+function onTurnAction(button) {
+  const turnEl = button.closest(".turn");
+  const view = turnEl && viewOf(turnEl);
+  switch (button.dataset.action) {
+    case "copy-answer":
+      if (view) copyFrom(button, view.answerText());
+      break;
+    case "copy-prompt":
+      if (view) copyFrom(button, view.turn.prompt || "");
+      break;
+    case "edit":
+      startEdit(turnEl);
+      break;
+    case "regenerate":
+      if (view && !current) send(view.turn.prompt || "", turnEl);
+      break;
+  }
+}
+
+// --- agents and titles -----------------------------------------------------------------------
+
+function chosenAgent() {
+  const name = store.agent();
+  return agents.length > 1 && agents.some((a) => a.name === name) ? name : null;
+}
+
+/** The agent picker, when the server lists more than one agent (GET /v1/agents). */
+async function loadAgents() {
+  try {
+    agents = (await api.agents()).agents || [];
+  } catch {
+    agents = []; // an older server (404), or no key yet: one agent, no picker
+  }
+  const many = agents.length > 1;
+  turnOptions.showAgent = many;
+  els.agentPicker.hidden = !many;
+  if (!many) return;
+  const chosen = chosenAgent() || (agents.some((a) => a.name === "default") ? "default" : agents[0].name);
+  els.agentSelect.replaceChildren(
+    ...agents.map((agent) =>
+      h(
+        "option",
+        { value: agent.name, disabled: agent.ready === false ? true : null, title: agent.description || null },
+        agent.ready === false ? `${agent.name} (not ready)` : agent.name,
+      ),
+    ),
+  );
+  els.agentSelect.value = chosen;
+  store.setAgent(chosen);
+}
+
+function startRename() {
+  if (els.title.querySelector("input")) return;
+  const entry = store.sessions().find((s) => s.id === sessionId);
+  if (!entry) return; // nothing sent yet: the server has no session to rename
+  const input = h("input", { class: "rename-box", "aria-label": "Conversation title", maxlength: "200" });
+  input.value = entry.title || "";
+  let finished = false;
+  const done = async (save) => {
+    if (finished) return; // Enter, then the blur of the box going away
+    finished = true;
+    const title = input.value.trim().replace(/\s+/g, " ");
+    input.remove();
+    els.rename.hidden = false;
+    renderSessions();
+    if (!save || !title || title === entry.title) return els.rename.focus();
+    try {
+      const session = await api.renameSession(sessionId, title);
+      store.setSessions(store.sessions().map((s) => (s.id === sessionId ? { ...s, title: session.title } : s)));
+      renderSessions();
+      announce("Conversation renamed");
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) return needKey(startRename);
+      toast(`Could not rename the conversation: ${describe(error)}`);
+    }
+    els.rename.focus();
+  };
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      done(true);
+    } else if (event.key === "Escape") {
+      event.preventDefault();
+      done(false);
+    }
+  });
+  input.addEventListener("blur", () => done(true));
+  els.title.replaceChildren(input);
+  els.rename.hidden = true;
+  input.focus();
+  input.select();
 }
 
 // --- sidebar (a drawer on narrow screens) ------------------------------------------------
@@ -772,6 +928,16 @@ function wire() {
     if (event.key === "Escape") closeSidebar();
   });
   els.log.addEventListener("click", (event) => {
+    const code = event.target.closest("[data-copy=code]");
+    if (code) {
+      copyFrom(code, code.closest(".code-block")?.querySelector("pre")?.textContent || "");
+      return;
+    }
+    const action = event.target.closest("[data-action]");
+    if (action) {
+      onTurnAction(action);
+      return;
+    }
     const review = event.target.closest("[data-review]");
     if (review && current) {
       const part = current.view.turn.parts.find((p) => p.id === review.dataset.review);
@@ -781,6 +947,8 @@ function wire() {
     }
   });
   els.keyButton.addEventListener("click", () => openKeyDialog());
+  els.rename.addEventListener("click", startRename);
+  els.agentSelect.addEventListener("change", () => store.setAgent(els.agentSelect.value));
   els.keyForm.addEventListener("submit", saveKey);
   $("key-cancel").addEventListener("click", () => {
     afterKey = null;
@@ -806,6 +974,7 @@ wire();
 renderSessions();
 loadSession();
 refreshSessions();
+loadAgents();
 // straight to typing; not on touch screens, where focus would pop the keyboard up
 if (matchMedia("(hover: hover)").matches) els.prompt.focus();
 

@@ -9,6 +9,7 @@ const KEYS = {
   apiKey: "agent-ui.api-key",
   needsKey: "agent-ui.needs-key",
   activeRun: "agent-ui.active-run",
+  agent: "agent-ui.agent",
 };
 
 /** The Recent list's length, and the page of GET /v1/sessions that fills it. */
@@ -76,6 +77,12 @@ export const store = {
   needsKey: () => Boolean(read(localStorage, KEYS.needsKey, false)),
   setNeedsKey(value) {
     write(localStorage, KEYS.needsKey, value ? true : null);
+  },
+
+  /** The agent chosen in the picker (null: the server's default). */
+  agent: () => read(localStorage, KEYS.agent, null),
+  setAgent(name) {
+    write(localStorage, KEYS.agent, name || null);
   },
 
   /** {runId, sessionId, lastSeq, turn} of the run this tab follows, or null. */

@@ -1,6 +1,10 @@
 // The conversation's DOM. A turn is one prompt and the run that answered it; its model is a
 // plain object (kept in sessionStorage while the run is live), and TurnView keeps the DOM in
-// step with it one event at a time: a text delta appends to a text node, nothing is rebuilt.
+// step with it one event at a time. A text part is Markdown: while it grows it is rendered
+// again at most once a frame (text deltas only mark it stale), and once more, at once, when
+// the run ends, so a finished turn's DOM is exactly what rendering its stored messages gives.
+
+import { renderMarkdown } from "./markdown.js";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
@@ -30,7 +34,13 @@ const ICONS = {
   stop: "M7 7h10v10H7z",
   alert: "M12 8v5m0 3.5v.5M10.3 3.9 2.4 17.6A2 2 0 0 0 4.1 20.6h15.8a2 2 0 0 0 1.7-3L13.7 3.9a2 2 0 0 0-3.4 0z",
   clock: "M12 7v5l3 2M21 12a9 9 0 1 1-18 0 9 9 0 0 1 18 0z",
+  copy: "M9 9h10v11H9zM5 15V4h10",
+  edit: "M4 20h4L19 9l-4-4L4 16zM14 6l4 4",
+  redo: "M4 12a8 8 0 1 0 2.3-5.7M4 4v4.5h4.5",
 };
+
+/** The error result the runtime gives a tool call that a stop cut short. */
+export const CANCELLED_CALL = "the run was cancelled before this call returned";
 
 export function icon(name, cls = "icon") {
   const svg = document.createElementNS(SVG_NS, "svg");
@@ -63,15 +73,31 @@ function row(label, value) {
 }
 
 export function newTurn(prompt, runId = null) {
-  return { runId, prompt, parts: [], status: "sending", model: null, usage: null, end: null };
+  return {
+    runId,
+    prompt,
+    parts: [],
+    status: "sending",
+    agent: null,
+    model: null,
+    skill: null,
+    usage: null,
+    end: null,
+  };
 }
+
+const LIVE = ["sending", "running", "waiting", "reconnecting"];
 
 const TOOL_STATE = {
   running: "Running…",
   waiting: "Waiting for your approval",
   ok: "Done",
   error: "Failed",
+  stopped: "Stopped",
 };
+
+/** Whether to name the agent on each turn (more than one is configured). */
+export const turnOptions = { showAgent: false };
 
 const END_TEXT = {
   cancel_requested: "Stopped. The run was cancelled at your request.",
@@ -79,15 +105,25 @@ const END_TEXT = {
   shutdown: "Cancelled: the server shut down before the run finished.",
 };
 
+const VIEWS = new WeakMap(); // a turn's element → its TurnView
+
 export class TurnView {
+  /** The TurnView of a turn's element, or null. */
+  static of(el) {
+    return VIEWS.get(el) || null;
+  }
+
   constructor(turn) {
     this.turn = turn;
-    this.textNodes = new Map(); // part index → Text node
+    this.textEls = new Map(); // part index → its element
+    this.stale = new Set(); // indexes of text parts to render again
+    this.frame = 0;
     this.toolEls = new Map(); // tool_call_id → element
     this.parts = h("div", { class: "parts" });
     this.typing = h("div", { class: "typing", "aria-hidden": "true" }, h("span"), h("span"), h("span"));
     this.notice = h("div", { class: "notices" });
     this.meta = h("div", { class: "meta" });
+    this.actions = h("div", { class: "turn-actions", role: "group", "aria-label": "Answer actions" });
     this.noticeKey = "";
     this.assistant = h(
       "div",
@@ -101,6 +137,7 @@ export class TurnView {
         this.typing,
         this.notice,
         this.meta,
+        this.actions,
       ),
     );
     this.el = h("article", { class: "turn" });
@@ -111,10 +148,18 @@ export class TurnView {
         { class: "msg user" },
         h("h3", { class: "sr-only", text: "You" }),
         h("div", { class: "bubble" }, turn.prompt),
+        h(
+          "div",
+          { class: "turn-actions user-actions", role: "group", "aria-label": "Message actions" },
+          actionButton("copy", "copy-prompt", "Copy", "Copy the message"),
+          actionButton("edit", "edit", "Edit", "Edit and resend the message", true),
+        ),
       );
       this.el.append(this.userEl);
     }
     this.el.append(this.assistant);
+    VIEWS.set(this.el, this);
+    if (turn.runId) this.el.dataset.runId = turn.runId;
     turn.parts.forEach((part, index) => this.renderPart(part, index));
     this.renderStatus();
   }
@@ -127,7 +172,7 @@ export class TurnView {
     const data = event.data || {};
     switch (event.type) {
       case "run.started":
-        turn.model = data.model || null;
+        turn.agent = data.agent || null;
         if (turn.status === "sending") turn.status = "running";
         break;
       case "text.delta":
@@ -153,7 +198,9 @@ export class TurnView {
         });
         break;
       case "custom":
-        if (data.name === "confirmation_requested" && data.payload) {
+        if (data.name === "skill_activated" && data.payload?.skill) {
+          turn.skill = String(data.payload.skill);
+        } else if (data.name === "confirmation_requested" && data.payload) {
           const p = data.payload;
           this.upsertTool({
             kind: "tool",
@@ -165,12 +212,22 @@ export class TurnView {
           });
         }
         break;
-      case "usage":
-        break; // the terminal event carries the run's total
+      case "usage": {
+        // the model that answered each call (a fallback's after a failover), and the sum so
+        // far, which is what a stopped run's record keeps; run.completed carries the total
+        const sum = turn.usage || { input_tokens: 0, output_tokens: 0 };
+        turn.usage = {
+          input_tokens: sum.input_tokens + (data.input_tokens || 0),
+          output_tokens: sum.output_tokens + (data.output_tokens || 0),
+        };
+        if (data.model) turn.model = data.model;
+        break;
+      }
       case "run.completed": {
         const content = data.output?.content;
         if (!this.textParts().length && typeof content === "string" && content) this.appendText(content);
-        turn.usage = data.usage || null;
+        if (data.usage) turn.usage = { input_tokens: data.usage.input_tokens, output_tokens: data.usage.output_tokens };
+        if (data.usage?.model) turn.model = data.usage.model;
         turn.status = "completed";
         break;
       }
@@ -181,6 +238,12 @@ export class TurnView {
       case "run.cancelled":
         turn.status = "cancelled";
         turn.end = { kind: "cancelled", reason: data.reason || "cancel_requested" };
+        // a call the stop cut short is kept as stopped, as the stored turn shows it
+        for (const part of turn.parts) {
+          if (part.kind === "tool" && (part.status === "running" || part.status === "waiting")) {
+            this.upsertTool({ id: part.id, status: "stopped" });
+          }
+        }
         break;
       default:
         return; // an event type this page does not know yet
@@ -201,11 +264,27 @@ export class TurnView {
     const last = parts[parts.length - 1];
     if (last && last.kind === "text") {
       last.text += delta;
-      this.textNodes.get(parts.length - 1).appendData(delta);
+      this.stale.add(parts.length - 1);
+      if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
     } else {
       parts.push({ kind: "text", text: delta });
       this.renderPart(parts[parts.length - 1], parts.length - 1);
     }
+  }
+
+  /** Render the text parts that grew since the last frame. */
+  flush() {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    this.frame = 0;
+    for (const index of this.stale) {
+      this.textEls.get(index)?.replaceChildren(renderMarkdown(this.turn.parts[index].text));
+    }
+    this.stale.clear();
+  }
+
+  /** The answer's text, as the model wrote it (Markdown). */
+  answerText() {
+    return this.textParts().map((p) => p.text).join("\n\n");
   }
 
   upsertTool(update) {
@@ -242,9 +321,9 @@ export class TurnView {
 
   renderPart(part, index) {
     if (part.kind === "text") {
-      const node = document.createTextNode(part.text);
-      this.textNodes.set(index, node);
-      this.parts.append(h("div", { class: "text" }, node));
+      const el = h("div", { class: "text markdown" }, renderMarkdown(part.text));
+      this.textEls.set(index, el);
+      this.parts.append(el);
       return;
     }
     const fresh = this.toolCard(part);
@@ -259,19 +338,26 @@ export class TurnView {
     let shown = part.status;
     if (part.status === "waiting" && part.decision) {
       state = { approved: "Approved, running…", denied: "Denied, finishing…" }[part.decision] || "Answered, finishing…";
-    } else if (part.status === "ok" && part.confirmation) {
+    } else if (part.status === "ok" && (part.confirmation || part.approval === "approved")) {
       state = "Approved · done";
+    } else if (part.status === "stopped") {
+      shown = "stopped";
     } else if (part.status === "error") {
       if (/expired/i.test(part.error || "")) {
         state = "Expired";
         shown = "denied";
-      } else if (/\bdenied\b/i.test(part.error || "") || (part.confirmation && part.decision === "denied")) {
+      } else if (
+        part.approval === "denied" ||
+        /\bdenied\b/i.test(part.error || "") ||
+        (part.confirmation && part.decision === "denied")
+      ) {
         state = "Denied";
         shown = "denied";
       }
     }
     const statusIcon =
-      { ok: icon("check"), error: icon("cross"), waiting: icon("pause") }[part.status] || h("span", { class: "spinner" });
+      { ok: icon("check"), error: icon("cross"), waiting: icon("pause"), stopped: icon("stop") }[part.status] ||
+      h("span", { class: "spinner" });
     const rows = [row("Arguments", h("code", { class: "tool-args", text: formatArguments(part.arguments) }))];
     if (part.status === "waiting" && !part.decision && part.confirmation) {
       const review = h("button", {
@@ -308,7 +394,8 @@ export class TurnView {
 
   renderStatus() {
     const turn = this.turn;
-    const live = ["sending", "running", "waiting", "reconnecting"].includes(turn.status);
+    const live = LIVE.includes(turn.status);
+    if (!live && this.stale.size) this.flush(); // the finished answer, rendered whole, now
     this.el.dataset.status = turn.status;
     if (turn.runId) this.el.dataset.runId = turn.runId;
     this.assistant.setAttribute("aria-busy", live ? "true" : "false");
@@ -318,9 +405,27 @@ export class TurnView {
     this.typing.hidden = !(live && turn.status !== "waiting" && quiet);
     this.renderNotice();
     const bits = [];
+    if (turnOptions.showAgent && turn.agent) bits.push(turn.agent);
     if (turn.model) bits.push(turn.model);
     if (turn.usage) bits.push(`${turn.usage.input_tokens} tokens in · ${turn.usage.output_tokens} out`);
-    this.meta.textContent = !live && bits.length ? bits.join(" · ") : "";
+    const meta = [];
+    if (turn.skill) meta.push(h("span", { class: "skill", text: `skill ${turn.skill}` }));
+    if (bits.length) meta.push(h("span", { class: "model", text: bits.join(" · ") }));
+    this.meta.replaceChildren(...(live ? [] : meta));
+    this.renderActions(live);
+  }
+
+  renderActions(live) {
+    const answered = !live && this.turn.status !== "error";
+    const key = answered ? "done" : "";
+    if (key === this.actionsKey) return;
+    this.actionsKey = key;
+    const buttons = [];
+    if (answered && this.textParts().length) buttons.push(actionButton("copy", "copy-answer", "Copy", "Copy the answer"));
+    if (answered && this.turn.prompt !== null && this.turn.prompt !== undefined) {
+      buttons.push(actionButton("redo", "regenerate", "Regenerate", "Regenerate the answer", true));
+    }
+    this.actions.replaceChildren(...buttons);
   }
 
   renderNotice() {
@@ -367,8 +472,29 @@ export class TurnView {
   }
 }
 
-/** Turns from the stored conversation (GET /v1/sessions/{id}/messages). */
-export function turnsFromMessages(messages) {
+function actionButton(iconName, action, label, description, lastOnly = false) {
+  return h(
+    "button",
+    {
+      type: "button",
+      class: "turn-action",
+      "data-action": action,
+      "data-last-only": lastOnly ? "true" : null,
+      "aria-label": description,
+      title: description,
+    },
+    icon(iconName),
+    h("span", { text: label }),
+  );
+}
+
+/**
+ * Turns from the stored conversation (GET /v1/sessions/{id}/messages): its messages, and the
+ * runs behind them (model, token usage, agent, skill), so that a stored turn shows what the
+ * live one did.
+ */
+export function turnsFromMessages(messages, runs = []) {
+  const byRun = new Map(runs.map((run) => [run.run_id, run]));
   const turns = [];
   let turn = null;
   const tools = new Map();
@@ -376,9 +502,23 @@ export function turnsFromMessages(messages) {
     if (message.role === "user" || !turn || turn.runId !== message.run_id) {
       turn = newTurn(message.role === "user" ? contentText(message.content) : null, message.run_id);
       turn.status = "completed";
+      const run = byRun.get(message.run_id);
+      if (run) {
+        turn.agent = run.agent || null;
+        turn.model = run.model || run.usage?.model || null;
+        turn.skill = run.skill || null;
+        // token counts once a model answered (a run stopped before that has none to show)
+        if (run.usage && turn.model) {
+          turn.usage = { input_tokens: run.usage.input_tokens, output_tokens: run.usage.output_tokens };
+        }
+      }
       turns.push(turn);
-      if (message.role === "user") continue;
     }
+    if (message.stopped) {
+      turn.status = "cancelled";
+      turn.end = { kind: "cancelled", reason: message.stopped };
+    }
+    if (message.role === "user") continue;
     if (message.role === "assistant") {
       const text = contentText(message.content);
       if (text) turn.parts.push({ kind: "text", text });
@@ -390,13 +530,27 @@ export function turnsFromMessages(messages) {
     } else if (message.role === "tool") {
       const part = tools.get(message.tool_call_id);
       if (part) {
-        part.status = message.is_error ? "error" : "ok";
-        if (message.is_error) part.error = contentText(message.content);
-        else part.result = contentText(message.content);
+        // the model reads a failed call as "Error: <error>"; the live card shows the error
+        const text = contentText(message.content);
+        const error = text.startsWith("Error: ") ? text.slice(7) : text;
+        if (message.approval) part.approval = message.approval;
+        if (message.is_error && message.stopped && error === CANCELLED_CALL) part.status = "stopped";
+        else if (message.is_error) Object.assign(part, { status: "error", error });
+        else Object.assign(part, { status: "ok", result: resultOf(text) });
       }
     }
   }
   return turns;
+}
+
+/** A stored result as the live card showed it: JSON objects and lists come back as values. */
+function resultOf(text) {
+  if (!/^[[{]/.test(text)) return text;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
 }
 
 function contentText(content) {

@@ -30,6 +30,7 @@ from app.storage import (
 )
 from app.storage import postgres as pg_backend
 from app.storage import sqlite as sqlite_backend
+from app.storage.base import TITLE_MAX_CHARS, title_of
 from tests.app.storage_fixtures import (
     POSTGRES_URL,
     OpenStore,
@@ -407,8 +408,74 @@ async def test_list_runs_newest_first(store: Store) -> None:
     assert [r.run_id for r in await store.list_runs("s1", 100)] == ["r4", "r3", "r2", "r1", "r0"]
     unfinished = [r.run_id for r in await store.list_unfinished_runs()]
     assert unfinished == ["r0", "other", "r2", "r3", "r4"]
+    assert len(await store.list_runs("s1", None)) == 5
     with pytest.raises(ValueError, match="limit"):
         await store.list_runs("s1", 0)
+
+
+async def test_a_run_records_the_model_that_answered(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    await store.create_run(_run("r1"))
+    assert (await store.update_run("r1", status="running")).model is None
+    usage = {"input_tokens": 3, "output_tokens": 4, "model": "fallback-model"}
+    done = await store.update_run("r1", status="completed", usage=usage, model="fallback-model")
+    assert (done.model, done.usage) == ("fallback-model", usage)
+    assert await store.get_run("r1") == done
+    assert (await store.list_runs("s1"))[0].model == "fallback-model"
+
+
+# --- titles and turns ---------------------------------------------------------------------
+
+
+async def test_a_session_is_titled_by_its_first_input_until_renamed(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    assert (await store.get_session("s1")).title is None  # type: ignore[union-attr]
+    await store.create_run(
+        RunRecord(
+            run_id="r1", session_id="s1", principal="alice", agent="a", input="  Plan\n a trip "
+        )
+    )
+    await store.create_run(_run("r2"))
+    session = await store.get_session("s1")
+    assert session is not None and session.title == "Plan a trip"
+    assert [s.title for s in await store.list_sessions("alice")] == ["Plan a trip"]
+
+    renamed = await store.set_title("s1", "Holidays")
+    assert renamed is not None and renamed.title == "Holidays"
+    assert renamed.updated_at == session.updated_at  # a rename does not reorder the list
+    await store.create_run(_run("r3"))
+    assert (await store.get_session("s1")).title == "Holidays"  # type: ignore[union-attr]
+    assert await store.set_title("nope", "x") is None
+
+
+def test_title_of_an_input() -> None:
+    assert title_of("  several\n\tlines  here ") == "several lines here"
+    assert title_of(" \n ") is None
+    long = title_of("word " * 100)
+    assert long is not None and len(long) == TITLE_MAX_CHARS and long.endswith("…")
+
+
+async def test_remove_last_turn(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    await store.append_messages("s1", "r1", _messages("r1", 2))
+    await store.append_messages("s1", "r2", _messages("r2", 3))
+    # only the turn that ends the conversation can go
+    assert not await store.remove_last_turn("s1", "r1")
+    assert len(await store.list_messages("s1")) == 5
+    assert await store.remove_last_turn("s1", "r2")
+    session = await store.get_session("s1")
+    assert session is not None and (session.message_count, session.last_run_id) == (2, "r1")
+    assert [m.run_id for m in await store.list_messages("s1")] == ["r1", "r1"]
+    # the next run appends after what is left
+    await store.append_messages("s1", "r3", _messages("r3", 1))
+    assert [m.position for m in await store.list_messages("s1")] == [0, 1, 2]
+    # a run that stored nothing has nothing to remove
+    assert await store.remove_last_turn("s1", "never-stored")
+    assert await store.remove_last_turn("s1", "r3")
+    assert await store.remove_last_turn("s1", "r1")
+    session = await store.get_session("s1")
+    assert session is not None and (session.message_count, session.last_run_id) == (0, None)
+    assert await store.remove_last_turn("unknown-session", "r1")
 
 
 # --- lifecycle ----------------------------------------------------------------------------
@@ -491,6 +558,8 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
     # operator built it beforehand, as docs/deploy.md suggests for a large table)
     if not index_built_beforehand:
         await _execute(old, "DROP INDEX sessions_by_principal")
+    await _execute(old, "ALTER TABLE sessions DROP COLUMN title")
+    await _execute(old, "ALTER TABLE runs DROP COLUMN model")
     await _execute(old, "DELETE FROM schema_version WHERE version > 1")
     await old.close()
 
@@ -498,9 +567,10 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
     for s in stores:
         assert isinstance(s, SQLiteStore | PostgresStore)
         backend = sqlite_backend if isinstance(s, SQLiteStore) else pg_backend
-        assert await s.migrate() == backend.SCHEMA_VERSION >= 2
+        assert await s.migrate() == backend.SCHEMA_VERSION >= 3
     assert "sessions_by_principal" in await _index_names(stores[0])
     assert [s.id for s in await stores[-1].list_sessions("alice")] == ["s1"]
+    assert (await stores[0].get_session("s1")) is not None
 
 
 async def test_workers_opening_a_new_sqlite_file_together_all_switch_it_to_wal(

@@ -94,7 +94,18 @@ async def test_disconnect_cancels_the_run(serve: Serve) -> None:
         assert last is not None and last["data"] == {"reason": "client_disconnected"}
         view = (await served.client.get(f"/v1/runs/{run_id}")).json()
         assert view["status"] == "cancelled"
-        assert (await served.client.get("/v1/sessions/gone/messages")).json()["messages"] == []
+        # the stopped turn stays: the prompt and the words streamed before the disconnect
+        stored = (await served.client.get("/v1/sessions/gone/messages")).json()
+        said = "".join(
+            e.data["data"]["delta"] for e in events if e.data and e.event == "text.delta"
+        )
+        prompt = "slow one two three four five six"
+        assert [(m["role"], m["content"], m["stopped"]) for m in stored["messages"]] == [
+            ("user", prompt, "client_disconnected"),
+            ("assistant", said, "client_disconnected"),
+        ]
+        assert said and f"You said: {prompt}".startswith(said) and said != f"You said: {prompt}"
+        assert [r["status"] for r in stored["runs"]] == ["cancelled"]
 
 
 async def test_disconnect_with_continue_keeps_running(serve: Serve) -> None:

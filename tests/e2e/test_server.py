@@ -138,7 +138,13 @@ async def test_every_endpoint_and_status(server: Server) -> None:
             "You said: hello",
             "again",
             "You said: again",
+            # the cancelled run's stopped turn: its prompt, the call it was waiting to make,
+            # and that call closed as cut short
+            "delete a.txt",
+            None,
+            "Error: the run was cancelled before this call returned",
         ]
+        assert [m.get("stopped") for m in messages[4:]] == ["cancel_requested"] * 3
         assert_problem(await client.get(f"/v1/sessions/{new_session()}/messages"), 404, "not_found")
         # 413 declared and chunked; 422
         big = await client.post(
@@ -401,6 +407,7 @@ async def test_list_sessions(start_server: Launch) -> None:
             "message_count",
             "last_run_id",
             "active_run_id",
+            "title",
         }
         bobs = (await bob.get("/v1/sessions")).json()["sessions"]
         assert [item["session_id"] for item in bobs] == [theirs]

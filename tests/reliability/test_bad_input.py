@@ -287,7 +287,6 @@ async def test_a_bad_external_event_is_a_validation_problem(server: Server, body
         ("GET", "/v1/runs/run_x/events?after=abc", 422, "validation_error"),
         ("PUT", "/v1/runs/run_x", 405, "method_not_allowed"),
         ("GET", "/external-events", 405, "method_not_allowed"),
-        ("PATCH", "/v1/sessions/s", 405, "method_not_allowed"),
         ("GET", "/v2/anything", 404, "not_found"),
     ],
 )

@@ -184,8 +184,12 @@ async def test_failover_crosses_protocols(upstream: FakeUpstream) -> None:
         ]
     )
     async with AgentCore.open(bindings) as agent:
-        response = await agent.chat("hi")
-    assert response.content == "Claude took over"
+        events = [event async for event in agent.stream("hi")]
+    assert events[0].data()["model"] == "gpt-primary"  # run.started names the primary...
+    usage = next(e for e in events if e.type is AgentEventType.USAGE)
+    assert usage.data()["model"] == "claude-fallback"  # ...usage the model that answered
+    assert events[-1].data()["usage"]["model"] == "claude-fallback"
+    assert events[-1].data()["output"]["content"] == "Claude took over"
     assert [r.path for r in upstream.requests] == ["/v1/chat/completions", "/v1/messages"]
 
 

@@ -160,7 +160,11 @@ async def test_tool_round_trip_through_the_agent(upstream: FakeUpstream) -> None
 
     assert events[-1].type is AgentEventType.RUN_COMPLETED
     assert events[-1].usage is not None
-    assert events[-1].usage.to_dict() == {"input_tokens": 30, "output_tokens": 9}
+    assert events[-1].usage.to_dict() == {
+        "input_tokens": 30,
+        "output_tokens": 9,
+        "model": "claude-test",
+    }
     text = "".join(e.delta or "" for e in events if e.type is AgentEventType.TEXT_DELTA)
     assert text == "It rains in Bergen."
 

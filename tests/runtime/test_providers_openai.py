@@ -186,13 +186,13 @@ async def test_tool_round_trip_through_the_agent(upstream: FakeUpstream) -> None
     assert text == "It is sunny in Oslo."
     usages = [e for e in events if e.type is AgentEventType.USAGE]
     assert [u.usage.to_dict() for u in usages if u.usage] == [
-        {"input_tokens": 10, "output_tokens": 3},
-        {"input_tokens": 25, "output_tokens": 6},
+        {"input_tokens": 10, "output_tokens": 3, "model": "gpt-test"},
+        {"input_tokens": 25, "output_tokens": 6, "model": "gpt-test"},
     ]
     assert usages[0].model_call_id != usages[1].model_call_id
     final = events[-1]
     assert final.usage is not None
-    assert final.usage.to_dict() == {"input_tokens": 35, "output_tokens": 9}
+    assert final.usage.to_dict() == {"input_tokens": 35, "output_tokens": 9, "model": "gpt-test"}
 
     first, second = upstream.requests
     assert first.json["messages"][0] == {"role": "system", "content": "You help."}
