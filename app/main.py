@@ -7,13 +7,15 @@ access, from the environment, so importing this module reads no settings.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
-from starlette.routing import Match, Mount
+from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
@@ -26,6 +28,10 @@ from app.lifespan import make_lifespan
 from app.logs import configure_logging
 from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, LoadShedMiddleware
+from app.protocols import agui, ai_sdk
+from app.protocols import openai as openai_protocol
+from app.protocols.a2a import install_a2a
+from app.protocols.mcp_server import McpEndpoint
 from app.security import SecurityHeadersMiddleware
 from app.settings import Settings
 
@@ -41,11 +47,20 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     if configure_logs and not logging.getLogger("app").handlers:
         configure_logging(settings.log_level)
     metrics = Metrics()
+    service_lifespan = make_lifespan(settings, metrics)
+    mcp = McpEndpoint()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # the MCP transport's task group lives inside the services' lifetime, and ends first
+        async with service_lifespan(app), mcp.running():
+            yield
+
     app = FastAPI(
         title="agent-server",
         version=VERSION,
         summary="An agent runtime served over HTTP and Server-Sent Events.",
-        lifespan=make_lifespan(settings, metrics),
+        lifespan=lifespan,
         docs_url=None,  # served offline by install_docs
         redoc_url=None,
     )
@@ -59,6 +74,11 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.include_router(sessions.router)
     app.include_router(external_events.router)
     app.include_router(health.router)
+    app.include_router(openai_protocol.router)
+    install_a2a(app, settings)
+    app.router.routes.append(Route("/mcp", mcp, methods=["GET", "POST", "DELETE"], name="mcp"))
+    app.include_router(agui.router)
+    app.include_router(ai_sdk.router)
     app.include_router(capabilities.router)
     if settings.debug_endpoints:
         app.include_router(health.debug_router)
@@ -76,8 +96,21 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             CORSMiddleware,
             allow_origins=origins,
             allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
-            expose_headers=["X-Run-Id", "Retry-After", "Location"],
+            # the standard protocols' own headers too (A2A's version, MCP's session and version)
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Last-Event-ID",
+                "A2A-Version",
+                "Mcp-Protocol-Version",
+                "Mcp-Session-Id",
+            ],
+            expose_headers=[
+                "X-Run-Id",
+                "Retry-After",
+                "Location",
+                "x-vercel-ai-ui-message-stream",
+            ],
             max_age=600,
         )
     # outermost: every answer carries them, errors and CORS preflights included

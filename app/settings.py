@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     SDK's own (600 s). A stalled upstream then fails the call and the next model takes over."""
     client_max_retries: Annotated[int | None, Field(ge=0)] = None
     """The provider SDK's own retries of one call; unset keeps its default (2)."""
+    a2a_v03: bool = False
+    """``AGENT_A2A_V03=1``: also speak A2A 0.3 (its JSON-RPC methods and REST paths) at
+    ``/a2a/{agent}``, for clients that predate 1.0."""
     debug_endpoints: bool = False
     """Serve ``GET /debug/state`` (counts of live runs, tasks, locks, subscribers)."""
     workers: Annotated[int, Field(ge=1)] = 1

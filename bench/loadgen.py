@@ -218,6 +218,7 @@ async def task_relay(spec: Spec) -> Result:
         return {"error": f"warm-up run failed: {warmup}"}
     connections = await _pool(host, port, concurrency)
     totals = {"frames": 0, "bytes": 0, "chunks": 0, "runs": 0, "ok": 0, "errors": 0}
+    refused: dict[int, int] = {}
     timed_out = False
 
     async def client(index: int) -> None:
@@ -235,6 +236,10 @@ async def task_relay(spec: Spec) -> Result:
                 await conn.close()
                 continue
             totals["runs"] += 1
+            if result["status"] != 200:  # refused: counted, with its status, not streamed
+                totals["errors"] += 1
+                refused[result["status"]] = refused.get(result["status"], 0) + 1
+                continue
             totals["frames"] += result["frames"]
             totals["bytes"] += result["bytes"]
             totals["chunks"] += result["chunks"]
@@ -257,6 +262,7 @@ async def task_relay(spec: Spec) -> Result:
         # HTTP chunks received per run: one per write of the server (batching shows here)
         "writes_per_run": totals["chunks"] / max(1, totals["runs"]),
         "timed_out": timed_out,
+        "refused": {str(status): count for status, count in refused.items()},
         "concurrency": concurrency,
     }
 

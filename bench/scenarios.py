@@ -201,6 +201,7 @@ def scenario_relay(cfg: Config) -> Outcome:
     ]
     service: dict[int, dict[str, Any]] = {}
     baseline: dict[int, dict[str, Any]] = {}
+    protocols: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in PROTOCOL_RELAYS}
     with _serving(agent_server("relay")) as server:
         frames = _capture_frames(server, text, frames_path)
         for concurrency, runs in levels:
@@ -214,6 +215,15 @@ def scenario_relay(cfg: Config) -> Outcome:
                 ok="event: run.completed",
             )
             service[concurrency] = run_loadgen(spec)
+            # the same runs read through each protocol's translation, on the same server
+            # (a quick run only checks that they work, at its last level)
+            if cfg.quick and concurrency != levels[-1][0]:
+                continue
+            for name, (path, make_body, ok) in PROTOCOL_RELAYS.items():
+                spec = relay_spec(
+                    server, text, concurrency, runs, path=path, body=make_body(text), ok=ok
+                )
+                protocols[name][concurrency] = run_loadgen(spec)
     with _serving(baseline_server("baseline-relay", frames_path)) as base:
         for concurrency, runs in levels:
             spec = relay_spec(
@@ -253,8 +263,80 @@ def scenario_relay(cfg: Config) -> Outcome:
         f"{words} words per run: {frames} events per run (run.started, {words + 2} text.delta, "
         "usage, run.completed); the baseline replays the frames of one real run."
     )
-    out.raw = {"service": service, "baseline": baseline, "words": words, "frames_per_run": frames}
+    _protocol_rows(out, service, protocols, frames)
+    out.raw = {
+        "service": service,
+        "baseline": baseline,
+        "protocols": protocols,
+        "words": words,
+        "frames_per_run": frames,
+    }
     return out
+
+
+def _agui_body(text: str) -> str:
+    message = {"id": "u", "role": "user", "content": text}
+    return json.dumps({"threadId": "{n}", "runId": "{n}", "messages": [message]})
+
+
+def _ai_sdk_body(text: str) -> str:
+    message = {"id": "u", "role": "user", "parts": [{"type": "text", "text": text}]}
+    return json.dumps({"id": "{n}", "messages": [message], "trigger": "submit-message"})
+
+
+# name: (path, body for an input, the marker of a complete answer)
+PROTOCOL_RELAYS: dict[str, tuple[str, Callable[[str], str], str]] = {
+    "AG-UI": ("/v1/agents/default/ag-ui", _agui_body, '"type":"RUN_FINISHED"'),
+    "AI SDK": ("/v1/agents/default/ai-sdk/chat", _ai_sdk_body, "data: [DONE]"),
+}
+
+
+def _cpu_per_event_us(result: dict[str, Any], events_per_run: int) -> float | None:
+    """Server CPU time per event of the run (the native log's events, whatever the protocol
+    frames them as), in microseconds."""
+    events = int(result.get("ok", 0)) * events_per_run
+    if not events or not result.get("wall_s"):
+        return None
+    cpu_s: float = result["server_cpu_pct"] / 100 * result["wall_s"]
+    return 1e6 * cpu_s / events
+
+
+def _protocol_rows(
+    out: Outcome,
+    service: dict[int, dict[str, Any]],
+    protocols: dict[str, dict[int, dict[str, Any]]],
+    frames: int,
+) -> None:
+    """The protocols beside the native stream: run events/s and server CPU per run event."""
+    for concurrency, native in service.items():
+        native_cost = _cpu_per_event_us(native, frames)
+        native_rate = native["ok"] * frames / (native.get("wall_s") or 1e-9)
+        parts = [
+            f"{concurrency} clients: native {native_rate:.0f} ev/s, {native_cost or 0:.1f} us/ev"
+        ]
+        for name, results in protocols.items():
+            result = results.get(concurrency)
+            if result is None:
+                continue
+            cost = _cpu_per_event_us(result, frames)
+            rate = result["ok"] * frames / (result.get("wall_s") or 1e-9)
+            ratio = _ratio(cost, native_cost)
+            parts.append(f"{name} {rate:.0f} ev/s, {cost or 0:.1f} us/ev ({ratio or 0:.2f}x)")
+            out.targets.append(
+                Target(
+                    f"{concurrency} clients: {name} / native server CPU per event",
+                    ratio,
+                    1.5,
+                    "<=",
+                    "x",
+                )
+            )
+            if result["ok"] != result["runs"] or result["errors"]:
+                out.notes.append(
+                    f"{name}, {concurrency} clients: {result['runs'] - result['ok']} runs "
+                    f"incomplete, {result['errors']} errors"
+                )
+        out.notes.append("; ".join(parts))
 
 
 # --- 2. added latency ---------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,3 +29,38 @@ def test_cancellation_example_output() -> None:
     ).stdout
     assert "run cancelled, extension state released" in out
     assert "next run: Second time lucky" in out
+
+
+JS_EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "docs" / "examples").glob("*.mjs"))
+JS_CLIENTS = Path(__file__).resolve().parent / "js"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("path", JS_EXAMPLES, ids=[p.stem for p in JS_EXAMPLES])
+def test_js_example_runs(path: Path, tmp_path: Path) -> None:
+    """The front-end examples run with the official clients (tests/js) against a real server."""
+    from tests.e2e.conftest import launch
+
+    node = shutil.which("node")
+    assert node is not None, "Node 20 runs the front-end examples"
+    server = launch(tmp_path / "server", {})
+    # run where tests/js's node_modules resolve the clients' imports, as a reader's project
+    # would with the packages installed
+    where = JS_CLIENTS / ".examples"
+    where.mkdir(exist_ok=True)
+    copy = where / path.name
+    shutil.copyfile(path, copy)
+    try:
+        completed = subprocess.run(
+            [node, str(copy)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "AGENT_URL": server.base_url},
+        )
+    finally:
+        copy.unlink(missing_ok=True)
+        server.stop()
+    assert completed.returncode == 0, completed.stderr
+    assert "Deleted draft.txt" in completed.stdout, completed.stdout

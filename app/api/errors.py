@@ -81,6 +81,8 @@ _STATUS_BY_CODE: dict[str, int] = {
     "conflict": 409,
     "turn_not_latest": 409,
     "idempotency_key_in_flight": 409,
+    "confirmation_required": 409,
+    "approval_pending": 409,
     "overloaded": 429,
     "budget_exceeded": 429,
     "draining": 503,

@@ -11,6 +11,12 @@ stream deliver its run's terminal event (the drain is ours to control). Each res
 - bounds each write by ``send_timeout``: a client that stops reading counts as gone;
 - sends ``: ping`` after ``ping`` seconds of silence;
 - on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy).
+
+The stream sends the log's own SSE frames, or, with an ``encoder``, what that encoder makes of
+them: the standard protocols (``app.protocols``) speak their own events over the same response.
+An encoder whose stream may end before the log does, at a request for an answer that the
+protocol answers with a request of its own (AG-UI's interrupt, the AI SDK's approval), is a
+``PausingEncoder``.
 """
 
 from __future__ import annotations
@@ -18,20 +24,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.api.errors import problem_response
-from app.bus.base import BusError, EventLog, LogNotFound, Subscription
+from app.bus.base import BusError, EventLog, LogNotFound, Subscription, WireEvent
 from app.wire import PING_FRAME
 
 if TYPE_CHECKING:
     from app.runs import RunHandle, RunManager
 
-__all__ = ["EventStreamResponse", "RunResultResponse"]
+__all__ = ["EventStreamResponse", "FrameEncoder", "PausingEncoder", "RunResultResponse"]
 
 logger = logging.getLogger("app.streaming")
 
@@ -50,6 +56,38 @@ async def _wait_disconnect(receive: Receive) -> None:
             return
 
 
+class FrameEncoder(Protocol):
+    """Turns a run's wire events into the bytes another protocol's clients read."""
+
+    def opening(self) -> bytes:
+        """What the stream starts with, before any event (may be empty)."""
+        ...
+
+    def encode(self, events: Sequence[WireEvent]) -> bytes:
+        """The frames for these events (empty when they mean nothing to the protocol)."""
+        ...
+
+    @property
+    def done(self) -> bool:
+        """True once the protocol's stream is over; it may end before the run does."""
+        ...
+
+
+@runtime_checkable
+class PausingEncoder(FrameEncoder, Protocol):
+    """A ``FrameEncoder`` whose stream ends at a request for an answer, while the run waits."""
+
+    @property
+    def paused(self) -> bool:
+        """True when the last event encoded asks for an answer: the stream ends there unless
+        the log already holds more (the answer came first)."""
+        ...
+
+    def pause(self) -> bytes:
+        """The frames that end the stream at the pause (then ``done`` is True)."""
+        ...
+
+
 class EventStreamResponse(Response):
     """``text/event-stream`` of one run's events after ``after``, until its terminal event."""
 
@@ -66,9 +104,11 @@ class EventStreamResponse(Response):
         send_timeout: float = 30.0,
         on_gone: Callable[[], object] | None = None,
         manager: RunManager | None = None,
+        encoder: FrameEncoder | None = None,
     ) -> None:
         self.status_code = 200
         self.background = None
+        self._encoder = encoder
         self._events = events
         self._run_id = run_id
         self._after = after
@@ -76,6 +116,7 @@ class EventStreamResponse(Response):
         self._send_timeout = send_timeout
         self._on_gone = on_gone
         self._manager = manager
+        self._encoder = encoder
         self.init_headers(
             {"cache-control": "no-store", "x-accel-buffering": "no", **(headers or {})}
         )
@@ -106,6 +147,8 @@ class EventStreamResponse(Response):
         ticker: asyncio.TimerHandle | None = None
         ping = self._ping
         send_timeout = self._send_timeout
+        encoder = self._encoder
+        pausing = encoder if isinstance(encoder, PausingEncoder) else None
 
         def on_disconnect(_: asyncio.Task[None]) -> None:
             nonlocal gone
@@ -129,17 +172,23 @@ class EventStreamResponse(Response):
                 await send(
                     {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
                 )
+                opening = encoder.opening() if encoder is not None else b""
+                if opening:
+                    await send({"type": "http.response.body", "body": opening, "more_body": True})
             while True:
                 batch = await subscription.next()
                 if gone:
                     break
-                if batch:
+                if encoder is not None:
+                    body, more = await self._translate(encoder, pausing, batch, subscription)
+                    if not body and more:
+                        continue  # events this protocol does not show
+                elif batch:
                     body = batch[0].frame if len(batch) == 1 else b"".join(e.frame for e in batch)
-                elif subscription.finished:
-                    body = b""
+                    more = not subscription.finished
                 else:
-                    body = PING_FRAME
-                more = not subscription.finished
+                    body = b"" if subscription.finished else PING_FRAME
+                    more = not subscription.finished
                 # most writes complete without waiting; the deadline only bites when the
                 # client stopped reading and the server's buffers are full
                 async with asyncio.timeout(send_timeout):
@@ -165,6 +214,27 @@ class EventStreamResponse(Response):
             await subscription.aclose()
             if gone and not completed and self._on_gone is not None:
                 self._on_gone()
+
+    async def _translate(
+        self,
+        encoder: FrameEncoder,
+        pausing: PausingEncoder | None,
+        batch: Sequence[WireEvent],
+        subscription: Subscription,
+    ) -> tuple[bytes, bool]:
+        """The encoder's frames for a batch, and whether the stream goes on."""
+        if not batch:
+            if subscription.finished or encoder.done:
+                return b"", False
+            return PING_FRAME, True
+        body = encoder.encode(batch)
+        if pausing is not None and pausing.paused and not pausing.done:
+            # a request for an answer ends the protocol's stream, unless its answer (or the
+            # run's end) is already logged: then this is history being replayed
+            last = await self._events.last_seq(self._run_id)
+            if last is None or last <= subscription.cursor:
+                body += pausing.pause()
+        return body, not (encoder.done or subscription.finished)
 
 
 class RunResultResponse(Response):

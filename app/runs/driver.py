@@ -204,6 +204,8 @@ class Driver:
 def run_options(handle: RunHandle) -> dict[str, Any]:
     """The agent's run options, with the request's own limits over the profile's."""
     options = handle.profile.run_options()
+    if handle.options.system_prompt is not None:
+        options["system_prompt"] = handle.options.system_prompt
     run_timeout = handle.options.run_timeout or handle.profile.run_timeout
     if run_timeout is not None:
         options["run_timeout"] = run_timeout

@@ -58,6 +58,8 @@ class RunRequestOptions:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     # the session's latest run, whose turn this one takes the place of (app.turns)
     replaces: str | None = None
+    system_prompt: str | None = None
+    """Replaces the agent's system prompt for this run (OpenAI ``instructions``)."""
 
 
 @dataclass(slots=True)
