@@ -202,17 +202,29 @@ async def test_aclose_cancels_and_drains_jobs_before_closing_providers(
     upstream.video_gate = Gate()
     bindings = ModelBindings(llm=ScriptedModel([]), image=_image(upstream), video=_video(upstream))
     agent = AgentCore(bindings)
-    image_job = agent.submit_image("a red panda")
-    video_job = agent.submit_video("a long film")
-    assert set(agent.media_jobs) == {image_job, video_job}
-    await upstream.wait_until(lambda: gate.waiting == 1 and len(upstream.videos) == 1)
-    await upstream.wait_until(lambda: any(r.method == "GET" for r in upstream.requests))
-    image_provider = bindings.image[0].provider
-    video_provider = bindings.video[0].provider
-    # what each provider looked like when its job ended
-    open_at_end: dict[str, bool] = {}
-    image_job.task.add_done_callback(lambda _t: open_at_end.update(image=not image_provider.closed))
-    video_job.task.add_done_callback(lambda _t: open_at_end.update(video=not video_provider.closed))
+    try:
+        image_job = agent.submit_image("a red panda")
+        video_job = agent.submit_video("a long film")
+        assert set(agent.media_jobs) == {image_job, video_job}
+        # (generous limits: a safety net for a loaded machine, not a synchronisation delay)
+        await upstream.wait_until(lambda: gate.waiting == 1 and len(upstream.videos) == 1, limit=60)
+        await upstream.wait_until(
+            lambda: any(r.method == "GET" for r in upstream.requests), limit=60
+        )
+        image_provider = bindings.image[0].provider
+        video_provider = bindings.video[0].provider
+        # what each provider looked like when its job ended
+        open_at_end: dict[str, bool] = {}
+        image_job.task.add_done_callback(
+            lambda _t: open_at_end.update(image=not image_provider.closed)
+        )
+        video_job.task.add_done_callback(
+            lambda _t: open_at_end.update(video=not video_provider.closed)
+        )
+    except BaseException:
+        gate.open()
+        await agent.aclose()
+        raise
 
     await agent.aclose()
 
