@@ -124,6 +124,7 @@ async def test_seed_image_snippet_runs_against_the_fake(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a first import of torch takes a minute or two on a busy machine
 def test_seed_embed_in_thread_snippet_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip(
         "sentence_transformers", reason="the sentence-transformers extra is not installed"
