@@ -148,6 +148,8 @@ class ProviderError(RunError):
 
     ``retryable`` is true for failures another attempt may not repeat (429, 5xx, 529, timeouts,
     connection errors). ``retry_after`` is the upstream's Retry-After in seconds, when it sent one.
+    ``upstream_detail`` is the upstream's own error text, redacted: for the developer, never part
+    of the message (which a service shows its clients), since upstreams quote keys and requests.
     """
 
     code = "provider_error"
@@ -161,8 +163,10 @@ class ProviderError(RunError):
         retry_after: float | None = None,
         provider: str | None = None,
         run_id: str | None = None,
+        upstream_detail: str | None = None,
     ) -> None:
         super().__init__(message, run_id=run_id)
+        self.upstream_detail = upstream_detail
         self.retryable = retryable
         self.status_code = status_code
         self.retry_after = retry_after

@@ -18,6 +18,7 @@ import fnmatch
 import importlib
 import os
 import re
+import shutil
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -390,9 +391,30 @@ def _mcp_server(
     if cwd is not None and not Path(cwd).is_absolute():
         values["cwd"] = str((base / cwd).resolve())
     try:
-        return MCPServerConfig.from_dict({**values, "name": name})
+        config = MCPServerConfig.from_dict({**values, "name": name})
     except ConfigurationError as exc:
         raise ConfigError(file, key_path(*where), str(exc)) from None
+    if config.transport == "stdio" and config.command is not None:
+        problem = _command_problem(config.command, config.env, config.cwd)
+        if problem is not None:
+            raise ConfigError(file, key_path(*where, "command"), problem)
+    return config
+
+
+def _command_problem(command: str, env: Mapping[str, str] | None, cwd: str | None) -> str | None:
+    """Why a stdio server's ``command`` cannot be started, or None: checked when the
+    configuration is read, not when the first session opens (at warm-up, in every worker)."""
+    if os.sep in command:
+        path = Path(command) if Path(command).is_absolute() else Path(cwd or ".") / command
+        if not path.is_file():
+            return f"command {command!r} does not exist"
+        if not os.access(path, os.X_OK):
+            return f"command {command!r} is not executable"
+        return None
+    search = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
+    if shutil.which(command, path=search) is None:
+        return f"command {command!r} is not on PATH; install it or give its full path"
+    return None
 
 
 def _policies(table: _Table | None) -> dict[str, str]:

@@ -10,8 +10,10 @@ import argparse
 import asyncio
 import math
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 import uvicorn
 from pydantic import ValidationError
@@ -28,6 +30,11 @@ __all__ = ["main"]
 _SHUTDOWN_MARGIN = 5.0
 # seconds the start-up check gives PostgreSQL to answer
 _CHECK_TIMEOUT = 10.0
+# With --workers > 1, uvicorn's supervisor replaces a worker that has not answered its health
+# ping within this many seconds. Its default (5 s) is shorter than a worker's start on a
+# loaded host (importing the app alone took 17-20 s at a load average of 9 on 2 cores), so
+# workers were killed in a loop, "Child process died" and nothing else in the log.
+_WORKER_HEALTHCHECK_TIMEOUT = 60
 _POSTGRES_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
 
 
@@ -61,6 +68,10 @@ async def _check_backends(settings: Settings) -> None:
             settings.database_url, min_size=1, max_size=1, operation_timeout=_CHECK_TIMEOUT
         )
         await store.close()
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM after uvicorn's shutdown: nothing more to do."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     graceful = settings.drain_timeout + settings.send_timeout + _SHUTDOWN_MARGIN
+    # uvicorn raises the signal that stopped it again once it is done, to die of it (exit
+    # status 143 for SIGTERM). A drained, orderly shutdown is a success: the handler it
+    # restores and raises into is this one, which lets ``main`` return 0. (A second SIGTERM
+    # during the drain still forces uvicorn's own fast exit; SIGINT keeps its status.)
+    signal.signal(signal.SIGTERM, _stopped)
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -109,7 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         access_log=settings.debug,
         timeout_graceful_shutdown=math.ceil(graceful),
         timeout_keep_alive=math.ceil(settings.keep_alive_timeout),
+        timeout_worker_healthcheck=_WORKER_HEALTHCHECK_TIMEOUT,
         lifespan="on",
+        # uvicorn's httptools protocol with a cap and a deadline on request heads and a cap
+        # on connections (app.http_protocol)
+        http="app.http_protocol:GuardedHttpToolsProtocol",
     )
     return 0
 

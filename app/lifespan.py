@@ -21,7 +21,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import FrameType
 from typing import Any
 
@@ -33,6 +33,7 @@ from app.agents import DEFAULT_AGENT, ServiceConfig, build_agents, build_core, l
 from app.bus import open_bus
 from app.media import MediaJobs
 from app.metrics import Metrics
+from app.readiness import DependencyWatch
 from app.runs import RunManager
 from app.services import Services
 from app.settings import Settings
@@ -81,7 +82,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
     config = load_config(settings.config)
     metrics = metrics or Metrics()
     async with contextlib.AsyncExitStack() as stack:
-        store = await open_store(settings.database_url)
+        store = await open_store(settings.database_url, timeout=settings.backend_timeout)
         stack.push_async_callback(store.close)
         bus = await open_bus(settings)
         stack.push_async_callback(bus.aclose)
@@ -243,6 +244,12 @@ def make_lifespan(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await start_services(settings, metrics)
         app.state.services = services
+        probes: dict[str, Callable[[], Awaitable[object]]] = {"the store": services.store.ping}
+        if services.bus.shared:
+            probes["Redis"] = services.bus.ping
+        watch = DependencyWatch(probes, timeout=min(2.0, settings.backend_timeout))
+        services.dependencies = watch
+        watch.start()
         loop = asyncio.get_running_loop()
         warmup = loop.create_task(warm_up(services))
 
@@ -256,6 +263,7 @@ def make_lifespan(
             yield
         finally:
             hook.uninstall()
+            await watch.aclose()
             warmup.cancel()
             await asyncio.wait([warmup])
             await stop_services(services)

@@ -24,6 +24,7 @@ from app.api.docs import DOCS_PATHS, install_docs
 from app.api.errors import CatchAllMiddleware, install_error_handlers
 from app.api.openapi import install_openapi
 from app.auth import Authenticator
+from app.http_protocol import EdgeLimits, configure, effective_max_connections
 from app.lifespan import make_lifespan
 from app.logs import configure_logging
 from app.metrics import Metrics
@@ -46,6 +47,24 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     settings = settings if settings is not None else Settings()
     if configure_logs and not logging.getLogger("app").handlers:
         configure_logging(settings.log_level)
+    # the Redis pool (and its blocking reader) and PostgreSQL's need descriptors too
+    max_connections = effective_max_connections(
+        settings.max_connections, reserve=settings.redis_max_connections + 16
+    )
+    if max_connections < settings.max_connections:
+        logging.getLogger("app.http").warning(
+            "the file limit (RLIMIT_NOFILE) holds %d client connections, not "
+            "AGENT_MAX_CONNECTIONS=%d: raise the limit to allow more",
+            max_connections,
+            settings.max_connections,
+        )
+    configure(
+        EdgeLimits(
+            max_header_bytes=settings.max_header_bytes,
+            header_timeout=settings.header_timeout,
+            max_connections=max_connections,
+        )
+    )
     metrics = Metrics()
     service_lifespan = make_lifespan(settings, metrics)
     mcp = McpEndpoint()

@@ -6,8 +6,14 @@ the worker that took the connection. Scrape each worker (or sum in the dashboard
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from app import http_protocol
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -63,6 +69,27 @@ class Metrics:
         for outcome in ("accepted", "not_accepted", "not_found"):
             self.external_events.labels(outcome)
 
+        r.register(_ConnectionCollector())
+
     def render(self) -> bytes:
         """The Prometheus text exposition."""
         return generate_latest(self.registry)
+
+
+class _ConnectionCollector(Collector):
+    """The connection guard's counts (``app.http_protocol.STATS``, one per process)."""
+
+    def collect(self) -> Iterator[Metric]:
+        stats = http_protocol.STATS
+        yield GaugeMetricFamily(
+            "agent_http_connections", "Open client connections", value=stats.open
+        )
+        refused = CounterMetricFamily(
+            "agent_http_connections_closed",
+            "Client connections closed by the server's limits, by reason",
+            labels=["reason"],
+        )
+        refused.add_metric(["max_connections"], stats.refused)
+        refused.add_metric(["header_timeout"], stats.header_timeouts)
+        refused.add_metric(["header_too_large"], stats.headers_too_large)
+        yield refused

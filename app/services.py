@@ -13,6 +13,7 @@ from app.agents import ConfiguredAgents
 from app.bus.base import Bus
 from app.errors import Unavailable
 from app.metrics import Metrics
+from app.readiness import DependencyWatch
 from app.runs import RunManager
 from app.settings import Settings
 from app.storage import Store
@@ -39,6 +40,7 @@ class Services:
     agents: ConfiguredAgents
     admission: Admission
     manager: RunManager
+    dependencies: DependencyWatch | None = None
     ready: bool = False
     readiness_problem: str = "warming up"
     notes: dict[str, str] = field(default_factory=dict)

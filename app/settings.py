@@ -96,6 +96,16 @@ class Settings(BaseSettings):
     keep_alive_timeout: Annotated[float, Field(gt=0)] = 5.0
     """Seconds an idle client connection is kept open. Behind a load balancer, set it above
     the balancer's own idle timeout, or the balancer may reuse a connection being closed."""
+    max_header_bytes: Annotated[int, Field(ge=1024)] = 65_536
+    """Bytes of a request line and headers at most; a larger head gets 431."""
+    header_timeout: Annotated[float, Field(gt=0)] = 10.0
+    """Seconds a connection may take to send a complete request head before it is closed."""
+    max_connections: Annotated[int, Field(ge=1)] = 4096
+    """Open client connections per worker (lowered to what the file limit holds); one beyond
+    it is answered 503 at once and closed."""
+    backend_timeout: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds one call to PostgreSQL or Redis may take (connecting and waiting for a pooled
+    connection included) before it fails as unavailable (503)."""
     client_timeout: Annotated[float | None, Field(gt=0, allow_inf_nan=False)] = None
     """Seconds for every HTTP phase of a provider call (connect, each read...); unset keeps the
     SDK's own (600 s). A stalled upstream then fails the call and the next model takes over."""
@@ -156,6 +166,8 @@ class Settings(BaseSettings):
         "sse_ping",
         "send_timeout",
         "keep_alive_timeout",
+        "header_timeout",
+        "backend_timeout",
     )
     @classmethod
     def _finite(cls, value: float) -> float:

@@ -159,7 +159,7 @@ async def _stream_once(
     response = await conn.read_head()
     if response.status != 200:
         await conn.read_body(response)
-        return {"status": response.status, "frames": 0, "bytes": 0, "ok": False}
+        return {"status": response.status, "frames": 0, "bytes": 0, "chunks": 0, "ok": False}
     counter = FrameCounter()
     size = 0
     chunks = 0

@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 from .config import MCPServerConfig
 from .errors import MCPClientStateError
 
-__all__ = ["ServerConnection", "TlsContext", "consume", "describe", "leaf"]
+__all__ = ["ServerConnection", "TlsContext", "consume", "describe", "leaf", "session_unknown"]
 
 logger = logging.getLogger("agent_runtime.mcp")
 
@@ -78,15 +78,40 @@ class TlsContext:
         return self._context
 
 
+class SessionWatch:
+    """Set when the server answered a request of this session with "unknown session".
+
+    The client SDK turns a 400 into a bare "Server returned an error response", losing the
+    body that names the session; the HTTP client's response hook sees it first.
+    """
+
+    unknown = False
+
+    async def on_response(self, response: httpx2.Response) -> None:
+        status = response.status_code
+        if status not in (400, 404) or "mcp-session-id" not in response.request.headers:
+            return
+        if status == 404:
+            self.unknown = True
+            return
+        body = await response.aread()  # small; kept for the SDK, which reads it again
+        if b"session" in body.lower():
+            self.unknown = True
+
+
 @asynccontextmanager
 async def _http_transport(
     url: str,
     headers: Mapping[str, str] | None,
     http_timeout: httpx2.Timeout,
     tls: ssl.SSLContext,
+    watch: SessionWatch | None,
 ) -> AsyncIterator[Any]:
     # the SDK takes custom headers only through a client we build; we own it and close it here
-    http = httpx2.AsyncClient(headers=dict(headers or {}), timeout=http_timeout, verify=tls)
+    hooks = {"response": [watch.on_response]} if watch is not None else {}
+    http = httpx2.AsyncClient(
+        headers=dict(headers or {}), timeout=http_timeout, verify=tls, event_hooks=hooks
+    )
     async with http, streamable_http_client(url, http_client=http) as streams:
         yield streams
 
@@ -105,8 +130,9 @@ class ServerConnection:
         size = config.session_pool_size
         self.pool = _SessionPool(self) if size else None
 
-    async def connect(self) -> Client:
-        """An SDK client for one session, not yet entered."""
+    async def connect(self, watch: SessionWatch | None = None) -> Client:
+        """An SDK client for one session, not yet entered (``watch``: told if the server
+        forgets the session)."""
         config = self.config
         if config.transport == "stdio":
             assert config.command is not None
@@ -119,7 +145,9 @@ class ServerConnection:
         else:
             assert config.url is not None
             limits = httpx2.Timeout(config.timeout, read=max(config.timeout, _SSE_READ_TIMEOUT))
-            target = _http_transport(config.url, config.headers, limits, await self._tls.get())
+            target = _http_transport(
+                config.url, config.headers, limits, await self._tls.get(), watch
+            )
         return Client(target, client_info=self._info, cache=None)
 
     def prime(self, client: Client) -> None:
@@ -159,6 +187,7 @@ class _PooledSession:
         # a failure nobody waits for any more is logged by the owner, not by the loop
         self._ready.add_done_callback(consume)
         self._stop = asyncio.Event()
+        self.watch = SessionWatch()
         self.task = loop.create_task(
             self._own(server),
             name=f"mcp-session:{server.config.name}",
@@ -192,7 +221,7 @@ class _PooledSession:
     async def _own(self, server: ServerConnection) -> None:
         name = server.config.name
         try:
-            async with await server.connect() as client:
+            async with await server.connect(self.watch) as client:
                 server.prime(client)
                 if not self._ready.done():
                     self._ready.set_result(client)
@@ -206,6 +235,14 @@ class _PooledSession:
             self._stop.set()
             if not self._ready.done():
                 self._ready.cancel()
+
+
+class _UnknownSession(Exception):
+    """The server refused a call because it does not know the session (inside the pool)."""
+
+    def __init__(self, error: MCPError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 class _SessionPool:
@@ -228,28 +265,55 @@ class _SessionPool:
         async with self._slots:
             if self._closed:
                 raise MCPClientStateError("the MCP client is closed")
-            healthy = False
-            session: _PooledSession | None = None
-            try:
-                async with asyncio.timeout(self._server.config.timeout):
-                    session = await self._checkout()
+            async with asyncio.timeout(self._server.config.timeout):
+                try:
+                    return await self._run_once(operation, fresh=False)
+                except _UnknownSession as unknown:
+                    exc = unknown.error
+                    # the server forgot the session (restarted, or expired it) and refused
+                    # the call before running it: once more, on a session opened now. The
+                    # idle ones were opened before the same restart: replaced as well.
+                    logger.info(
+                        "MCP server %s no longer knows a pooled session (%s): replacing it",
+                        self._server.config.name,
+                        exc.message,
+                    )
+                    self._drop_idle()
                     try:
-                        result = await operation(session.client)
-                    except MCPError as exc:
-                        # an error answer leaves the session usable; a lost connection does not
-                        healthy = exc.code != mcp_types.CONNECTION_CLOSED
-                        raise
-                    healthy = True
-                    return result
-            finally:
-                if session is not None:
-                    if healthy and session.usable and not self._closed:
-                        self._idle.append(session)
-                    else:
-                        session.stop()
+                        return await self._run_once(operation, fresh=True)
+                    except _UnknownSession as again:
+                        raise again.error from None
 
-    async def _checkout(self) -> _PooledSession:
-        while self._idle:
+    async def _run_once(self, operation: Callable[[Client], Awaitable[_T]], *, fresh: bool) -> _T:
+        healthy = False
+        session: _PooledSession | None = None
+        try:
+            session = await self._checkout(fresh=fresh)
+            try:
+                result = await operation(session.client)
+            except MCPError as exc:
+                # an error answer leaves the session usable; a lost connection does not, nor
+                # an answer saying the server does not know the session (the call did not run)
+                if session.watch.unknown or session_unknown(exc):
+                    raise _UnknownSession(exc) from exc
+                healthy = exc.code != mcp_types.CONNECTION_CLOSED
+                raise
+            healthy = True
+            return result
+        finally:
+            if session is not None:
+                if healthy and session.usable and not self._closed:
+                    self._idle.append(session)
+                else:
+                    session.stop()
+
+    def _drop_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        for session in idle:
+            session.stop()
+
+    async def _checkout(self, *, fresh: bool = False) -> _PooledSession:
+        while self._idle and not fresh:
             candidate = self._idle.pop()
             if candidate.usable:
                 return candidate
@@ -279,6 +343,21 @@ class _SessionPool:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+
+
+# what servers answer a request naming a session they do not know: the Python SDK 404 "Session
+# not found", the TypeScript SDK 400 "Bad Request: No valid session ID provided", and the client
+# SDK's own stand-in for a bare 404, "Session terminated"
+_UNKNOWN_SESSION = ("not found", "terminated", "no valid", "invalid", "unknown", "expired")
+
+
+def session_unknown(exc: MCPError) -> bool:
+    """Whether ``exc`` is a server's answer that it does not know the request's session.
+
+    Such an answer comes before the request is dispatched, so the call did not run.
+    """
+    message = exc.message.lower()
+    return "session" in message and any(word in message for word in _UNKNOWN_SESSION)
 
 
 def leaf(exc: BaseException) -> BaseException:

@@ -19,8 +19,12 @@ through ``translate_errors`` on its way out::
       (``stream_cut_short``)                             the provider itself
     malformed stream data, other SDK errors            ProviderError (not retryable)
 
-Secrets never travel further than this module. Messages are built here, from redacted upstream
-text, and the foreign exception kept as ``__cause__`` is scrubbed in place first: its ``args``,
+Secrets never travel further than this module. Messages are built here from what is safe to
+show whoever reads a run's failure: the status, and the upstream's error type and code when
+they are short identifiers. The upstream's own error text (which may quote a key, masked or not,
+or the request) is not part of a message: it is logged, redacted, at debug level on the
+``agent_runtime.providers`` logger. The foreign exception kept as ``__cause__`` is scrubbed in
+place first: its ``args``,
 the SDK's ``message``/``body`` attributes and the ``Authorization``-like headers of the request
 it holds, along its whole ``__cause__``/``__context__`` chain.
 """
@@ -31,6 +35,7 @@ import contextlib
 import email.utils
 import functools
 import json
+import logging
 import math
 import re
 import ssl
@@ -93,6 +98,14 @@ _SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
 _KEY_FIELD = re.compile(
     r"(?i)\b(x-api-key|api[-_]?key|access[-_]?token)(['\"]?\s*[:=]\s*['\"]?)[^\s'\",;}\]]+"
 )
+
+# a key as upstreams quote it, masked: "sk-canar*****7f3a9", "sk-abc...wxyz", "****7f3a"
+_MASKED_KEY = re.compile(r"[A-Za-z0-9_\-]*(?:\*{3,}|\.{3,}|…)[A-Za-z0-9_\-]*[A-Za-z0-9]")
+_MASKED_SK = re.compile(r"\bsk-[A-Za-z0-9_\-]*(?:\*+|\.{3,}|…)[A-Za-z0-9_\-]*")
+# an upstream's error type or code shown in messages: an identifier, never free text
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
+
+logger = logging.getLogger("agent_runtime.providers")
 
 # a secret shorter than this is a placeholder ("ollama", "EMPTY"), not worth redacting
 _MIN_SECRET_LENGTH = 8
@@ -193,8 +206,17 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
         if secret and len(secret) >= _MIN_SECRET_LENGTH and secret in text:
             text = text.replace(secret, REDACTED)
     text = _BEARER.sub(rf"\1 {REDACTED}", text)
+    text = _MASKED_SK.sub(f"sk-{REDACTED}", text)
     text = _SK_KEY.sub(f"sk-{REDACTED}", text)
+    text = _MASKED_KEY.sub(_masked, text)
     return _KEY_FIELD.sub(rf"\1\2{REDACTED}", text)
+
+
+def _masked(match: re.Match[str]) -> str:
+    token = match.group(0)
+    # a masked key shows some of its characters around the mask; plain ellipses do not
+    visible = sum(char.isalnum() for char in token)
+    return REDACTED if visible >= 4 else token
 
 
 def _redact_value(value: Any, secrets: Sequence[str]) -> Any:
@@ -333,13 +355,26 @@ def _error_fields(body: object) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _detail(text: str | None, secrets: Sequence[str]) -> str:
+def _detail(text: str | None, secrets: Sequence[str], subject: str) -> str | None:
+    """The upstream's own error text, redacted, logged at debug: for ``upstream_detail``,
+    never for a message."""
     if not text:
-        return ""
+        return None
     text = " ".join(redact(text, secrets).split())
     if len(text) > _MAX_DETAIL:
         text = text[: _MAX_DETAIL - 3] + "..."
-    return f": {text}"
+    logger.debug("%s: upstream error text: %s", subject, text)
+    return text
+
+
+def _kind(kind: str | None, code: str | None = None) -> str:
+    """`` (type)`` or `` (type, code)`` for a message: identifiers only, never free text."""
+    shown = [
+        value
+        for value in dict.fromkeys((kind, code))
+        if value is not None and _IDENTIFIER.fullmatch(value)
+    ]
+    return f" ({', '.join(shown)})" if shown else ""
 
 
 def stream_cut_short(*, provider: str, model: str, marker: str) -> ProviderConnectionError:
@@ -409,10 +444,10 @@ def _map(
         # an error event inside an otherwise successful stream
         kind, message = _error_fields(getattr(exc, "body", None))
         return ProviderStatusError(
-            f"{subject} reported an error in its stream"
-            f"{f' ({kind})' if kind else ''}{_detail(message, secrets)}",
+            f"{subject} reported an error in its stream{_kind(kind)}",
             retryable=kind in _RETRYABLE_ERROR_TYPES,
             provider=provider,
+            upstream_detail=_detail(message, secrets, subject),
         )
     if isinstance(exc, json.JSONDecodeError):
         return ProviderError(
@@ -420,9 +455,10 @@ def _map(
         )
     if isinstance(exc, foreign.sdk):
         return ProviderError(
-            f"{subject}: {type(exc).__name__}{_detail(str(exc), secrets)}",
+            f"{subject}: {type(exc).__name__}",
             retryable=False,
             provider=provider,
+            upstream_detail=_detail(str(exc), secrets, subject),
         )
     return None
 
@@ -440,22 +476,31 @@ def _status_error(
         override = _should_retry_header(headers)
         if override is not None:
             retryable = override
-        text = f"{subject} answered HTTP {status}{f' ({kind})' if kind else ''}"
+        text = f"{subject} answered HTTP {status}{_kind(kind, _error_code(exc))}"
         code: int | None = status
     else:
         # Anthropic raises an error event of a 200 stream as a status error of that response
         retryable = kind in _RETRYABLE_ERROR_TYPES
-        text = f"{subject} reported an error in its stream{f' ({kind})' if kind else ''}"
+        text = f"{subject} reported an error in its stream{_kind(kind, _error_code(exc))}"
         code = None
     if retry_after is not None and retryable:
         text += f", retry after {retry_after:g} s"
     return ProviderStatusError(
-        text + _detail(message, secrets),
+        text,
+        upstream_detail=_detail(message, secrets, subject),
         retryable=retryable,
         status_code=code,
         retry_after=retry_after,
         provider=provider,
     )
+
+
+def _error_code(exc: Exception) -> str | None:
+    """The upstream's ``code`` beside its ``type`` (OpenAI: ``invalid_api_key``)."""
+    body = getattr(exc, "body", None)
+    inner = body.get("error", body) if isinstance(body, Mapping) else None
+    code = inner.get("code") if isinstance(inner, Mapping) else None
+    return code if isinstance(code, str) else None
 
 
 def _root_name(exc: BaseException) -> str:
@@ -476,7 +521,9 @@ def configuration_error(
 ) -> ConfigurationError:
     """A ConfigurationError for a client that could not be built, ``exc`` scrubbed."""
     scrub_exception(exc, secrets)
-    return ConfigurationError(f"{what}: {type(exc).__name__}{_detail(str(exc), secrets)}")
+    # for the operator starting the service: the text says what to fix (redacted)
+    text = " ".join(redact(str(exc), secrets).split())[:_MAX_DETAIL]
+    return ConfigurationError(f"{what}: {type(exc).__name__}{f': {text}' if text else ''}")
 
 
 # the context manager ------------------------------------------------------------------------------

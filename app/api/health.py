@@ -29,13 +29,22 @@ async def healthz() -> dict[str, str]:
 @router.get(
     "/readyz",
     summary="Ready to take runs",
-    responses={503: {"description": "Starting or draining"}},
+    responses={503: {"description": "Starting, draining, or a dependency is unreachable"}},
 )
 async def readyz(services: ServicesDep) -> Response:
-    """200 once preflight and warm-up are done, 503 before that and while draining."""
+    """200 once preflight and warm-up are done; 503 before that, while draining, and while the
+    store or the bus does not answer (``app.readiness``)."""
     if services.manager.draining:
         return problem_response(
             503, "draining", "the server is shutting down", headers={"Retry-After": "5"}
+        )
+    watch = services.dependencies
+    if watch is not None and watch.problem:
+        return problem_response(
+            503,
+            "unavailable",
+            f"a dependency is {watch.problem}",
+            headers={"Retry-After": "1"},
         )
     if not services.ready:
         return problem_response(

@@ -105,12 +105,54 @@ def _components(schema: dict[str, Any]) -> None:
             "data": {"type": "object"},
         },
     }
+    _storable(components)
     problem = components.get("Problem")
     if isinstance(problem, dict):
         problem.setdefault("required", ["type", "title", "status", "detail", "code"])
     # FastAPI's own validation body is never sent: every 422 is a problem
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
+
+
+_NO_NUL = "^[^\\u0000]*$"
+
+
+def _storable(components: dict[str, Any]) -> None:
+    """Say in the document what ``app.api.schemas`` refuses of what a run stores: NUL in any
+    string or key (JSON numbers out of a double's range cannot be written by a client that
+    reads the document, and are refused too)."""
+    text = {"type": "string", "pattern": _NO_NUL}
+    components["StorableValue"] = {
+        "description": "Any JSON value without NUL (U+0000) in its strings or keys.",
+        "anyOf": [
+            text,
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "null"},
+            {"type": "array", "items": {"$ref": "#/components/schemas/StorableValue"}},
+            {
+                "type": "object",
+                "propertyNames": text,
+                "additionalProperties": {"$ref": "#/components/schemas/StorableValue"},
+            },
+        ],
+    }
+    run = components.get("RunRequest")
+    if not isinstance(run, dict):
+        return
+    properties = run.get("properties", {})
+    if "input" in properties:
+        properties["input"]["pattern"] = _NO_NUL
+    if "metadata" in properties:
+        metadata = properties["metadata"]
+        metadata["anyOf"] = [
+            {
+                "type": "object",
+                "propertyNames": text,
+                "additionalProperties": {"$ref": "#/components/schemas/StorableValue"},
+            },
+            {"type": "null"},
+        ]
 
 
 def _operation_ids(schema: dict[str, Any]) -> dict[tuple[str, str], str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
@@ -43,11 +44,18 @@ SessionId = Annotated[
 ]
 
 
-def _unicode_text(data: Any) -> Any:
-    """``data`` if every string in it is Unicode text; a ValueError naming the first that is not.
+def _unicode_text(data: Any, *, stored: bool = True) -> Any:
+    """``data`` if every database can store it exactly; a ValueError naming what cannot be.
 
-    JSON may escape a lone UTF-16 surrogate (``"\\ud800"``), which no UTF-8 encoder (the
-    database, the SSE stream) accepts: refused here, at the edge, rather than failing later.
+    Refused, at the edge and the same on every backend, rather than stored on one and failing
+    on another (``stored=False``: only what no encoder takes, the first point):
+
+    - a lone UTF-16 surrogate (JSON may escape one, ``"\\ud800"``): no UTF-8 encoder (the
+      database, the SSE stream) accepts it;
+    - NUL (``"\\u0000"``) in a string or a key: PostgreSQL's text and jsonb cannot hold it;
+    - a number out of range (``1e400``, read as infinity) or ``NaN``/``Infinity``: JSON has no
+      such number, so it could be neither stored as JSON nor answered.
+
     Iterative, so a deeply nested body costs no recursion.
     """
     pending: list[tuple[str, Any]] = [("body", data)]
@@ -60,12 +68,19 @@ def _unicode_text(data: Any) -> Any:
                 raise ValueError(
                     f"{where} contains a lone UTF-16 surrogate, which is not text"
                 ) from None
+            if stored and "\x00" in value:
+                raise ValueError(f"{where} contains NUL (U+0000), which cannot be stored")
+        elif isinstance(value, float):
+            if stored and not math.isfinite(value):
+                raise ValueError(f"{where} is a number out of range (not a finite double)")
         elif isinstance(value, dict):
+            # the body's own fields are named; what a client put inside them is never echoed
             for key, item in value.items():
+                inner = f"body.{key}" if where == "body" and str(key).isidentifier() else where
                 pending.append((f"a key of {where}", key))
-                pending.append((f"{where}.{key}", item))
+                pending.append((inner, item))
         elif isinstance(value, list):
-            pending.extend((f"{where}.{index}", item) for index, item in enumerate(value))
+            pending.extend((where, item) for item in value)
     return data
 
 
@@ -125,13 +140,16 @@ class ExternalEventRequest(BaseModel):
 
     session_id: str = Field(min_length=1, max_length=128, pattern=SESSION_ID_PATTERN)
     run_id: str | None = Field(None, max_length=128)
-    name: str = Field(min_length=1, max_length=200, pattern=r"\S")
+    # at least one character that is not blank, as the runtime (str.strip) and every regex
+    # engine reading the schema agree: Unicode's and ECMAScript's white space, and the
+    # separators U+001C-U+001F that Python also strips
+    name: str = Field(min_length=1, max_length=200, pattern=r"[^\s\x1c-\x1f\x85\ufeff]")
     payload: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
     def _text(cls, data: Any) -> Any:
-        return _unicode_text(data)
+        return _unicode_text(data, stored=False)
 
 
 class Usage(BaseModel):

@@ -1,14 +1,20 @@
 """The two responses that outlive their handler: an SSE stream of a run's log, and a blocking
 run's JSON result.
 
-Both are small ASGI responses written here rather than sse-starlette's ``EventSourceResponse``:
-that one ends every stream as soon as the server is told to stop, while a drain must let each
-stream deliver its run's terminal event (the drain is ours to control). Each response:
+Both are small ASGI responses written here rather than sse-starlette's ``EventSourceResponse``
+(which only the benchmark's baseline uses, a development dependency): that one ends every
+stream as soon as the server is told to stop, while a drain must let each stream deliver its
+run's terminal event (the drain is ours to control), and it is slower (docs/benchmarks.md).
+Each response:
 
 - reads the run's log from its own cursor (replay, then live): ``Subscription.next()`` hands
-  over every event already there, so a burst goes out as one write;
+  over every event already there, and a burst goes out in writes of at most ``PIECE_BYTES``:
+  the server's write buffer pauses the next write until the client has read the last, so a
+  client that reads slowly (or never) holds one piece, not the whole backlog;
 - watches ``receive()`` for the client's disconnect in one small task;
-- bounds each write by ``send_timeout``: a client that stops reading counts as gone;
+- bounds each write by ``send_timeout``: a client that stops reading counts as gone, and its
+  connection is aborted (``scope["extensions"]["agent.abort"]``, given by
+  ``app.http_protocol``), which frees what the transport still buffers for it;
 - sends ``: ping`` after ``ping`` seconds of silence;
 - on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy).
 
@@ -24,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from starlette.responses import Response
@@ -37,9 +43,19 @@ from app.wire import PING_FRAME
 if TYPE_CHECKING:
     from app.runs import RunHandle, RunManager
 
-__all__ = ["EventStreamResponse", "FrameEncoder", "PausingEncoder", "RunResultResponse"]
+__all__ = [
+    "PIECE_BYTES",
+    "EventStreamResponse",
+    "FrameEncoder",
+    "PausingEncoder",
+    "RunResultResponse",
+]
 
 logger = logging.getLogger("app.streaming")
+
+# the largest write of a backlog: the transport's high-water mark (64 KiB), so that one
+# stream never buffers much more than twice that in the process
+PIECE_BYTES = 65_536
 
 
 async def _reap(task: asyncio.Task[None]) -> None:
@@ -134,15 +150,21 @@ class EventStreamResponse(Response):
         if manager is not None:
             manager.stream_opened()
         try:
-            await self._stream(subscription, receive, send)
+            aborted = await self._stream(subscription, receive, send)
         finally:
             if manager is not None:
                 manager.stream_closed()
+        if aborted:
+            abort = scope.get("extensions", {}).get("agent.abort")
+            if abort is not None:
+                abort()
 
-    async def _stream(self, subscription: Subscription, receive: Receive, send: Send) -> None:
+    async def _stream(self, subscription: Subscription, receive: Receive, send: Send) -> bool:
+        """Send the log until its end or the client's; True if a write timed out."""
         loop = asyncio.get_running_loop()
         gone = False
         completed = False
+        timed_out = False
         last_send = loop.time()
         ticker: asyncio.TimerHandle | None = None
         ping = self._ping
@@ -183,9 +205,32 @@ class EventStreamResponse(Response):
                     body, more = await self._translate(encoder, pausing, batch, subscription)
                     if not body and more:
                         continue  # events this protocol does not show
-                elif batch:
-                    body = batch[0].frame if len(batch) == 1 else b"".join(e.frame for e in batch)
+                    if len(body) > PIECE_BYTES:
+                        # a large translation goes out in pieces too, the transport
+                        # draining between them
+                        *head, body = _slices(body)
+                        for piece in head:
+                            async with asyncio.timeout(send_timeout):
+                                await send(
+                                    {"type": "http.response.body", "body": piece, "more_body": True}
+                                )
+                elif len(batch) == 1 and len(batch[0].frame) <= PIECE_BYTES:
+                    body = batch[0].frame
                     more = not subscription.finished
+                elif batch:
+                    # a backlog, in pieces made one at a time: each goes out once the client
+                    # took the one before (uvicorn waits for its transport to drain; once
+                    # the client is gone, its sends return at once)
+                    for piece in _pieces(batch):
+                        async with asyncio.timeout(send_timeout):
+                            await send(
+                                {"type": "http.response.body", "body": piece, "more_body": True}
+                            )
+                    last_send = loop.time()
+                    more = not subscription.finished
+                    if more:
+                        continue
+                    body = b""
                 else:
                     body = b"" if subscription.finished else PING_FRAME
                     more = not subscription.finished
@@ -199,6 +244,7 @@ class EventStreamResponse(Response):
                 last_send = loop.time()
         except TimeoutError:
             gone = True  # a write blocked for send_timeout: the client is not reading
+            timed_out = True
         except OSError:
             gone = True  # servers implementing ASGI 2.4 raise it for a closed connection
         except BusError as exc:
@@ -214,6 +260,7 @@ class EventStreamResponse(Response):
             await subscription.aclose()
             if gone and not completed and self._on_gone is not None:
                 self._on_gone()
+        return timed_out
 
     async def _translate(
         self,
@@ -235,6 +282,32 @@ class EventStreamResponse(Response):
             if last is None or last <= subscription.cursor:
                 body += pausing.pause()
         return body, not (encoder.done or subscription.finished)
+
+
+def _slices(body: bytes) -> list[bytes]:
+    """``body`` cut into pieces of at most ``PIECE_BYTES``."""
+    return [body[start : start + PIECE_BYTES] for start in range(0, len(body), PIECE_BYTES)]
+
+
+def _pieces(batch: Sequence[WireEvent]) -> Iterator[bytes]:
+    """The frames of ``batch`` in pieces of at most ``PIECE_BYTES``, made as they are asked
+    for: small frames joined, a large one cut (a client's parser reassembles its lines)."""
+    group: list[bytes] = []
+    size = 0
+    for event in batch:
+        frame = event.frame
+        if size + len(frame) > PIECE_BYTES and group:
+            yield b"".join(group)
+            group, size = [], 0
+        if len(frame) > PIECE_BYTES:
+            view = memoryview(frame)
+            for start in range(0, len(frame), PIECE_BYTES):
+                yield bytes(view[start : start + PIECE_BYTES])
+            continue
+        group.append(frame)
+        size += len(frame)
+    if group:
+        yield b"".join(group)
 
 
 class RunResultResponse(Response):

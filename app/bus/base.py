@@ -258,6 +258,10 @@ class Bus(Protocol):
         """Counts for leak checks: logs, subscribers, locks, routed runs."""
         ...
 
+    async def ping(self) -> None:
+        """Return once the shared state answers; raise ``BusError`` if it does not."""
+        ...
+
     async def aclose(self) -> None:
         """Release connections and timers; idempotent."""
         ...

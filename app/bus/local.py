@@ -335,5 +335,8 @@ class LocalBus:
             "routed_runs": self._router.registered,
         }
 
+    async def ping(self) -> None:
+        """The in-process state always answers."""
+
     async def aclose(self) -> None:
         self._events.close()

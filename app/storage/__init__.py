@@ -67,18 +67,19 @@ def sqlite_path(url: str) -> str:
     return rest[1:]
 
 
-async def open_store(url: str) -> Store:
+async def open_store(url: str, *, timeout: float = 30.0) -> Store:  # noqa: ASYNC109
     """Open and migrate the store AGENT_DATABASE_URL names.
 
     Raises `StorageConfigError` (a ValueError) for a URL it cannot use and
-    `StorageUnavailable` when the database cannot be opened or reached.
+    `StorageUnavailable` when the database cannot be opened or reached. ``timeout`` bounds
+    each PostgreSQL operation (connecting, waiting for a pooled connection, the command).
     """
     scheme, separator, _ = url.partition("://")
     scheme = scheme.lower()
     if separator and scheme == "sqlite":
         return await SQLiteStore.connect(sqlite_path(url))
     if separator and scheme in _POSTGRES_SCHEMES:
-        return await PostgresStore.connect(url)
+        return await PostgresStore.connect(url, operation_timeout=timeout)
     # Name the scheme only: the rest of the URL may hold a password.
     shown = f"scheme {scheme!r}" if separator else "value"
     raise StorageConfigError(f"AGENT_DATABASE_URL has an unsupported {shown}; use {_EXAMPLES}")

@@ -387,11 +387,19 @@ async def test_policies_in_the_file_override_a_tools_own(
             "none",
         ),
         (
-            "[mcp_servers.s]\ncommand = 'x'\n[agents.x]\nmcp_servers = ['s', 's']\n",
+            "[mcp_servers.s]\ncommand = 'no-such-mcp-server-xyz'\n",
+            "mcp_servers.s.command: command 'no-such-mcp-server-xyz' is not on PATH",
+        ),
+        (
+            "[mcp_servers.s]\ncommand = './missing/server'\n",
+            "mcp_servers.s.command: command './missing/server' does not exist",
+        ),
+        (
+            "[mcp_servers.s]\ncommand = 'true'\n[agents.x]\nmcp_servers = ['s', 's']\n",
             "agents.x.mcp_servers[1]: MCP server 's' is listed twice",
         ),
         (
-            "[mcp_servers.s]\ncommand = 'x'\n"
+            "[mcp_servers.s]\ncommand = 'true'\n"
             "[agents.x]\nmcp_servers = [{ name = 's', command = 'y' }]\n",
             "agents.x.mcp_servers[0].name: an MCP server named 's' is already defined",
         ),
@@ -408,24 +416,24 @@ async def test_policies_in_the_file_override_a_tools_own(
             "mcp_servers.s: MCP server 's': streamable_http needs an http(s) url",
         ),
         (
-            "[mcp_servers.s]\ncommand = 'x'\nurl = 'http://a'\ntransport = 'stdio'\n",
+            "[mcp_servers.s]\ncommand = 'true'\nurl = 'http://a'\ntransport = 'stdio'\n",
             "mcp_servers.s: MCP server 's': url and headers belong to streamable_http",
         ),
-        ("[mcp_servers.s]\ncommand = 'x'\nbogus = 1\n", "mcp_servers.s.bogus: unknown key"),
+        ("[mcp_servers.s]\ncommand = 'true'\nbogus = 1\n", "mcp_servers.s.bogus: unknown key"),
         (
-            "[mcp_servers.s]\nname = 's'\ncommand = 'x'\n",
+            "[mcp_servers.s]\nname = 's'\ncommand = 'true'\n",
             "mcp_servers.s.name: the server's name is its table's key",
         ),
         (
-            "[mcp_servers.s]\ncommand = 'x'\nargs = [1]\n",
+            "[mcp_servers.s]\ncommand = 'true'\nargs = [1]\n",
             "mcp_servers.s.args[0]: expected a non-empty string",
         ),
         (
-            "[mcp_servers.s]\ncommand = 'x'\nenv = { A = 1 }\n",
+            "[mcp_servers.s]\ncommand = 'true'\nenv = { A = 1 }\n",
             "mcp_servers.s.env.A: expected a string, got 1",
         ),
         (
-            "[mcp_servers.s]\ncommand = 'x'\nsession_pool_size = -1\n",
+            "[mcp_servers.s]\ncommand = 'true'\nsession_pool_size = -1\n",
             "mcp_servers.s.session_pool_size: expected an integer >= 0",
         ),
         (
@@ -433,11 +441,11 @@ async def test_policies_in_the_file_override_a_tools_own(
             "mcp_servers.s.command: environment variable UNSET_VARIABLE_FOR_TEST is not set",
         ),
         (
-            "[mcp_servers.bad__name]\ncommand = 'x'\n",
+            "[mcp_servers.bad__name]\ncommand = 'true'\n",
             "mcp_servers.bad__name: MCP server name 'bad__name' must start",
         ),
         (
-            "[mcp_servers.word]\ncommand = 'x'\n[agents.x]\n"
+            "[mcp_servers.word]\ncommand = 'true'\n[agents.x]\n"
             "tools = ['tests.fakes.config_models:clashing']\nmcp_servers = ['word']\n",
             "agents.x.tools[0]: tool name 'word__count' takes the prefix of the agent's MCP server",
         ),

@@ -83,8 +83,15 @@ class Server:
         return httpx.AsyncClient(base_url=self.base_url, timeout=30.0, limits=limits, **kwargs)
 
 
-def launch(directory: Path, env: dict[str, str], *, workers: int = 1) -> Server:
-    """Start ``agent-server`` in ``directory`` and wait until it is ready."""
+def launch(
+    directory: Path,
+    env: dict[str, str],
+    *,
+    workers: int = 1,
+    preexec_fn: Callable[[], object] | None = None,
+) -> Server:
+    """Start ``agent-server`` in ``directory`` and wait until it is ready (``preexec_fn``
+    runs in the child before it starts, e.g. to set resource limits)."""
     directory.mkdir(parents=True, exist_ok=True)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
     base_env.update(
@@ -107,6 +114,7 @@ def launch(directory: Path, env: dict[str, str], *, workers: int = 1) -> Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=preexec_fn,
             )
         server = Server(f"http://127.0.0.1:{port}", process, directory, log_path)
         if _wait_ready(server):

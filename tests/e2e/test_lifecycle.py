@@ -88,7 +88,7 @@ async def test_sigterm_drains_fifty_open_streams(start_server: Launch) -> None:
         assert stream.events[-1].type == "run.cancelled"
         assert stream.events[-1].data["data"] == {"reason": "shutdown"}
     code = server.wait(30)
-    assert code in (0, -signal.SIGTERM), server.log()
+    assert code == 0, server.log()  # a drained shutdown is a success
     log = server.log()
     assert "drain timeout: cancelling runs" in log
     assert "Application shutdown complete" in log

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -22,7 +26,7 @@ from agent_runtime.agent import AgentCore, AgentRunConfig
 from agent_runtime.errors import RunCancelledError
 from agent_runtime.events import AgentEvent
 from agent_runtime.providers.demo import DemoModel
-from tests.e2e.conftest import Server, launch
+from tests.e2e.conftest import AGENT_SERVER, Server, launch
 
 from .conftest import stop
 
@@ -109,4 +113,45 @@ async def answer_later(client: httpx.AsyncClient, run_id: str, call_id: str) -> 
             "name": "confirmation_response",
             "payload": {"tool_call_id": call_id, "approved": False},
         },
+    )
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_clean_drain_exits_0(tmp_path: Path, workers: int) -> None:
+    # uvicorn raised SIGTERM again after its shutdown and the process died of it (143)
+    running = launch(tmp_path, {}, workers=workers)
+    try:
+        async with running.client() as client:
+            answer = await client.post(
+                "/v1/sessions/drain/runs", json={"input": "hi", "stream": False}
+            )
+            assert answer.status_code == 200
+        running.signal(signal.SIGTERM)
+        assert running.wait(30) == 0, running.log()[-3000:]
+    finally:
+        running.stop()
+
+
+def test_a_stdio_mcp_command_not_on_path_is_refused_at_start(tmp_path: Path) -> None:
+    # found only at warm-up before, in every worker, while /readyz said "warming up"
+    config = tmp_path / "agents.toml"
+    config.write_text(
+        "[mcp_servers.tools]\ncommand = 'no-such-mcp-server-xyz'\n"
+        "[agents.default]\nmcp_servers = ['tools']\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    env["AGENT_CONFIG"] = str(config)
+    done = subprocess.run(
+        [str(AGENT_SERVER), "--port", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "mcp_servers.tools.command: command 'no-such-mcp-server-xyz' is not on PATH" in (
+        done.stderr
     )

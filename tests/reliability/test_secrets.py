@@ -58,7 +58,11 @@ def leaked(text: str) -> list[str]:
 
 
 ECHO = f"Incorrect API key provided: {CANARY}. Authorization: Bearer {CANARY}"
+# how OpenAI quotes a wrong key: masked, most of it still there (17 of its 47 characters)
+MASKED_TAIL = CANARY[-8:]
+MASKED = f"Incorrect API key provided: {CANARY[:9]}*****{MASKED_TAIL}. You can find your key"
 FAULTS: list[tuple[str, Behaviour]] = [
+    ("401-masked-key", status(401, MASKED, error_type="invalid_request_error")),
     ("400", status(400, ECHO)),
     ("401-echoing-the-key", status(401, ECHO, error_type="invalid_api_key")),
     ("403", status(403, ECHO)),
@@ -158,10 +162,14 @@ async def test_the_canary_appears_nowhere(server: Server, upstream: FakeUpstream
     # debug logging was on: the service logs prompts, the SDK its requests and retries
     assert '"input": "hello"' in log
     assert "openai._base_client" in log and "Retrying request" in log
-    # the upstream's echoes of the key reached the clients' error messages, redacted
-    assert any("[REDACTED]" in text for text in said)
+    # the upstream's own error text reaches no client (status and error type do); the log
+    # has it at debug, redacted, masked forms included
+    assert any("answered HTTP 401 (invalid_api_key)" in text for text in said)
+    assert not any("Incorrect API key" in text for text in said)
+    assert "upstream error text: Incorrect API key provided: [REDACTED]" in log
     for text in [*said, log]:
         assert not leaked(text), leaked(text)
+        assert MASKED_TAIL not in text
     for key in KEYS.values():  # the service's own API keys neither
         assert key not in log
 
@@ -174,7 +182,9 @@ async def test_exceptions_tracebacks_and_reprs_hold_no_key(upstream: FakeUpstrea
         client_timeout=0.5,
         client_max_retries=0,
     )
-    agent = await AgentCore.create(ModelBindings(llm=[binding]), run_timeout=3)
+    # every fault ends within the client timeout; the run's own deadline is only a backstop
+    # (the first call also builds the SDK client: seconds on a loaded machine)
+    agent = await AgentCore.create(ModelBindings(llm=[binding]), run_timeout=15)
     texts = [repr(binding), repr(agent)]
     try:
         for _, fault in FAULTS:

@@ -156,7 +156,8 @@ async def test_a_non_retryable_status_does_not_fail_over(
     assert events[-1].type is AgentEventType.RUN_FAILED
     assert events[-1].error_code == "provider_error"
     assert (error.status_code, error.retryable) == (code, False)
-    assert "your request is wrong" in str(error)
+    assert "your request is wrong" not in str(error)  # the upstream's text is not the message
+    assert error.upstream_detail == "your request is wrong"
     assert [r.model for r in upstream.requests] == ["primary"]
 
 

@@ -313,12 +313,28 @@ async def test_failures_map_to_provider_errors(
     assert error.__cause__ is not None  # the SDK's exception stays attached, scrubbed
 
 
-async def test_a_400_carries_the_upstream_message(
+async def test_a_400_keeps_the_upstream_text_beside_its_message(
     upstream: FakeUpstream, model: OpenAIModel
 ) -> None:
+    # the message (what a service's clients read) names the status and the error type; the
+    # upstream's own text, which may quote a key or the request, is for the developer only
     upstream.script(status(400, "Invalid value for 'messages[0].role'"))
-    with pytest.raises(ProviderStatusError, match=r"HTTP 400 .*Invalid value for"):
+    with pytest.raises(ProviderStatusError) as caught:
         await collect(model, ask())
+    assert str(caught.value) == "openai model 'gpt-test' answered HTTP 400 (invalid_request_error)"
+    assert caught.value.upstream_detail == "Invalid value for 'messages[0].role'"
+
+
+async def test_a_masked_key_in_the_upstream_text_is_redacted(
+    upstream: FakeUpstream, model: OpenAIModel
+) -> None:
+    upstream.script(
+        status(401, "Incorrect API key provided: sk-canar*****7f3a9.", error_type="invalid_api_key")
+    )
+    with pytest.raises(ProviderStatusError) as caught:
+        await collect(model, ask())
+    assert "canar" not in str(caught.value) and "7f3a9" not in str(caught.value)
+    assert caught.value.upstream_detail == "Incorrect API key provided: sk-[REDACTED]."
 
 
 async def test_drop_after_the_first_chunk_fails_after_that_chunk(

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Final
 from redis.asyncio import Redis
 
 from app.bus.base import BusUnavailable
+from app.bus.redis import connection
 from app.bus.redis.connection import (
     BLOCK_MS,
     SOCKET_TIMEOUT,
@@ -89,7 +90,7 @@ async def check_redis(url: str, *, timeout: float = 5.0) -> None:  # noqa: ASYNC
     except ValueError as exc:
         raise BusUnavailable(f"AGENT_REDIS_URL {where!r} is not a Redis URL: {exc}") from exc
     try:
-        with unavailable(where, "answering PING"):
+        async with unavailable(where, "answering PING"):
             async with asyncio.timeout(timeout):
                 await client.ping()
     finally:
@@ -112,12 +113,15 @@ class RedisBus:
         outage_grace: float | None = None,
         reply_timeout: float = _REPLY_TIMEOUT,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        call_timeout: float = 5.0,
     ) -> None:
         self.where = redact_redis_url(url)
         self.worker = worker_id()
         self.keys = Keys(prefix)
         # every call but the follower's blocking read shares this pool; the follower has a
         # connection of its own, outside the cap
+        # every call, its attempts (the first and its retries) included, within call_timeout
+        connection.CALL_TIMEOUT = call_timeout
         self._client: Redis = make_client(
             url, name=f"agent:{self.worker}", max_connections=max_connections
         )
@@ -151,12 +155,15 @@ class RedisBus:
             route_ttl=lease_seconds,
             reply_timeout=reply_timeout,
         )
+        # a run ends by releasing its lock, then its route: if Redis fails the first, the
+        # route's local entry must not outlive the run
+        self._locks.on_release = self._router.forget
         self._closed = False
 
     async def start(self) -> None:
         """Check that Redis answers, start listening; raises ``BusUnavailable`` (and closes)."""
         try:
-            with unavailable(self.where, "answering PING"):
+            async with unavailable(self.where, "answering PING"):
                 async with asyncio.timeout(_START_TIMEOUT):
                     await self._client.ping()
             await self._router.start(_START_TIMEOUT)
@@ -188,6 +195,11 @@ class RedisBus:
             "routed_runs": self._router.registered,
         }
 
+    async def ping(self) -> None:
+        """``PING`` on the shared pool; raises ``BusUnavailable``."""
+        async with unavailable(self.where, "answering PING"):
+            await self._client.ping()
+
     async def aclose(self) -> None:
         if self._closed:
             return
@@ -210,6 +222,7 @@ async def open_redis_bus(settings: Settings) -> RedisBus:
         event_log_ttl=settings.event_log_ttl,
         max_events=settings.event_log_max_events,
         max_connections=settings.redis_max_connections,
+        call_timeout=settings.backend_timeout,
     )
     await bus.start()
     return bus

@@ -9,11 +9,11 @@ down or unreachable costs a caller a few seconds at most, never a wedge. redis-p
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import os
 import secrets
 import socket
-from collections.abc import Iterator
+from types import TracebackType
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -115,14 +115,52 @@ def make_client(
     return client
 
 
-@contextlib.contextmanager
-def unavailable(where: str, doing: str) -> Iterator[None]:
-    """Map Redis's and the socket's errors to ``BusUnavailable``, naming the server."""
-    try:
-        yield
-    except (RedisError, OSError) as exc:
-        detail = str(exc) or type(exc).__name__
-        raise BusUnavailable(f"Redis at {where} failed while {doing}: {detail}") from exc
+CALL_TIMEOUT: float | None = None
+"""Seconds one bus call may take, its attempts included (``AGENT_BACKEND_TIMEOUT``): set by the
+worker's ``RedisBus``; None leaves the calls bounded by their sockets' timeouts alone."""
+
+
+class unavailable:
+    """``async with unavailable(where, doing):`` bounds one call by ``CALL_TIMEOUT`` (plus
+    ``extra``, for a blocking command's own wait) and maps Redis's and the socket's errors,
+    and running out of time, to ``BusUnavailable`` naming the server.
+
+    A class, not a generator-based manager: it is on the path of every event appended.
+    """
+
+    __slots__ = ("_doing", "_timeout", "_timer", "_where")
+
+    def __init__(self, where: str, doing: str, *, extra: float = 0.0) -> None:
+        self._where = where
+        self._doing = doing
+        self._timeout = None if CALL_TIMEOUT is None else CALL_TIMEOUT + extra
+        self._timer: asyncio.Timeout | None = None
+
+    async def __aenter__(self) -> None:
+        if self._timeout is not None:
+            self._timer = asyncio.timeout(self._timeout)
+            await self._timer.__aenter__()
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if self._timer is not None:
+            try:
+                await self._timer.__aexit__(kind, exc, tb)
+            except TimeoutError as expired:
+                raise BusUnavailable(
+                    f"Redis at {self._where} did not answer within {self._timeout:g} s "
+                    f"while {self._doing}"
+                ) from expired
+        if isinstance(exc, RedisError | OSError):
+            detail = str(exc) or type(exc).__name__
+            raise BusUnavailable(
+                f"Redis at {self._where} failed while {self._doing}: {detail}"
+            ) from exc
+        return False
 
 
 class Keys:

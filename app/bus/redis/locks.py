@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -39,11 +39,13 @@ class RedisSessionLocks:
         self._live_log_ms = milliseconds(live_log_ttl)
         self._acquire: Any = client.register_script(scripts.ACQUIRE)
         self._renew: Any = client.register_script(scripts.RENEW)
+        # told the holder (the run) of every lease released, even when Redis is unreachable
+        self.on_release: Callable[[str], None] | None = None
         self._release: Any = client.register_script(scripts.RELEASE)
         self._held: dict[tuple[str, int], Lease] = {}
 
     async def acquire(self, session_id: str, holder: str, ttl: float) -> Lease | None:
-        with unavailable(self._where, "taking a session lock"):
+        async with unavailable(self._where, "taking a session lock"):
             token = await self._acquire(
                 keys=[self._keys.lock(session_id), self._keys.fence],
                 args=[holder, milliseconds(ttl)],
@@ -56,7 +58,7 @@ class RedisSessionLocks:
 
     async def renew(self, lease: Lease, ttl: float) -> None:
         keys = self._keys
-        with unavailable(self._where, "renewing a session lock"):
+        async with unavailable(self._where, "renewing a session lock"):
             renewed = await self._renew(
                 keys=[
                     keys.lock(lease.session_id),
@@ -73,11 +75,14 @@ class RedisSessionLocks:
 
     async def release(self, lease: Lease) -> None:
         self._held.pop((lease.session_id, lease.token), None)
-        with unavailable(self._where, "releasing a session lock"):
+        if self.on_release is not None:
+            # before the call that may fail: what this worker holds for the run goes now
+            self.on_release(lease.holder)
+        async with unavailable(self._where, "releasing a session lock"):
             await self._release(keys=[self._keys.lock(lease.session_id)], args=[lock_value(lease)])
 
     async def holder(self, session_id: str) -> str | None:
-        with unavailable(self._where, "reading a session lock"):
+        async with unavailable(self._where, "reading a session lock"):
             value = await self._client.get(self._keys.lock(session_id))
         if value is None:
             return None
@@ -87,7 +92,7 @@ class RedisSessionLocks:
     async def holders(self, session_ids: Sequence[str]) -> list[str | None]:
         if not session_ids:
             return []
-        with unavailable(self._where, "reading session locks"):
+        async with unavailable(self._where, "reading session locks"):
             values = await self._client.mget([self._keys.lock(s) for s in session_ids])
         return [None if value is None else text(value).partition(" ")[2] for value in values]
 

@@ -411,7 +411,7 @@ class RedisEventLog:
 
     async def create(self, run_id: str, *, session_id: str, fence: int) -> None:
         keys = self._keys
-        with unavailable(self._where, "creating an event log"):
+        async with unavailable(self._where, "creating an event log"):
             created = await self._create(
                 keys=[keys.meta(run_id), keys.live],
                 args=[session_id, fence, self._live_ttl_ms, run_id],
@@ -430,7 +430,7 @@ class RedisEventLog:
             lock = keys.lock(session_id)
         else:
             lock = keys.meta(run_id)  # not touched: only a terminal event releases the lock
-        with unavailable(self._where, "appending to an event log"):
+        async with unavailable(self._where, "appending to an event log"):
             status = await self._append(
                 keys=[keys.meta(run_id), keys.log(run_id), keys.live, lock, keys.route(run_id)],
                 args=[
@@ -458,7 +458,7 @@ class RedisEventLog:
         """The events after ``after`` (at most ``READ_COUNT``); None if there is no log."""
         keys = self._keys
         cursor = min(max(0, after), _MAX_CURSOR)
-        with unavailable(self._where, "reading an event log"):
+        async with unavailable(self._where, "reading an event log"):
             raw = await self._read(
                 keys=[keys.meta(run_id), keys.log(run_id)], args=[cursor, READ_COUNT]
             )
@@ -468,7 +468,7 @@ class RedisEventLog:
         return _ReadState(events, int(raw[1]), int(raw[2]) == 1)
 
     async def last_seq(self, run_id: str) -> int | None:
-        with unavailable(self._where, "reading an event log"):
+        async with unavailable(self._where, "reading an event log"):
             last = await self._client.hget(self._keys.meta(run_id), "last")
         return None if last is None else int(last)
 
@@ -481,7 +481,7 @@ class RedisEventLog:
         return RedisSubscription(self, run_id, after, state)
 
     async def exists(self, run_id: str) -> bool:
-        with unavailable(self._where, "reading an event log"):
+        async with unavailable(self._where, "reading an event log"):
             found = await self._client.exists(self._keys.meta(run_id))
         return bool(found)
 
@@ -507,7 +507,7 @@ class RedisEventLog:
         """Unsealed logs whose run has no route left (no worker renews its lease), oldest
         first: ``(run_id, session_id)``. Logs that expired are dropped from the index."""
         keys = self._keys
-        with unavailable(self._where, "listing unsealed event logs"):
+        async with unavailable(self._where, "listing unsealed event logs"):
             members = await self._client.zrange(keys.live, 0, limit - 1)
             if not members:
                 return []

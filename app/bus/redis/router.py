@@ -83,7 +83,7 @@ class RedisRouter:
             async with asyncio.timeout(timeout):
                 await self._subscribed.wait()
         except TimeoutError:
-            with unavailable(self._where, "subscribing to this worker's command channel"):
+            async with unavailable(self._where, "subscribing to this worker's command channel"):
                 raise TimeoutError("no subscription in time") from None
 
     async def aclose(self) -> None:
@@ -100,13 +100,18 @@ class RedisRouter:
         self._handler = handler
 
     async def register(self, run_id: str, session_id: str) -> None:
-        with unavailable(self._where, "registering a run"):
+        async with unavailable(self._where, "registering a run"):
             await self._client.set(self._keys.route(run_id), self.worker, px=self._route_ms)
         self._runs[run_id] = session_id
 
+    def forget(self, run_id: str) -> None:
+        """Drop this worker's own entry for ``run_id`` (its session lock was released); the
+        route key, if unregistering cannot reach Redis, expires with its TTL."""
+        self._runs.pop(run_id, None)
+
     async def unregister(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
-        with unavailable(self._where, "unregistering a run"):
+        async with unavailable(self._where, "unregistering a run"):
             await self._unregister(keys=[self._keys.route(run_id)], args=[self.worker])
 
     async def cancel(self, run_id: str, reason: str) -> bool:
@@ -129,7 +134,7 @@ class RedisRouter:
                 return accepted
         target = run_id
         if target is None:  # the answer is for whichever run holds the session
-            with unavailable(self._where, "reading a session lock"):
+            async with unavailable(self._where, "reading a session lock"):
                 value = await self._client.get(self._keys.lock(session_id))
             if value is None:
                 return []
@@ -158,7 +163,7 @@ class RedisRouter:
     # --- the requesting side ----------------------------------------------------------------
 
     async def _holder_of(self, run_id: str) -> str | None:
-        with unavailable(self._where, "looking up the worker of a run"):
+        async with unavailable(self._where, "looking up the worker of a run"):
             worker = await self._client.get(self._keys.route(run_id))
         return None if worker is None else text(worker)
 
@@ -167,7 +172,9 @@ class RedisRouter:
         request = secrets.token_hex(12)
         reply = self._keys.reply(request)
         message = json.dumps({**command, "reply": reply}, separators=(",", ":"))
-        with unavailable(self._where, "sending a command to another worker"):
+        async with unavailable(
+            self._where, "sending a command to another worker", extra=self._reply_timeout
+        ):
             receivers = await self._client.publish(self._keys.commands(worker), message)
             if not receivers:
                 logger.info("worker %s is gone; command %s not delivered", worker, command["op"])

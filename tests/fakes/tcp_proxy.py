@@ -1,0 +1,125 @@
+"""A loopback TCP proxy in front of a real server (PostgreSQL, Redis), with outages on demand.
+
+``FaultyProxy(target_port)`` runs on a thread of its own (the server under test is another
+process) and forwards bytes both ways until told otherwise:
+
+- ``refuse()``: what a stopped server looks like: the port is closed (new connections are
+  refused) and every open connection is reset;
+- ``blackhole()``: what a dead network path looks like: connections are accepted, open ones
+  stay open, but no byte goes through in either direction (so only timeouts notice);
+- ``restore()``: forward again (connections held during a black hole resume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["FaultyProxy"]
+
+
+class FaultyProxy:
+    """See the module docstring. Use as a context manager (it stops the thread)."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self._target = (target_host, target_port)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self._flowing = asyncio.Event()
+        self._writers: set[asyncio.StreamWriter] = set()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port: int = probe.getsockname()[1]
+        self.mode = "forward"
+
+    def __enter__(self) -> FaultyProxy:
+        self._thread.start()
+        self._call(self._listen())
+        self._loop.call_soon_threadsafe(self._flowing.set)
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._call(self._close_all())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    # --- faults --------------------------------------------------------------------------------
+
+    def refuse(self) -> None:
+        self.mode = "refuse"
+        self._call(self._close_all())
+
+    def blackhole(self) -> None:
+        self.mode = "blackhole"
+        self._loop.call_soon_threadsafe(self._flowing.clear)
+        self._call(self._listen())
+
+    def restore(self) -> None:
+        self.mode = "forward"
+        self._call(self._listen())
+        self._loop.call_soon_threadsafe(self._flowing.set)
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _call(self, coroutine: Any) -> None:
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(10)
+
+    async def _listen(self) -> None:
+        if self._server is None:
+            self._server = await asyncio.start_server(
+                self._handle, "127.0.0.1", self.port, reuse_address=True
+            )
+
+    async def _close_all(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._writers):
+            transport = writer.transport
+            with contextlib.suppress(Exception):
+                # a reset, as a crashed server's kernel sends
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                    )
+            transport.abort()
+        self._writers.clear()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            await self._flowing.wait()  # a black hole holds new connections too
+            up_reader, up_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.transport.abort()
+            self._writers.discard(writer)
+            return
+        self._writers.add(up_writer)
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        finally:
+            for end in (writer, up_writer):
+                end.transport.abort()
+                self._writers.discard(end)
+
+    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while data := await source.read(65536):
+                await self._flowing.wait()
+                sink.write(data)
+                await sink.drain()
+        sink.transport.abort()
+
+
+@contextlib.contextmanager
+def proxied(port: int) -> Iterator[FaultyProxy]:
+    """A started ``FaultyProxy`` to ``127.0.0.1:port``."""
+    with FaultyProxy(port) as proxy:
+        yield proxy
