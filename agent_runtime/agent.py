@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from .bindings import ModelBinding, ModelBindings
+from .capabilities.agent_calls import CapabilityCalls
 from .channel import Channel, ChannelClosed
 from .compaction import DEFAULT_MAX_HISTORY_MESSAGES, ContextCompactor, prepare_context
 from .errors import (
@@ -313,11 +314,14 @@ class AgentRunContext:
         return True
 
 
-class AgentCore:
+class AgentCore(CapabilityCalls):
     """An agent: a model (or bindings), tools and extensions, serving concurrent runs.
 
     One instance belongs to one event loop. It claims the loop of its first use; use from another
     loop raises LoopAffinityError. After ``aclose()`` every entry point raises AgentClosedError.
+    Besides runs it offers the capability calls of its bindings (``embed``, ``rerank``,
+    ``generate_image``, ``synthesize_speech``, ``transcribe``) and media jobs (``submit_image``,
+    ``submit_video``), which ``aclose()`` cancels and awaits before it closes the providers.
     """
 
     def __init__(
@@ -343,6 +347,9 @@ class AgentCore:
         max_history_messages: int | None = DEFAULT_MAX_HISTORY_MESSAGES,
     ) -> None:
         self.bindings = _as_bindings(model)
+        if not self.bindings.llm:
+            raise ConfigurationError("an AgentCore needs an llm binding (ModelBindings(llm=...))")
+        self._media_jobs = set()
         self.registry = ToolRegistry()
         for item in tools:
             self.registry.register(item)
@@ -538,13 +545,13 @@ class AgentCore:
         return context.cancel(reason) if context is not None else False
 
     async def arefresh_credentials(self) -> None:
-        """Rebuild every binding's provider with a fresh credential."""
+        """Rebuild every binding's provider (of every purpose) with a fresh credential."""
         self._check_usable()
-        for binding in self.bindings.llm:
-            await binding.arefresh()
+        await self.bindings.arefresh()
 
     async def aclose(self) -> None:
-        """Cancel runs still in flight, then close the providers the bindings built.
+        """Cancel runs still in flight, then cancel and await the media jobs, then close the
+        providers the bindings built.
 
         Idempotent; concurrent callers wait for the same close.
         """
@@ -560,6 +567,8 @@ class AgentCore:
         tasks = [c._task for c in contexts if c._task is not None]
         if tasks:
             await asyncio.wait(tasks)
+        # the jobs hold leases on the providers: they end before the providers close
+        await self._drain_media_jobs()
         await self.bindings.aclose()
         self._executor.shutdown()
 

@@ -5,6 +5,7 @@ misuse of the API is kept apart from a run that failed::
 
     AgentRuntimeError
     ├── ConfigurationError (also ValueError)    bad setup: duplicate names, collisions, bad options
+    ├── InvalidInputError (also ValueError)     a capability call's input it cannot take
     ├── AgentClosedError (also RuntimeError)    an entry point called after aclose()
     ├── LoopAffinityError (also RuntimeError)   an agent or binding used from a second event loop
     ├── SessionBusyError                        a second run on a session that has one active
@@ -31,6 +32,7 @@ __all__ = [
     "AgentClosedError",
     "AgentRuntimeError",
     "ConfigurationError",
+    "InvalidInputError",
     "LoopAffinityError",
     "MaxIterationsError",
     "ProviderConnectionError",
@@ -51,6 +53,11 @@ class AgentRuntimeError(Exception):
 
 class ConfigurationError(AgentRuntimeError, ValueError):
     """The agent, a tool, an extension or a binding was set up wrongly."""
+
+
+class InvalidInputError(AgentRuntimeError, ValueError):
+    """A capability call (``embed``, ``rerank``, ``generate_image``...) was given input it
+    cannot take: no texts, an empty prompt, unreadable audio."""
 
 
 class AgentClosedError(AgentRuntimeError, RuntimeError):

@@ -30,6 +30,17 @@ from agent_runtime.errors import ConfigurationError
 from agent_runtime.mcp import MCPServerConfig
 from agent_runtime.providers.demo import current_time, delete_file
 from agent_runtime.tools.base import Tool, tool
+from app.capability_config import (
+    AGENT_KEYS as _CAPABILITY_KEYS,
+)
+from app.capability_config import (
+    SECTIONS as _CAPABILITY_SECTIONS,
+)
+from app.capability_config import (
+    CapabilitySpec,
+    agent_capabilities,
+    capability_sections,
+)
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -56,7 +67,7 @@ _DEMO_POLICIES = {"current_time": "allow", "delete_file": "ask"}
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_TOP_KEYS = ("agents", "mcp_servers", "policies")
+_TOP_KEYS = ("agents", "mcp_servers", "policies", *_CAPABILITY_SECTIONS.values())
 _AGENT_KEYS = (
     "model",
     "fallbacks",
@@ -72,6 +83,7 @@ _AGENT_KEYS = (
     "model_params",
     "compaction",
     "max_history_messages",
+    *_CAPABILITY_KEYS,
 )
 _COMPACTION_KEYS = (
     "model",
@@ -138,6 +150,8 @@ class AgentProfile:
     model_params: Mapping[str, Any] = field(default_factory=dict)
     compaction: CompactionSpec | None = None
     max_history_messages: int | None = None
+    capabilities: Mapping[str, tuple[CapabilitySpec, ...]] = field(default_factory=dict)
+    """Capability models by purpose (``embed``, ``image``...): primary first."""
 
     def run_options(self) -> dict[str, Any]:
         """Keyword options for ``AgentCore.stream``; the agent's own core holds the rest."""
@@ -154,6 +168,8 @@ class ServiceConfig:
     mcp_servers: Mapping[str, MCPServerConfig] = field(default_factory=dict)
     """Every MCP server of the file, top-level and inline, by name."""
     path: str | None = None
+    capabilities: Mapping[str, Mapping[str, CapabilitySpec]] = field(default_factory=dict)
+    """The file's capability sections (``[embeddings.NAME]``...): purpose -> name -> spec."""
 
 
 def _env_default_agent(policies: Mapping[str, str] | None = None) -> AgentProfile:
@@ -462,6 +478,7 @@ def _agent(
     servers: dict[str, MCPServerConfig],
     top_policies: Mapping[str, str],
     base: Path,
+    sections: Mapping[str, Mapping[str, CapabilitySpec]] | None = None,
 ) -> AgentProfile:
     where = table.where
     model = table.string("model")
@@ -551,6 +568,7 @@ def _agent(
         model_params=dict(params.data) if params is not None else {},
         compaction=_compaction(table.child("compaction", _COMPACTION_KEYS)),
         max_history_messages=history,
+        capabilities=agent_capabilities(table, sections or {}),
     )
 
 
@@ -573,6 +591,7 @@ def load_config(path: str | None) -> ServiceConfig:
     base = Path(path).resolve().parent
     root = _Table(path, (), data, _TOP_KEYS)
     top_policies = _policies(root.child("policies", None))
+    sections = capability_sections(root)
 
     servers: dict[str, MCPServerConfig] = {}
     server_tables = root.child("mcp_servers", None)
@@ -594,7 +613,7 @@ def load_config(path: str | None) -> ServiceConfig:
             )
         table = agent_tables.child(name, _AGENT_KEYS)
         assert table is not None
-        agents[name] = _agent(path, name, table, servers, top_policies, base)
+        agents[name] = _agent(path, name, table, servers, top_policies, base, sections)
     if DEFAULT_AGENT not in agents:
         agents[DEFAULT_AGENT] = _env_default_agent(top_policies)
-    return ServiceConfig(agents, top_policies, servers, path)
+    return ServiceConfig(agents, top_policies, servers, path, sections)

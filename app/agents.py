@@ -12,7 +12,8 @@ The steps, each apart so that ``agent-server`` can check a file before it starts
     load_config(path)                the file, validated; nothing imported is called or started
       → build_agents(settings, cfg)  one AgentCore per agent on the running loop, one MCPClient
                                      per MCP server (not started)
-        → preflight()                every model binding built, no network call
+        → preflight()                every model binding built (capability models too), no
+                                     network call
         → warm_up(prompt)            MCP clients started (tool discovery), their tools
                                      registered, one short run per agent
         → aclose(), close_mcp()      at shutdown, after the runs drained: cores, then clients
@@ -46,6 +47,8 @@ from app.agent_config import (
     key_path,
     load_config,
 )
+from app.capability_config import SECTIONS, CapabilitySpec, capability_binding
+from app.errors import NotFound
 from app.settings import Settings
 
 __all__ = [
@@ -116,7 +119,11 @@ async def build_core(
         specs = [settings.model, *settings.fallback_model_list]
     else:
         specs = [profile.model, *(profile.fallbacks or ())]
-    bindings = ModelBindings(llm=[model_binding(spec, settings) for spec in specs])
+    capabilities = {
+        purpose: [_capability(spec, settings) for spec in chain]
+        for purpose, chain in profile.capabilities.items()
+    }
+    bindings = ModelBindings(llm=[model_binding(spec, settings) for spec in specs], **capabilities)
     compactor: LlmCompactor | None = None
     spec = profile.compaction
     if spec is not None:
@@ -159,6 +166,14 @@ async def build_core(
     )
 
 
+def _capability(spec: CapabilitySpec, settings: Settings) -> ModelBinding:
+    return capability_binding(
+        spec,
+        client_timeout=settings.client_timeout,
+        client_max_retries=settings.client_max_retries,
+    )
+
+
 class ConfiguredAgents:
     """A worker's agents: one ``AgentCore`` each, and the MCP clients they share.
 
@@ -173,11 +188,15 @@ class ConfiguredAgents:
         cores: Mapping[str, AgentCore],
         clients: Mapping[str, MCPClient],
         owned: Mapping[str, ModelBinding] | None = None,
+        capabilities: Mapping[str, Mapping[str, ModelBinding]] | None = None,
     ) -> None:
         self.config = config
         self.cores: dict[str, AgentCore] = dict(cores)
         self.clients: dict[str, MCPClient] = dict(clients)
         self._owned = dict(owned or {})
+        self.capabilities: dict[str, dict[str, ModelBinding]] = {
+            purpose: dict(named) for purpose, named in (capabilities or {}).items()
+        }
         self._registered: set[tuple[str, str]] = set()
         self._warm: set[str] = set()
         self._checked = False
@@ -202,6 +221,20 @@ class ConfiguredAgents:
         label = key_path("agents", name, key) if key else key_path("agents", name)
         return f"{self.config.path}: {label}" if self.config.path else label
 
+    def capability(self, purpose: str, model: str) -> ModelBinding | ModelBindings:
+        """What serves ``model`` for ``purpose``: a capability section of that name, else the
+        agent of that name's chain of the purpose. NotFound names what exists."""
+        named = self.capabilities.get(purpose, {})
+        if model in named:
+            return named[model]
+        core = self.cores.get(model)
+        if core is not None and core.bindings.for_purpose(purpose):
+            return core.bindings
+        known = sorted(
+            {*named, *(n for n, c in self.cores.items() if c.bindings.for_purpose(purpose))}
+        )
+        raise NotFound(f"no {purpose} model {model!r}; configured: {', '.join(known) or 'none'}")
+
     async def preflight(self) -> None:
         """Build every model binding (no network call); ConfigurationError names the agent."""
         for name, core in self.cores.items():
@@ -217,6 +250,14 @@ class ConfiguredAgents:
             except ConfigurationError as exc:
                 where = self._where(name, "compaction")
                 raise ConfigurationError(f"{where}.model: {exc}") from exc
+        for purpose, named in self.capabilities.items():
+            for name, binding in named.items():
+                try:
+                    await binding.preflight()
+                except ConfigurationError as exc:
+                    label = key_path(SECTIONS[purpose], name)
+                    where = f"{self.config.path}: {label}" if self.config.path else label
+                    raise ConfigurationError(f"{where}: {exc}") from exc
 
     async def start_mcp(self) -> None:
         """Start every MCP client (tool discovery) and register its tools with its agents.
@@ -273,9 +314,11 @@ class ConfiguredAgents:
             self._warm.add(name)
 
     async def aclose(self) -> None:
-        """Close every core (cancelling runs still in flight), then the bindings it owns."""
+        """Close every core (cancelling runs and media jobs still in flight), then the bindings
+        it owns and the capability models (cancelling their media jobs first)."""
         await _close_all([core.aclose for core in self.cores.values()])
         await _close_all([binding.aclose for binding in self._owned.values()])
+        await _close_all([b.aclose for named in self.capabilities.values() for b in named.values()])
 
     async def close_mcp(self) -> None:
         """Close every MCP client (after the runs that use them ended)."""
@@ -313,4 +356,8 @@ async def build_agents(settings: Settings, config: ServiceConfig) -> ConfiguredA
         await _close_all([binding.aclose for binding in owned.values()])
         raise
     clients = {name: MCPClient([server]) for name, server in config.mcp_servers.items()}
-    return ConfiguredAgents(config, cores, clients, owned)
+    capabilities = {
+        purpose: {name: _capability(spec, settings) for name, spec in named.items()}
+        for purpose, named in config.capabilities.items()
+    }
+    return ConfiguredAgents(config, cores, clients, owned, capabilities)

@@ -82,6 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # the workers read their settings from the environment; tell them how many they are
     os.environ["AGENT_WORKERS"] = str(args.workers)
+    # In-process embedding models (numpy) run one call per worker thread, many at once: BLAS
+    # threads of their own per call oversubscribe the cores, 20 to 50 times slower on a busy
+    # machine (docs/benchmarks.md). Set before numpy loads; an explicit value wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         settings = Settings()
     except ValidationError as exc:

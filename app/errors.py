@@ -14,7 +14,8 @@ contract; the HTTP status belongs to the edge::
      ├── Conflict            the request no longer fits the resource's state (turn_not_latest)
      ├── Overloaded          overloaded: no slot and no room in the queue (retry later)
      ├── Draining            draining: this worker is shutting down (retry elsewhere)
-     └── Unavailable         unavailable: a dependency cannot be reached, or not ready yet
+     ├── Unavailable         unavailable: a dependency cannot be reached, or not ready yet
+     └── UpstreamError       provider_error: the model provider behind a call failed
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "SessionBusy",
     "Unauthorized",
     "Unavailable",
+    "UpstreamError",
 ]
 
 
@@ -114,3 +116,9 @@ class Unavailable(ServiceError):
     """A dependency (database, bus, the agent's warm-up) cannot serve right now."""
 
     code = "unavailable"
+
+
+class UpstreamError(ServiceError):
+    """A capability call's model provider failed (an upstream error, timeout or refusal)."""
+
+    code = "provider_error"

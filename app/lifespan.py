@@ -31,6 +31,7 @@ from agent_runtime.agent import AgentCore
 from app.admission import Admission
 from app.agents import DEFAULT_AGENT, ServiceConfig, build_agents, build_core, load_config
 from app.bus import open_bus
+from app.media import MediaJobs
 from app.metrics import Metrics
 from app.readiness import DependencyWatch
 from app.runs import RunManager
@@ -126,6 +127,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             agents=agents,
             admission=admission,
             manager=manager,
+            media=MediaJobs(agents, admission, queue_timeout=settings.queue_timeout),
         )
         stack.pop_all()
     return services
@@ -160,6 +162,8 @@ async def stop_services(services: Services) -> None:
         await services.manager.aclose()
         try:
             try:
+                if services.media is not None:  # their providers close with the agents
+                    await services.media.aclose()
                 await services.agents.aclose()
             finally:
                 await services.agents.close_mcp()

@@ -19,7 +19,7 @@ from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from app.api import external_events, health, runs, sessions
+from app.api import capabilities, external_events, health, runs, sessions
 from app.api.docs import DOCS_PATHS, install_docs
 from app.api.errors import CatchAllMiddleware, install_error_handlers
 from app.api.openapi import install_openapi
@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.router.routes.append(Route("/mcp", mcp, methods=["GET", "POST", "DELETE"], name="mcp"))
     app.include_router(agui.router)
     app.include_router(ai_sdk.router)
+    app.include_router(capabilities.router)
     if settings.debug_endpoints:
         app.include_router(health.debug_router)
     install_docs(app)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
@@ -17,6 +17,9 @@ from app.readiness import DependencyWatch
 from app.runs import RunManager
 from app.settings import Settings
 from app.storage import Store
+
+if TYPE_CHECKING:
+    from app.media import MediaJobs
 
 __all__ = ["Services", "ServicesDep", "get_services"]
 
@@ -41,6 +44,8 @@ class Services:
     ready: bool = False
     readiness_problem: str = "warming up"
     notes: dict[str, str] = field(default_factory=dict)
+    media: MediaJobs | None = None
+    """The worker's media jobs (``POST /v1/media/...``)."""
 
 
 async def get_services(request: Request) -> Services:

@@ -6,10 +6,14 @@ the package renamed, so the tests execute the documents' own text instead of a c
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+# beside the checkout; SEEDS_DIR names them for a checkout elsewhere (a worktree)
+SEEDS = Path(
+    os.environ.get("SEEDS_DIR") or Path(__file__).resolve().parents[2] / "shared" / "seeds"
+)
 
 
 def seed_text(prefix: str) -> str | None:

@@ -88,6 +88,7 @@ _STATUS_BY_CODE: dict[str, int] = {
     "draining": 503,
     "unavailable": 503,
     "agent_unavailable": 503,
+    "provider_error": 502,
 }
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="agent-server"'}

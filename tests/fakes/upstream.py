@@ -4,7 +4,9 @@ The real SDKs talk to it through their real HTTP stack, so tests exercise exactl
 production: request encoding, SSE decoding, status handling, timeouts and dropped connections.
 
 - ``POST /v1/chat/completions``: OpenAI Chat Completions (``data: {...}`` chunks, ``[DONE]``);
-- ``POST /v1/messages``: Anthropic Messages (``event: message_start`` ... ``message_stop``).
+- ``POST /v1/messages``: Anthropic Messages (``event: message_start`` ... ``message_stop``);
+- embeddings, ``/rerank``, images, speech, transcriptions and video jobs: see
+  ``capability_wire`` (deterministic answers, unless a behaviour is scripted).
 
 Each request takes the next *behaviour* from a queue (per model name first, then the shared
 one); the behaviour is rendered in the wire format of the path it arrived on::
@@ -37,13 +39,18 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, TypeAlias
 
+from . import capability_wire
+from .capability_wire import FakeVideo, Hold
+
 __all__ = [
     "Behaviour",
     "Drop",
     "Endless",
     "FakeToolCall",
     "FakeUpstream",
+    "FakeVideo",
     "Gate",
+    "Hold",
     "RecordedRequest",
     "Respond",
     "Stall",
@@ -282,7 +289,9 @@ class Respond:
     choose: Callable[[RecordedRequest], Behaviour]
 
 
-Behaviour: TypeAlias = Text | ToolCalls | Status | Drop | Stall | Endless | StreamError | Respond
+Behaviour: TypeAlias = (
+    Text | ToolCalls | Status | Drop | Stall | Endless | StreamError | Respond | Hold
+)
 
 
 def status(
@@ -335,9 +344,17 @@ class RecordedRequest:
 
     @property
     def model(self) -> str | None:
-        """The ``model`` field of the body."""
+        """The ``model`` field of the body (JSON or multipart form)."""
         body = self.json
-        return body.get("model") if isinstance(body, dict) else None
+        if isinstance(body, dict):
+            return body.get("model")
+        found = self.form.get("model")
+        return found if isinstance(found, str) else None
+
+    @property
+    def form(self) -> dict[str, bytes | str]:
+        """The fields of a multipart body (files as bytes), else empty."""
+        return capability_wire.multipart(self)
 
     @property
     def api_key(self) -> str | None:
@@ -633,6 +650,11 @@ class FakeUpstream:
         self._watchers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        # capability endpoints (see capability_wire)
+        self.embedding_dimensions = capability_wire.FAKE_DIMENSIONS
+        self.videos: dict[str, FakeVideo] = {}
+        self.video_polls = 2
+        self.video_gate: Gate | None = None
 
     # addresses ----------------------------------------------------------------------------------
 
@@ -866,6 +888,18 @@ class FakeUpstream:
         self, request: RecordedRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         """Answer one request; False when the connection must not be reused."""
+        kind = capability_wire.capability_kind(request)
+        if kind is not None:
+            self.active += 1
+            try:
+                return await capability_wire.answer(self, kind, request, reader, writer)
+            except (ConnectionError, _Disconnected):
+                if self._stopping is None or not self._stopping.is_set():
+                    self.disconnects += 1
+                    request.outcome = "client disconnected"
+                return False
+            finally:
+                self.active -= 1
         wire: _OpenAIWire | _AnthropicWire
         if request.method == "POST" and request.protocol == "openai":
             wire = _OpenAIWire(request)

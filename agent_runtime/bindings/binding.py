@@ -1,25 +1,21 @@
-"""Model bindings: a model definition, the provider built from it, and failover chains.
-
-A ``ModelBinding`` is either a *definition* (``ModelBinding.llm(model=..., protocol=...,
-api_key=...)``), whose provider it builds lazily, rotates and closes, or a wrapper around a
-provider the caller supplies (``ModelBinding(provider=...)``), which it never closes.
+"""``ModelBinding``: one model definition (or supplied provider) and the provider it serves.
 
 Lifecycle of one binding::
 
     constructed ──first use / preflight()──▶ built, owner_loop claimed
         ▲                                        │ arefresh(): new provider built, then swapped;
         │                                        │ the old one retires and closes once idle
-        └──────────────── aclose() ◀─────────────┘ (closes what it built, releases the loop)
+        └──────────────── aclose() ◀─────────────┘ (cancels its media jobs, closes what it
+                                                    built, releases the loop)
 
 A provider wraps an async HTTP client that belongs to one event loop, so a binding claims the
 loop of its first use and raises ``LoopAffinityError`` on any other. ``for_current_loop()``
-gives a sibling for another loop. Every model call holds a *lease* on the provider it captured
-(``async with binding.lease_provider() as provider``); a rotation never closes a provider that
-still has one.
-
-``ModelBindings(llm=[primary, fallback, ...])`` is the failover chain the agent walks on a
-retryable ``ProviderError``; ``binding_from_spec`` and ``bindings_from_spec`` build bindings
-from setting strings such as ``openai:gpt-4o-mini`` or ``deepseek``.
+gives a sibling for another loop. A provider that declares ``loop_agnostic = True`` (the
+in-process providers of ``agent_runtime.local``) owns nothing loop-bound: its binding claims no
+loop. Every model or capability call holds a *lease* on the provider it captured (``async with
+binding.lease_provider() as provider``); a rotation never closes a provider that still has one.
+Media jobs (``submit_image``...) hold theirs for their whole life; ``aclose()`` cancels and
+awaits them before it closes the providers.
 """
 
 from __future__ import annotations
@@ -28,32 +24,35 @@ import asyncio
 import contextlib
 import inspect
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+)
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar, cast
 
-from .errors import ConfigurationError, LoopAffinityError
-from .model import Model, RetryOptions
+from ..errors import ConfigurationError, LoopAffinityError
+from ..model import Model, RetryOptions
+from .purposes import PURPOSES, Definition, purpose_of, safe_url, validated_definition
 
 if TYPE_CHECKING:
-    from typing import Self
+    from typing import Self, Unpack
 
 __all__ = [
     "DEFAULT_KEY_ENV",
+    "BindingOptions",
     "CredentialProvider",
     "ModelBinding",
-    "ModelBindings",
     "PreflightError",
-    "binding_from_spec",
-    "bindings_from_spec",
 ]
 
 CredentialProvider: TypeAlias = Callable[[], "str | Awaitable[str]"]
-
-_PROTOCOLS: tuple[str, ...] = ("openai", "anthropic")
+T = TypeVar("T")
 
 #: Environment variable read for the API key of a definition with no ``api_key`` or
 #: ``credential_provider``, by protocol.
@@ -61,6 +60,24 @@ DEFAULT_KEY_ENV: Mapping[str, str] = {
     "openai": "OPENAI_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
 }
+
+
+class BindingOptions(TypedDict, total=False):
+    """The keyword options every binding factory takes (see ``ModelBinding.llm``)."""
+
+    model: str | None
+    protocol: str | None
+    api_key: str | None
+    base_url: str | None
+    credential_provider: CredentialProvider | None
+    client_timeout: float | None
+    client_max_retries: int | None
+    params: Mapping[str, Any] | None
+    retry: RetryOptions | None
+    provider: Any
+    provider_name: str | None
+    api_key_env: str | None
+    default_headers: Mapping[str, str] | None
 
 
 class PreflightError(ConfigurationError):
@@ -81,33 +98,17 @@ class _Slot:
 
     __slots__ = ("closed", "leases", "provider", "retired")
 
-    def __init__(self, provider: Model) -> None:
+    def __init__(self, provider: Any) -> None:
         self.provider = provider
         self.leases = 0
         self.retired = False
         self.closed = False
 
 
-@dataclass(frozen=True, slots=True)
-class _Definition:
-    """What a definition-built binding needs to (re)build its provider. Holds no key."""
-
-    model: str
-    protocol: str
-    base_url: str | None
-    client_timeout: float | None
-    client_max_retries: int | None
-    params: Mapping[str, Any]
-    retry: RetryOptions | None
-    provider_name: str
-    api_key_env: str | None
-    default_headers: Mapping[str, str] | None = field(repr=False)
-
-
 _BACKGROUND: set[asyncio.Future[Any]] = set()
 
 
-def _close_orphan(future: asyncio.Future[Model]) -> None:
+def _close_orphan(future: asyncio.Future[Any]) -> None:
     """Close a provider whose build finished after the caller was cancelled."""
     if future.cancelled() or future.exception() is not None:
         return
@@ -134,15 +135,16 @@ def _describe_loop(loop: asyncio.AbstractEventLoop | None) -> str:
 class ModelBinding:
     """One model, and the provider that serves it.
 
-    Build a definition with ``ModelBinding.llm(...)``; wrap your own provider with
-    ``ModelBinding(provider=...)``. The binding is an async context manager that closes what it
-    built on exit.
+    Build a definition with a factory (``ModelBinding.llm(...)``, ``.embed(...)``,
+    ``.image(...)``...); wrap your own provider with ``ModelBinding(provider=...)`` or
+    ``ModelBinding.embed(provider=...)``. The binding is an async context manager that closes
+    what it built on exit.
     """
 
     def __init__(
         self,
         *,
-        provider: Model | None = None,
+        provider: Any = None,
         model: str | None = None,
         protocol: str | None = None,
         api_key: str | None = None,
@@ -155,9 +157,12 @@ class ModelBinding:
         provider_name: str | None = None,
         api_key_env: str | None = None,
         default_headers: Mapping[str, str] | None = None,
+        purpose: str = "llm",
     ) -> None:
-        self._definition: _Definition | None
-        self._supplied: Model | None
+        spec = purpose_of(purpose)
+        self.purpose = purpose
+        self._definition: Definition | None
+        self._supplied: Any
         if provider is not None:
             given = {
                 "protocol": protocol,
@@ -177,14 +182,19 @@ class ModelBinding:
                     f"{', '.join(rejected)} cannot be combined with provider=: configure the "
                     "provider (and its client) directly"
                 )
-            if not callable(getattr(provider, "stream", None)):
-                raise ConfigurationError(f"{type(provider).__name__} has no stream(request)")
+            if not spec.has_method(provider):
+                raise ConfigurationError(
+                    f"{type(provider).__name__} has no {spec.method}(...): it cannot serve "
+                    f"as a {spec.title}"
+                )
             self._supplied = provider
             self._definition = None
             self.model = model or getattr(provider, "model_name", None) or type(provider).__name__
+            self._loop_agnostic = bool(getattr(provider, "loop_agnostic", False))
         else:
             self._supplied = None
-            self._definition = _validated_definition(
+            self._definition = validated_definition(
+                purpose=purpose,
                 model=model,
                 protocol=protocol,
                 base_url=base_url,
@@ -200,15 +210,25 @@ class ModelBinding:
                 raise ConfigurationError("api_key must be a non-empty string or None")
             if credential_provider is not None and not callable(credential_provider):
                 raise ConfigurationError("credential_provider must be a callable")
+            if not self._definition.needs_key and (
+                api_key is not None or credential_provider is not None
+            ):
+                raise ConfigurationError(
+                    f"model binding {self._definition.model!r} is in-process (protocol "
+                    f"{self._definition.protocol!r}): it takes no api_key or credential_provider"
+                )
             self.model = self._definition.model
+            self._loop_agnostic = self._definition.loop_agnostic
         self._api_key = api_key
         self._credential_provider = credential_provider
-        self._loop_agnostic = bool(getattr(provider, "loop_agnostic", False))
         self._owner_loop: asyncio.AbstractEventLoop | None = None
         self._current: _Slot | None = None
         self._retired: list[_Slot] = []
         self._supplied_leases = 0
         self._build_lock: asyncio.Lock | None = None
+        # a loop-agnostic provider may be built from any loop or thread
+        self._thread_lock = threading.Lock() if self._loop_agnostic else None
+        self._jobs: set[asyncio.Future[Any]] = set()
         self.providers_built = 0
         self.providers_closed = 0
 
@@ -262,6 +282,45 @@ class ModelBinding:
             default_headers=default_headers,
         )
 
+    @classmethod
+    def image(cls, **options: Unpack[BindingOptions]) -> ModelBinding:
+        """An image generation binding (``images/generations`` of an OpenAI-compatible API).
+
+        Takes the options of ``llm``; ``params`` go into every request (``quality``...).
+        """
+        return cls(purpose="image", **options)
+
+    @classmethod
+    def video(cls, **options: Unpack[BindingOptions]) -> ModelBinding:
+        """A video generation binding (the ``videos`` job API: create, poll, download)."""
+        return cls(purpose="video", **options)
+
+    @classmethod
+    def tts(cls, **options: Unpack[BindingOptions]) -> ModelBinding:
+        """A text-to-speech binding (``audio/speech``)."""
+        return cls(purpose="tts", **options)
+
+    @classmethod
+    def asr(cls, **options: Unpack[BindingOptions]) -> ModelBinding:
+        """A speech recognition binding (``audio/transcriptions``)."""
+        return cls(purpose="asr", **options)
+
+    @classmethod
+    def embed(cls, **options: Unpack[BindingOptions]) -> ModelBinding:
+        """An embedding binding: ``embeddings`` of an OpenAI-compatible API, or in-process.
+
+        ``protocol="local"`` builds a ``LocalEmbeddingProvider`` for ``model`` (a directory or
+        an installed model's name; ``params`` are its options, such as ``backend``); or supply
+        one with ``provider=``.
+        """
+        return cls(purpose="embed", **options)
+
+    @classmethod
+    def rerank(cls, **options: Unpack[BindingOptions]) -> ModelBinding:
+        """A rerank binding: ``POST {base_url}/rerank`` in the shape vLLM, Jina and Cohere
+        serve, or in-process (``protocol="local"``, a ``LocalRerankProvider``)."""
+        return cls(purpose="rerank", **options)
+
     def for_current_loop(self) -> ModelBinding:
         """A sibling with the same definition and no loop claim, for use on another loop.
 
@@ -275,7 +334,7 @@ class ModelBinding:
                     f"the provider of binding {self.model!r} was supplied by the caller and is "
                     "bound to its loop; build a new provider inside the target loop instead"
                 )
-            return ModelBinding(provider=self._supplied, model=self.model)
+            return ModelBinding(provider=self._supplied, model=self.model, purpose=self.purpose)
         definition = self._definition
         assert definition is not None
         clone = ModelBinding.__new__(ModelBinding)
@@ -293,6 +352,7 @@ class ModelBinding:
             provider_name=definition.provider_name,
             api_key_env=definition.api_key_env,
             default_headers=definition.default_headers,
+            purpose=self.purpose,
         )
         return clone
 
@@ -309,8 +369,14 @@ class ModelBinding:
         return self._current is not None
 
     @property
+    def loop_agnostic(self) -> bool:
+        """True when the provider owns nothing loop-bound: the binding claims no loop."""
+        return self._loop_agnostic
+
+    @property
     def protocol(self) -> str | None:
-        """``"openai"`` or ``"anthropic"`` for a definition; None for a supplied provider."""
+        """The definition's wire protocol (``"openai"``, ``"anthropic"``, ``"local"``); None
+        for a supplied provider."""
         return self._definition.protocol if self._definition is not None else None
 
     @property
@@ -324,7 +390,7 @@ class ModelBinding:
         return self._supplied is not None
 
     @property
-    def provider(self) -> Model | None:
+    def provider(self) -> Any:
         """The supplied provider, or the current built one (None before the first build)."""
         if self._supplied is not None:
             return self._supplied
@@ -341,14 +407,21 @@ class ModelBinding:
         """Providers replaced by a rotation and not closed yet (still serving a call)."""
         return sum(1 for slot in self._retired if not slot.closed)
 
+    @property
+    def job_count(self) -> int:
+        """Media jobs running on this binding."""
+        return len(self._jobs)
+
     def __repr__(self) -> str:
         parts = [f"model={self.model!r}"]
+        if self.purpose != "llm":
+            parts.append(f"purpose={self.purpose!r}")
         if self._definition is not None:
             parts.append(f"protocol={self._definition.protocol!r}")
             if self._definition.provider_name != self._definition.protocol:
                 parts.append(f"provider={self._definition.provider_name!r}")
             if self._definition.base_url:
-                parts.append(f"base_url={_safe_url(self._definition.base_url)!r}")
+                parts.append(f"base_url={safe_url(self._definition.base_url)!r}")
         else:
             parts.append(f"provider={type(self._supplied).__name__}")
         parts.append(f"loop={_loop_id(self._owner_loop)}")
@@ -359,7 +432,7 @@ class ModelBinding:
 
     def _claim_loop(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
-        if self._supplied is not None and self._loop_agnostic:
+        if self._loop_agnostic:
             return loop
         owner = self._owner_loop
         if owner is None:
@@ -376,6 +449,11 @@ class ModelBinding:
             )
         return loop
 
+    def claim_loop(self) -> None:
+        """Claim the running loop now (a synchronous first use, such as ``submit_image``);
+        LoopAffinityError if another loop owns the binding."""
+        self._claim_loop()
+
     # building -------------------------------------------------------------------------------
 
     async def _resolve_credential(self) -> str:
@@ -386,7 +464,7 @@ class ModelBinding:
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
-            from .providers.errors import scrub_exception
+            from ..providers.errors import scrub_exception
 
             scrub_exception(exc, [self._api_key] if self._api_key else [])
             raise ConfigurationError(
@@ -401,9 +479,11 @@ class ModelBinding:
             )
         return value
 
-    def _initial_key(self) -> str:
+    def _initial_key(self) -> str | None:
         definition = self._definition
         assert definition is not None
+        if not definition.needs_key:
+            return None
         if self._api_key is not None:
             return self._api_key
         env_name = definition.api_key_env or DEFAULT_KEY_ENV[definition.protocol]
@@ -415,7 +495,7 @@ class ModelBinding:
             )
         return value
 
-    async def _build(self, api_key: str) -> Model:
+    async def _build(self, api_key: str | None) -> Any:
         """Construct the provider in a worker thread.
 
         The first import of an SDK takes seconds and a client's construction (TLS trust store,
@@ -430,37 +510,21 @@ class ModelBinding:
             future.add_done_callback(_close_orphan)
             raise
 
-    def _make_provider(self, api_key: str) -> Model:
+    def _make_provider(self, api_key: str | None) -> Any:
         """Construct the provider for ``api_key``, and do the one-time work of its first call
         (lazy imports). No network call; runs off the loop."""
         definition = self._definition
         assert definition is not None
-        provider: Any
-        common: dict[str, Any] = {
-            "api_key": api_key,
-            "base_url": definition.base_url,
-            "timeout": definition.client_timeout,
-            "max_retries": definition.client_max_retries,
-            "params": definition.params,
-            "retry": definition.retry,
-            "provider_name": definition.provider_name,
-            "default_headers": definition.default_headers,
-        }
-        if definition.protocol == "anthropic":
-            from .providers.anthropic import AnthropicModel
-
-            provider = AnthropicModel(definition.model, **common)
-        else:
-            from .providers.openai import OpenAIModel
-
-            provider = OpenAIModel(definition.model, **common)
-        provider.prepare()
-        return cast(Model, provider)
+        return PURPOSES[definition.purpose].build(definition, api_key)
 
     async def _ensure_built(self, *, fresh_credential: bool = False) -> _Slot:
         """The current slot, building it first if needed (one build at a time)."""
         if self._current is not None:
             return self._current
+        if self._thread_lock is not None:
+            # loop-agnostic: callers on several loops and threads, so a thread lock, taken
+            # in a worker thread (an asyncio.Lock belongs to one loop)
+            return await asyncio.to_thread(self._ensure_built_in_thread)
         if self._build_lock is None:
             self._build_lock = asyncio.Lock()
         async with self._build_lock:
@@ -470,7 +534,7 @@ class ModelBinding:
             if self._credential_provider is not None and (
                 fresh_credential or self._api_key is None
             ):
-                key = await self._resolve_credential()
+                key: str | None = await self._resolve_credential()
             else:
                 key = self._initial_key()
             slot = _Slot(await self._build(key))
@@ -479,11 +543,22 @@ class ModelBinding:
             self.providers_built += 1
             return slot
 
+    def _ensure_built_in_thread(self) -> _Slot:
+        assert self._thread_lock is not None
+        with self._thread_lock:
+            built = self._peek()
+            if built is not None:
+                return built
+            slot = _Slot(self._make_provider(None))
+            self._current = slot
+            self.providers_built += 1
+            return slot
+
     def _peek(self) -> _Slot | None:
         # a method call, so type narrowing does not outlive the await before it
         return self._current
 
-    async def build_provider(self) -> Model:
+    async def build_provider(self) -> Any:
         """The provider, built (on this loop) if needed. Prefer ``lease_provider``."""
         self._claim_loop()
         if self._supplied is not None:
@@ -503,6 +578,23 @@ class ModelBinding:
     @asynccontextmanager
     async def lease_provider(self) -> AsyncIterator[Model]:
         """The provider for one call; a rotation cannot close it until the block exits."""
+        async with self._lease() as provider:
+            yield cast(Model, provider)
+
+    @asynccontextmanager
+    async def lease_as(self, kind: type[T]) -> AsyncIterator[T]:
+        """``lease_provider`` for a capability: the provider as ``kind`` (a runtime-checkable
+        protocol such as ``EmbeddingProvider``); ConfigurationError if it is not one."""
+        async with self._lease() as provider:
+            if not isinstance(provider, kind):
+                raise ConfigurationError(
+                    f"the provider of binding {self.model!r} ({type(provider).__name__}) is "
+                    f"not a {kind.__name__}"
+                )
+            yield provider
+
+    @asynccontextmanager
+    async def _lease(self) -> AsyncIterator[Any]:
         self._claim_loop()
         if self._supplied is not None:
             self._supplied_leases += 1
@@ -517,6 +609,30 @@ class ModelBinding:
             yield slot.provider
         finally:
             slot.leases -= 1
+
+    # media jobs -------------------------------------------------------------------------------
+
+    def track_job(self, task: asyncio.Future[Any]) -> None:
+        """Count ``task`` (a media job) as running on this binding until it ends; ``aclose``
+        cancels and awaits it before closing the providers."""
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
+
+    async def _cancel_jobs(self) -> None:
+        if not self._jobs:
+            return
+        loop = asyncio.get_running_loop()
+        here: list[asyncio.Future[Any]] = []
+        for task in list(self._jobs):
+            if task.get_loop() is loop:
+                task.cancel()
+                here.append(task)
+            else:  # a loop-agnostic provider's job on another loop: only its loop can cancel it
+                with contextlib.suppress(RuntimeError):
+                    task.get_loop().call_soon_threadsafe(task.cancel)
+        if here:
+            # a job that ignores its cancellation delays this; a task cannot be killed
+            await asyncio.wait(here)
 
     # rotation and close -----------------------------------------------------------------------
 
@@ -577,11 +693,13 @@ class ModelBinding:
             raise errors[0]
 
     async def aclose(self) -> None:
-        """Close every provider this binding built, and release the loop claim.
+        """Cancel and await the media jobs still running on this binding, then close every
+        provider it built and release the loop claim.
 
         A supplied provider is never closed; the claim on its loop is kept unless it is loop
         agnostic. The binding can be used again afterwards: it rebuilds on its next use.
         """
+        await self._cancel_jobs()
         if self._supplied is not None:
             if self._loop_agnostic:
                 self._owner_loop = None
@@ -603,232 +721,3 @@ class ModelBinding:
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-class ModelBindings:
-    """Bindings by purpose. ``llm`` is the failover chain: primary first, then fallbacks.
-
-    The agent tries the primary on every call and moves to the next binding only on a
-    retryable ProviderError that happened before any of the call's text reached the consumer.
-    """
-
-    def __init__(self, *, llm: ModelBinding | Model | Sequence[ModelBinding | Model]) -> None:
-        items: Sequence[ModelBinding | Model] = (
-            llm if isinstance(llm, Sequence) and not isinstance(llm, ModelBinding) else [llm]
-        )
-        self.llm: list[ModelBinding] = [
-            item if isinstance(item, ModelBinding) else ModelBinding(provider=item)
-            for item in items
-        ]
-        if not self.llm:
-            raise ConfigurationError("ModelBindings needs at least one llm binding")
-
-    def __repr__(self) -> str:
-        return f"<ModelBindings llm={self.llm!r}>"
-
-    @property
-    def primary(self) -> ModelBinding:
-        """The first llm binding."""
-        return self.llm[0]
-
-    def for_current_loop(self) -> ModelBindings:
-        """Siblings of every binding, for use on another loop (see ModelBinding)."""
-        return ModelBindings(llm=[binding.for_current_loop() for binding in self.llm])
-
-    async def preflight(self) -> None:
-        """Build every provider on this loop, without a network call.
-
-        Resolves each ``credential_provider`` once. The first binding that fails raises a
-        ``PreflightError`` naming it (``llm[INDEX]`` and its model); a loop conflict stays a
-        ``LoopAffinityError`` with its diagnostics, labelled the same way.
-        """
-        for index, binding in enumerate(self.llm):
-            label = f"llm[{index}] (model {binding.model!r})"
-            try:
-                await binding.preflight()
-            except LoopAffinityError as exc:
-                raise LoopAffinityError(
-                    f"{label}: {exc}",
-                    owner_loop=exc.owner_loop,
-                    current_loop=exc.current_loop,
-                    model=exc.model,
-                ) from exc
-            except Exception as exc:
-                raise PreflightError(
-                    f"{label} failed preflight: {exc}", index=index, model=binding.model
-                ) from exc
-
-    async def arefresh(self) -> None:
-        """Rotate the credential of every binding (see ``ModelBinding.arefresh``)."""
-        for binding in self.llm:
-            await binding.arefresh()
-
-    async def aclose(self) -> None:
-        """Close every binding; the first failure is raised after all were closed."""
-        errors: list[Exception] = []
-        for binding in self.llm:
-            try:
-                await binding.aclose()
-            except Exception as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-# validation -----------------------------------------------------------------------------------
-
-
-def _validated_definition(
-    *,
-    model: str | None,
-    protocol: str | None,
-    base_url: str | None,
-    client_timeout: float | None,
-    client_max_retries: int | None,
-    params: Mapping[str, Any] | None,
-    retry: RetryOptions | None,
-    provider_name: str | None,
-    api_key_env: str | None,
-    default_headers: Mapping[str, str] | None,
-) -> _Definition:
-    if not isinstance(model, str) or not model.strip():
-        raise ConfigurationError("a model binding needs model= (or provider=)")
-    protocol = protocol or "openai"
-    if protocol not in _PROTOCOLS:
-        raise ConfigurationError(
-            f"unknown protocol {protocol!r}: use 'openai' (any Chat Completions endpoint) or "
-            "'anthropic'"
-        )
-    if base_url is not None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigurationError(
-                f"base_url of model {model!r} must be an http(s) URL, got {_safe_url(base_url)!r}"
-            )
-    if client_timeout is not None and (isinstance(client_timeout, bool) or not client_timeout > 0):
-        raise ConfigurationError("client_timeout must be a positive number of seconds or None")
-    if client_max_retries is not None and (
-        isinstance(client_max_retries, bool)
-        or not isinstance(client_max_retries, int)
-        or client_max_retries < 0
-    ):
-        raise ConfigurationError("client_max_retries must be an integer >= 0 or None")
-    if retry is not None and not isinstance(retry, RetryOptions):
-        raise ConfigurationError("retry must be a RetryOptions")
-    return _Definition(
-        model=model,
-        protocol=protocol,
-        base_url=base_url,
-        client_timeout=float(client_timeout) if client_timeout is not None else None,
-        client_max_retries=client_max_retries,
-        params=dict(params or {}),
-        retry=retry,
-        provider_name=provider_name or protocol,
-        api_key_env=api_key_env,
-        default_headers=dict(default_headers) if default_headers else None,
-    )
-
-
-def _safe_url(url: str) -> str:
-    """``url`` without user information (``user:password@``) or query string."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    return parts._replace(netloc=netloc, query="", fragment="").geturl()
-
-
-# settings strings -----------------------------------------------------------------------------
-
-
-def binding_from_spec(spec: str, **env: Any) -> ModelBinding:
-    """A binding from a setting string.
-
-    Forms: ``demo`` (the offline demo model), ``openai:MODEL``, ``anthropic:MODEL``, a preset
-    name (``deepseek``, ``groq``, ``together``, ``openrouter``, ``ollama``, ``vllm``, ...) or
-    ``PRESET:MODEL``. Upper-case keywords override the environment (``OPENAI_API_KEY``,
-    ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``, a preset's key variable
-    such as ``DEEPSEEK_API_KEY``); what is not given is read from ``os.environ``. Lower-case
-    keywords are binding options: ``client_timeout``, ``client_max_retries``, ``params``,
-    ``retry``, ``credential_provider``.
-    """
-    from . import presets
-
-    overrides = {key: value for key, value in env.items() if key.isupper()}
-    options = {key: value for key, value in env.items() if not key.isupper()}
-
-    def lookup(name: str) -> str | None:
-        value = overrides[name] if name in overrides else os.environ.get(name)
-        if value is None:
-            return None
-        text = str(value).strip()
-        return text or None
-
-    text = spec.strip()
-    if not text:
-        raise ConfigurationError("empty model setting")
-    prefix, _, model = text.partition(":")
-    prefix = prefix.strip().lower()
-    model = model.strip()
-    if prefix == "demo" and not model:
-        if options:
-            raise ConfigurationError(
-                f"the demo model takes no binding options ({', '.join(sorted(options))})"
-            )
-        from .providers.demo import DemoModel
-
-        demo_options: dict[str, float] = {}
-        delay = lookup("AGENT_DEMO_TOKEN_DELAY")
-        if delay is not None:
-            demo_options["token_delay"] = float(delay)
-        slow = lookup("AGENT_DEMO_SLOW_SECONDS")
-        if slow is not None:
-            demo_options["slow_seconds"] = float(slow)
-        return ModelBinding(provider=DemoModel(**demo_options))
-    if prefix in ("openai", "anthropic") and model:
-        upper = prefix.upper()
-        return ModelBinding.llm(
-            model=model,
-            protocol=prefix,
-            api_key=lookup(f"{upper}_API_KEY"),
-            base_url=lookup(f"{upper}_BASE_URL"),
-            **options,
-        )
-    preset = presets.get(prefix)
-    if preset is None:
-        raise ConfigurationError(
-            f"unknown model setting {spec!r}: use 'demo', 'openai:MODEL', 'anthropic:MODEL', "
-            f"or a preset ({', '.join(presets.names())}), optionally as 'PRESET:MODEL'"
-        )
-    key_env = presets.key_env(prefix)
-    preset_options: dict[str, Any] = dict(options)
-    if model:
-        preset_options["model"] = model
-    if key_env is not None and "api_key" not in preset_options:
-        api_key = lookup(key_env)
-        if api_key is not None:
-            preset_options["api_key"] = api_key
-    return preset(**preset_options)
-
-
-def bindings_from_spec(
-    model: str, fallbacks: str | Sequence[str] = (), **env: Any
-) -> ModelBindings:
-    """``ModelBindings`` for a primary setting and its fallbacks (a comma-separated string or a
-    list), each parsed by ``binding_from_spec`` with the same ``env``."""
-    if isinstance(fallbacks, str):
-        fallbacks = fallbacks.split(",")
-    specs = [model, *(item for item in fallbacks if item.strip())]
-    return ModelBindings(llm=[binding_from_spec(item, **env) for item in specs])

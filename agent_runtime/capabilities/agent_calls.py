@@ -1,0 +1,163 @@
+"""``AgentCore``'s capability calls and media jobs, on the agent's own bindings.
+
+``agent.embed(...)``, ``agent.rerank(...)``... are the functions of ``calls`` with
+``binding=agent.bindings``: they walk the agent's chain of that purpose. ``submit_image`` and
+``submit_video`` also register the job with the agent, whose ``aclose()`` cancels and awaits it
+before the providers close. A closed agent refuses all of them (``AgentClosedError``, a
+RuntimeError).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..bindings import ModelBindings
+from . import calls, jobs
+from .results import Embeddings, Images, Ranking, Speech, Transcription, Video
+
+__all__ = ["CapabilityCalls"]
+
+
+class CapabilityCalls:
+    """Mixed into ``AgentCore``: capability calls and media jobs on ``self.bindings``."""
+
+    bindings: ModelBindings
+    _media_jobs: set[jobs.MediaJob[Any]]
+
+    def _check_usable(self) -> None:
+        raise NotImplementedError  # AgentCore's
+
+    @property
+    def media_jobs(self) -> tuple[jobs.MediaJob[Any], ...]:
+        """The media jobs this agent started that have not finished."""
+        return tuple(self._media_jobs)
+
+    async def embed(
+        self,
+        texts: str | Sequence[str],
+        *,
+        dimensions: int | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Embeddings:
+        """``capabilities.embed`` on the agent's ``embed`` chain."""
+        self._check_usable()
+        return await calls.embed(texts, binding=self.bindings, dimensions=dimensions, params=params)
+
+    async def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_n: int | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Ranking:
+        """``capabilities.rerank`` on the agent's ``rerank`` chain."""
+        self._check_usable()
+        return await calls.rerank(
+            query, documents, binding=self.bindings, top_n=top_n, params=params
+        )
+
+    async def generate_image(
+        self,
+        prompt: str,
+        *,
+        n: int = 1,
+        size: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Images:
+        """``capabilities.generate_image`` on the agent's ``image`` chain."""
+        self._check_usable()
+        return await calls.generate_image(
+            prompt, binding=self.bindings, n=n, size=size, params=params
+        )
+
+    async def synthesize_speech(
+        self,
+        text: str,
+        *,
+        voice: str = "alloy",
+        response_format: str = "mp3",
+        params: Mapping[str, Any] | None = None,
+    ) -> Speech:
+        """``capabilities.synthesize_speech`` on the agent's ``tts`` chain."""
+        self._check_usable()
+        return await calls.synthesize_speech(
+            text,
+            binding=self.bindings,
+            voice=voice,
+            response_format=response_format,
+            params=params,
+        )
+
+    async def transcribe(
+        self,
+        audio: calls.AudioInput,
+        *,
+        filename: str | None = None,
+        language: str | None = None,
+        prompt: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Transcription:
+        """``capabilities.transcribe`` on the agent's ``asr`` chain."""
+        self._check_usable()
+        return await calls.transcribe(
+            audio,
+            binding=self.bindings,
+            filename=filename,
+            language=language,
+            prompt=prompt,
+            params=params,
+        )
+
+    def submit_image(
+        self,
+        prompt: str,
+        *,
+        n: int = 1,
+        size: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> jobs.MediaJob[Images]:
+        """``capabilities.submit_image`` on the agent's ``image`` chain; ``aclose()`` cancels
+        and awaits the job."""
+        self._check_usable()
+        job = jobs.submit_image(prompt, binding=self.bindings, n=n, size=size, params=params)
+        self._adopt(job)
+        return job
+
+    def submit_video(
+        self,
+        prompt: str,
+        *,
+        seconds: str | int | None = None,
+        size: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        poll_interval: float | None = None,
+    ) -> jobs.MediaJob[Video]:
+        """``capabilities.submit_video`` on the agent's ``video`` chain; ``aclose()`` cancels
+        and awaits the job."""
+        self._check_usable()
+        job = jobs.submit_video(
+            prompt,
+            binding=self.bindings,
+            seconds=seconds,
+            size=size,
+            params=params,
+            poll_interval=poll_interval,
+        )
+        self._adopt(job)
+        return job
+
+    def _adopt(self, job: jobs.MediaJob[Any]) -> None:
+        self._media_jobs.add(job)
+        job.task.add_done_callback(lambda _task: self._media_jobs.discard(job))
+
+    async def _drain_media_jobs(self) -> None:
+        """Cancel every media job of this agent and wait until each has ended."""
+        pending = [job.task for job in self._media_jobs if not job.done()]
+        for task in pending:
+            task.cancel("shutdown")
+        if pending:
+            # a job that ignores cancellation holds this up: a task cannot be killed
+            await asyncio.wait(pending)
