@@ -49,7 +49,7 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[RunManager, CountingStore
     store = CountingStore(real)
     bus = LocalBus()
     agent = await build_agent(settings, load_config(None))
-    manager = run_manager(agent, store, bus)  # type: ignore[arg-type]
+    manager = run_manager(agent, store, bus)
     try:
         yield manager, store
     finally:
