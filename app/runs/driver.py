@@ -38,6 +38,9 @@ __all__ = ["Driver"]
 logger = logging.getLogger("app.runs")
 
 _WAITING_EVENT = "confirmation_requested"
+_RESOLVED_EVENT = "confirmation_resolved"
+_TOOL_STARTED = AgentEventType.TOOL_CALL_STARTED
+_TOOL_COMPLETED = AgentEventType.TOOL_CALL_COMPLETED
 _TERMINAL_TYPES = frozenset(
     {AgentEventType.RUN_COMPLETED, AgentEventType.RUN_FAILED, AgentEventType.RUN_CANCELLED}
 )
@@ -141,7 +144,19 @@ class Driver:
                         terminal = event
                         continue
                     else:
+                        if event_type is _TOOL_STARTED:
+                            handle.tools_running += 1
+                        elif event_type is _TOOL_COMPLETED:
+                            handle.tools_running -= 1
+                            if handle.fenced:
+                                logger.error(
+                                    "a tool call of a fenced-off run finished after the run's "
+                                    "lease",
+                                    extra={"run_id": run_id, "tool": event.name},
+                                )
                         wire = encode(seq, event_type.value, event.ts, encode_data(event.data()))
+                    if handle.fenced:
+                        continue  # past its lease: nothing of the run goes out from here
                     handle.seq = seq
                     if append_nowait is not None:
                         append_nowait(run_id, wire, fence=fence)
@@ -155,11 +170,15 @@ class Driver:
                     if event_type is AgentEventType.USAGE:
                         usage.add(event.usage)
                     elif event_type is AgentEventType.CUSTOM and event.name == _WAITING_EVENT:
+                        handle.tools_running -= 1  # announced, but not run before its answer
                         handle.status = "waiting"
                         await records.status(handle, "waiting")
-                    elif handle.status == "waiting":
-                        handle.status = "running"
-                        await records.status(handle, "running")
+                    else:
+                        if event_type is AgentEventType.CUSTOM and event.name == _RESOLVED_EVENT:
+                            handle.tools_running += 1  # run (or refused) now, then completed
+                        if handle.status == "waiting":
+                            handle.status = "running"
+                            await records.status(handle, "running")
             except RunError:
                 pass  # run.failed or run.cancelled was yielded just before
             finally:

@@ -7,7 +7,8 @@ It holds no logic of its own beyond the queries; each concept is a module of thi
     records.py    every write of a run's record to the store
     finalize.py   the run's one end: outcome stored, hold released, terminal event appended
     routing.py    cancels and answers, here or through the bus (the CommandHandler side)
-    leases.py     renewing this worker's leases, and running the sweep
+    leases.py     renewing this worker's leases, the deadline watchdog, running the sweep
+    fencing.py    each run's lease deadline, and fencing a run off when it passes
     sweep.py      runs no worker holds any more: the lost-run sweep, recovery at start
     drain.py      shutdown: stop taking runs, let them finish, stop the rest
     context.py    what they share: the dependencies and the table of held runs
@@ -18,7 +19,8 @@ from its own cursor (``app.api.streaming``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent_runtime.agent import AgentCore
@@ -30,6 +32,7 @@ from app.metrics import Metrics
 from app.runs.context import RunContext
 from app.runs.drain import Drain
 from app.runs.driver import Driver
+from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
 from app.runs.handle import RunHandle, RunRequestOptions
 from app.runs.leases import LeaseKeeper
@@ -58,7 +61,12 @@ class RunManager:
         queue_timeout: float,
         lease_seconds: float,
         debug: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        keep_leases: bool = True,
     ) -> None:
+        """``clock``: the monotonic clock of the runs' lease deadlines; ``keep_leases``:
+        whether a shared bus's leases are renewed and watched in the background (tests
+        that drive the rounds themselves turn it off; see ``leases``)."""
         context = RunContext(
             agent=agent,
             agents=agents or {},
@@ -70,22 +78,24 @@ class RunManager:
             queue_timeout=queue_timeout,
             lease_seconds=lease_seconds,
             debug=debug,
+            clock=clock,
         )
         self._context = context
         records = RunRecords(store)
         finalizer = Finalizer(context, records)
         driver = Driver(context, records, finalizer)
         self._routing = Routing(context)
-        self._starter = Starter(context, records, driver, finalizer, self._routing)
+        self.fencing = Fencing(context, self._routing)
+        self._starter = Starter(context, records, driver, finalizer, self._routing, self.fencing)
         self._sweep = LostRunSweep(context)
-        self._leases = LeaseKeeper(context, self._routing, self._sweep)
+        self.leases = LeaseKeeper(context, self.fencing, self._sweep)
         self._drain = Drain(context, self._routing)
         self._open_streams = 0
         # blocking (stream: false) responses waiting for their run; counted by the response
         self.open_waiters = 0
         bus.router.bind(self)
-        if bus.shared:
-            self._leases.start()
+        if bus.shared and keep_leases:
+            self.leases.start()
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -228,4 +238,4 @@ class RunManager:
 
     async def aclose(self) -> None:
         """Stop the lease renewer and sweep (after ``drain``)."""
-        await self._leases.aclose()
+        await self.leases.aclose()

@@ -16,7 +16,7 @@ from agent_runtime.agent import AgentRunConfig
 from agent_runtime.errors import AgentClosedError
 from agent_runtime.extensions.external import ExternalEvent
 from app.errors import NotFound
-from app.runs.context import RunContext
+from app.runs.context import RunContext, lease_lapsed
 from app.runs.handle import RunHandle
 from app.storage import RunStatus
 
@@ -32,10 +32,17 @@ class Routing:
     # --- arriving here (CommandHandler) ------------------------------------------------------
 
     def cancel_local(self, run_id: str, reason: str) -> bool:
-        """Cancel a run held here; False if there is no such unfinished run."""
-        handle = self._context.runs.get(run_id)
-        if handle is None or handle.done:
+        """Cancel a run held here; False if there is no such unfinished run (or it is past
+        its lease: this worker no longer speaks for it, see ``app.runs.fencing``)."""
+        context = self._context
+        handle = context.runs.get(run_id)
+        if handle is None or handle.done or context.lapsed(handle):
             return False
+        return self.stop(handle, reason)
+
+    def stop(self, handle: RunHandle, reason: str) -> bool:
+        """Stop a run held here, for ``reason`` (the first one given wins)."""
+        run_id = handle.run_id
         if handle.finalizing:  # its terminal event is being written: too late to change it
             return True
         if handle.cancel_reason is None:
@@ -63,6 +70,8 @@ class Routing:
         handle = context.runs.get(run_id) if run_id is not None else None
         if handle is None:
             handle = next((h for h in context.runs.values() if h.session_id == session_id), None)
+        if handle is not None and context.lapsed(handle):
+            return []  # past its lease: an answer taken now could start a tool call
         # no run here: any agent's extension may still hold it (they check session and run)
         agents = [context.agent_for(handle)] if handle is not None else context.all_agents()
         for agent in agents:
@@ -82,7 +91,7 @@ class Routing:
         found = await context.find(run_id, principal)
         if found is None:
             return None
-        if isinstance(found, RunHandle):
+        if isinstance(found, RunHandle):  # held here, within its lease (see RunContext.find)
             if found.finalizing and not found.done:
                 # its outcome is being stored: answer with it, not with "running" (shielded: a
                 # client that leaves must not cancel the run's own future)
@@ -111,6 +120,16 @@ class Routing:
         """Deliver an answer to a waiting run of the caller's session; 404 if not theirs."""
         context = self._context
         local = context.runs.get(run_id) if run_id is not None else None
+        if local is None:
+            local = next((h for h in context.runs.values() if h.session_id == session_id), None)
+        if local is not None and local.session_id == session_id and context.lapsed(local):
+            if local.principal != principal:
+                context.metrics.external_events.labels("not_found").inc()
+                raise NotFound(f"no session {session_id!r}")
+            # held here past its lease: never taken (it could start a tool call), and not
+            # looked for elsewhere through a bus this worker may not reach
+            context.metrics.external_events.labels("not_accepted").inc()
+            raise lease_lapsed(local.run_id)
         if local is not None and local.session_id == session_id:
             # the run is held here: its handle answers the ownership question without a query
             owned = local.principal == principal

@@ -20,6 +20,7 @@ from app.agents import AgentProfile
 from app.errors import Draining, NotFound, Overloaded, ServiceError, SessionBusy
 from app.runs.context import RunContext
 from app.runs.driver import Driver
+from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
 from app.runs.handle import RunHandle, RunRequestOptions, new_run_id, now
 from app.runs.records import RunRecords
@@ -45,7 +46,9 @@ class Starter:
         driver: Driver,
         finalizer: Finalizer,
         routing: Routing,
+        fencing: Fencing,
     ) -> None:
+        self._fencing = fencing
         self._context = context
         self._records = records
         self._driver = driver
@@ -125,6 +128,7 @@ class Starter:
         except SessionOwnedByOther:
             raise NotFound(f"no session {session_id!r}") from None
         run_id = new_run_id()
+        sent = context.clock()  # the lease's deadline counts from before the request
         lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
         if lease is None:
             context.reject("session_busy")
@@ -142,7 +146,16 @@ class Starter:
             except BaseException:
                 await context.bus.locks.release(lease)
                 raise
-        handle = RunHandle(run_id, session_id, principal, profile, options, lease, ticket)
+        handle = RunHandle(
+            run_id,
+            session_id,
+            principal,
+            profile,
+            options,
+            lease,
+            ticket,
+            lease_deadline=self._fencing.deadline_after(sent),
+        )
         handle.history_size = session.message_count
         return handle
 
