@@ -177,6 +177,17 @@ class EventStreamResponse(Response):
             gone = True
             subscription.interrupt()
 
+        # a run held here that gets fenced off (app.runs.fencing) ends its streams without a
+        # terminal event: the client resumes on another worker, which tells the real end
+        fenced = False
+        handle = self._manager.local(self._run_id) if self._manager is not None else None
+        fenced_off = handle.fenced_off if handle is not None else None
+
+        def on_fenced(_: asyncio.Future[None]) -> None:
+            nonlocal fenced
+            fenced = True
+            subscription.interrupt()
+
         def tick() -> None:
             nonlocal ticker
             idle = loop.time() - last_send
@@ -188,6 +199,8 @@ class EventStreamResponse(Response):
 
         watcher = loop.create_task(_wait_disconnect(receive))
         watcher.add_done_callback(on_disconnect)
+        if fenced_off is not None:
+            fenced_off.add_done_callback(on_fenced)
         ticker = loop.call_later(ping, tick)
         try:
             async with asyncio.timeout(send_timeout):
@@ -200,6 +213,12 @@ class EventStreamResponse(Response):
             while True:
                 batch = await subscription.next()
                 if gone:
+                    break
+                if fenced:
+                    logger.warning(
+                        "event stream of run %s ended: this worker lost the run's lease",
+                        self._run_id,
+                    )
                     break
                 if encoder is not None:
                     body, more = await self._translate(encoder, pausing, batch, subscription)
@@ -255,6 +274,8 @@ class EventStreamResponse(Response):
             if ticker is not None:
                 ticker.cancel()
             watcher.remove_done_callback(on_disconnect)
+            if fenced_off is not None:
+                fenced_off.remove_done_callback(on_fenced)
             watcher.cancel()
             await _reap(watcher)
             await subscription.aclose()

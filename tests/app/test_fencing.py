@@ -10,7 +10,7 @@ under the lease's token, which the store refuses once the sweep wrote with a new
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from agent_runtime.testing import ScriptedModel, tool_call_turn
 from agent_runtime.tools.base import tool
 from app.admission import Admission
 from app.agents import load_config
+from app.api.streaming import EventStreamResponse
 from app.bus import BusUnavailable, Lease, LocalBus
 from app.bus.local import LocalSessionLocks
 from app.errors import Unavailable
@@ -312,3 +313,36 @@ async def test_a_single_worker_has_no_deadline(tmp_path: Path) -> None:
         await agent.aclose()
         await bus.aclose()
         await store.close()
+
+
+async def test_a_stream_of_a_fenced_off_run_ends_without_a_terminal_event(world: World) -> None:
+    handle = await world.waiting_run()
+    response = EventStreamResponse(
+        events=world.bus.events, run_id=handle.run_id, manager=world.manager, ping=600
+    )
+    sent: list[dict[str, Any]] = []
+    disconnect = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
+
+    scope = {"type": "http", "extensions": {}}
+    streaming = asyncio.ensure_future(response(scope, receive, send))
+
+    def body() -> bytes:
+        return b"".join(m.get("body", b"") for m in sent)
+
+    await wait_until(lambda: b"confirmation_requested" in body())
+    world.bus.flaky.failing = True
+    world.clock.now = handle.lease_deadline
+    assert world.manager.fencing.enforce() == 1
+    await asyncio.wait_for(streaming, 10)
+    for terminal in (b"event: run.completed", b"event: run.failed", b"event: run.cancelled"):
+        assert terminal not in body()  # no terminal event from this worker
+    assert all(m.get("more_body", True) for m in sent if m["type"] == "http.response.body")
+    disconnect.set()
+    await asyncio.wait_for(asyncio.shield(handle.finished), 10)
