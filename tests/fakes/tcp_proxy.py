@@ -25,15 +25,20 @@ __all__ = ["FaultyProxy"]
 class FaultyProxy:
     """See the module docstring. Use as a context manager (it stops the thread)."""
 
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, target_port: int, target_host: str = "127.0.0.1", *, listen_host: str = "127.0.0.1"
+    ) -> None:
+        """``listen_host``: where the proxy listens (``0.0.0.0`` to be reached from network
+        namespaces over their veth addresses)."""
         self._target = (target_host, target_port)
+        self._listen_host = listen_host
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self._flowing = asyncio.Event()
         self._writers: set[asyncio.StreamWriter] = set()
         with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
+            probe.bind((listen_host, 0))
             self.port: int = probe.getsockname()[1]
         self.mode = "forward"
 
@@ -73,7 +78,7 @@ class FaultyProxy:
     async def _listen(self) -> None:
         if self._server is None:
             self._server = await asyncio.start_server(
-                self._handle, "127.0.0.1", self.port, reuse_address=True
+                self._handle, self._listen_host, self.port, reuse_address=True
             )
 
     async def _close_all(self) -> None:
