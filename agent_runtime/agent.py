@@ -63,11 +63,15 @@ __all__ = [
     "ConversationStore",
     "InMemoryConversationStore",
     "PermissionCallback",
+    "ToolGate",
 ]
 
 logger = logging.getLogger("agent_runtime")
 
 PermissionCallback: TypeAlias = Callable[["AgentRunContext", ToolCall], "bool | Awaitable[bool]"]
+ToolGate: TypeAlias = Callable[[ToolCall], "str | None"]
+"""A run's last word on a tool call, asked (synchronously) right before the call executes, after
+its hooks, policy and approval: None lets it run, a string refuses it with that error."""
 ModelLike: TypeAlias = "Model | ModelBinding | ModelBindings"
 
 DEFAULT_MAX_ITERATIONS = 50
@@ -205,6 +209,7 @@ class _RunOptions:
     params: dict[str, Any]
     agent_name: str | None
     context_compactor: ContextCompactor | None = None
+    tool_gate: ToolGate | None = None
 
 
 class AgentRunContext:
@@ -521,7 +526,7 @@ class AgentCore(CapabilityCalls):
         cancels the run. Options override the agent's defaults for this run: ``run_timeout``,
         ``max_iterations``, ``tool_timeout``, ``parallel_tool_calls``, ``system_prompt``,
         ``permission_callback``, ``extra_tools``, ``tool_filter``, ``model_params``,
-        ``agent_name``, ``context_compactor``.
+        ``agent_name``, ``context_compactor``, ``tool_gate`` (a ``ToolGate``).
         """
         self._check_usable()
         return self._stream(prompt, config, conversation, options, raise_on_fail=True)
@@ -635,6 +640,7 @@ class AgentCore(CapabilityCalls):
             params=params,
             agent_name=options.get("agent_name") or self.name,
             context_compactor=options.get("context_compactor", self.context_compactor),
+            tool_gate=options.get("tool_gate"),
         )
 
     async def _stream(
@@ -1027,6 +1033,10 @@ class AgentCore(CapabilityCalls):
     async def _finish_call(
         self, context: AgentRunContext, call: ToolCall, ready: Tool | str
     ) -> ToolMessage:
+        gate = context._options.tool_gate
+        if gate is not None and not isinstance(ready, str):
+            # asked here, with nothing awaited before the call starts: what it says holds
+            ready = gate(call) or ready
         if isinstance(ready, str):
             outcome_error: str | None = ready
             result: Any = None
@@ -1090,6 +1100,7 @@ _OPTION_NAMES = frozenset(
         "model_params",
         "agent_name",
         "context_compactor",
+        "tool_gate",
     }
 )
 

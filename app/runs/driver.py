@@ -18,16 +18,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, cast
 
 from agent_runtime.agent import AgentRunConfig
 from agent_runtime.errors import AgentClosedError, RunError
 from agent_runtime.events import AgentEvent, AgentEventType
-from agent_runtime.messages import Message, message_from_dict
+from agent_runtime.messages import Message, ToolCall, message_from_dict
 from app.admission import AdmissionRejected, QueueTimeout
 from app.bus.base import BusError, BusUnavailable, LeaseLost
 from app.runs.context import RunContext
+from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
 from app.runs.handle import CANCEL_REASONS, Outcome, RunHandle, now
 from app.runs.records import RunRecords
@@ -38,8 +39,6 @@ __all__ = ["Driver"]
 logger = logging.getLogger("app.runs")
 
 _WAITING_EVENT = "confirmation_requested"
-_RESOLVED_EVENT = "confirmation_resolved"
-_TOOL_STARTED = AgentEventType.TOOL_CALL_STARTED
 _TOOL_COMPLETED = AgentEventType.TOOL_CALL_COMPLETED
 _TERMINAL_TYPES = frozenset(
     {AgentEventType.RUN_COMPLETED, AgentEventType.RUN_FAILED, AgentEventType.RUN_CANCELLED}
@@ -49,10 +48,13 @@ _TERMINAL_TYPES = frozenset(
 class Driver:
     """Drives this worker's runs."""
 
-    def __init__(self, context: RunContext, records: RunRecords, finalizer: Finalizer) -> None:
+    def __init__(
+        self, context: RunContext, records: RunRecords, finalizer: Finalizer, fencing: Fencing
+    ) -> None:
         self._context = context
         self._records = records
         self._finalizer = finalizer
+        self._fencing = fencing
 
     async def execute(self, handle: RunHandle) -> None:
         """The run's task: wait for its slot, drive it, end it (always through finalize)."""
@@ -111,6 +113,8 @@ class Driver:
         records = self._records
         run_id = handle.run_id
         options = run_options(handle)
+        if context.bus.shared:
+            options["tool_gate"] = self._tool_gate(handle)
         config = AgentRunConfig(
             session_id=handle.session_id,
             request_id=run_id,
@@ -125,6 +129,7 @@ class Driver:
         metrics = context.metrics
         fence = handle.lease.token
         usage = handle.usage
+        running = handle.tools_running
         handle.in_runtime = True
         try:
             stream = cast(
@@ -144,10 +149,8 @@ class Driver:
                         terminal = event
                         continue
                     else:
-                        if event_type is _TOOL_STARTED:
-                            handle.tools_running += 1
-                        elif event_type is _TOOL_COMPLETED:
-                            handle.tools_running -= 1
+                        if event_type is _TOOL_COMPLETED and event.tool_call_id in running:
+                            running.discard(event.tool_call_id)
                             if handle.fenced:
                                 logger.error(
                                     "a tool call of a fenced-off run finished after the run's "
@@ -170,15 +173,11 @@ class Driver:
                     if event_type is AgentEventType.USAGE:
                         usage.add(event.usage)
                     elif event_type is AgentEventType.CUSTOM and event.name == _WAITING_EVENT:
-                        handle.tools_running -= 1  # announced, but not run before its answer
                         handle.status = "waiting"
                         await records.status(handle, "waiting")
-                    else:
-                        if event_type is AgentEventType.CUSTOM and event.name == _RESOLVED_EVENT:
-                            handle.tools_running += 1  # run (or refused) now, then completed
-                        if handle.status == "waiting":
-                            handle.status = "running"
-                            await records.status(handle, "running")
+                    elif handle.status == "waiting":
+                        handle.status = "running"
+                        await records.status(handle, "running")
             except RunError:
                 pass  # run.failed or run.cancelled was yielded just before
             finally:
@@ -190,6 +189,21 @@ class Driver:
         if terminal is None:  # pragma: no cover - the runtime always ends with a terminal event
             return Outcome.failed("internal", "the run ended without a result")
         return self.outcome_of(handle, terminal)
+
+    def _tool_gate(self, handle: RunHandle) -> Callable[[ToolCall], str | None]:
+        """The run's last word on each tool call, right before it starts: none starts once the
+        run's lease may have lapsed, even before the watchdog's turn (app.runs.fencing)."""
+        context = self._context
+        fencing = self._fencing
+
+        def gate(call: ToolCall) -> str | None:
+            if not context.lapsed(handle):
+                handle.tools_running.add(call.id)  # until its tool.call.completed
+                return None
+            fencing.fence_off(handle, "its lease deadline passed before a tool call started")
+            return "not run: this worker lost the run's session lease"
+
+        return gate
 
     def outcome_of(self, handle: RunHandle, event: AgentEvent) -> Outcome:
         """The outcome of the runtime's terminal event."""

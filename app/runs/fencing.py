@@ -89,7 +89,7 @@ class Fencing:
         if not handle.fenced_off.done():
             handle.fenced_off.set_result(None)
         context.metrics.runs_fenced.inc()
-        running = handle.tools_running
+        running = len(handle.tools_running)
         details = {"run_id": handle.run_id, "session_id": handle.session_id}
         if running:
             context.metrics.tool_calls_after_lease.inc(running)

@@ -180,8 +180,8 @@ class RunHandle:
         self.lease_deadline = lease_deadline
         self.fenced = False
         self.fenced_off: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # tool calls announced and not yet completed (what a fence-off leaves running)
-        self.tools_running = 0
+        # ids of the tool calls executing now (shared bus: what a fence-off leaves running)
+        self.tools_running: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id} session={self.session_id} status={self.status}>"

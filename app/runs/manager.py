@@ -83,9 +83,9 @@ class RunManager:
         self._context = context
         records = RunRecords(store)
         finalizer = Finalizer(context, records)
-        driver = Driver(context, records, finalizer)
         self._routing = Routing(context)
         self.fencing = Fencing(context, self._routing)
+        driver = Driver(context, records, finalizer, self.fencing)
         self._starter = Starter(context, records, driver, finalizer, self._routing, self.fencing)
         self._sweep = LostRunSweep(context)
         self.leases = LeaseKeeper(context, self.fencing, self._sweep)

@@ -346,3 +346,24 @@ async def test_a_stream_of_a_fenced_off_run_ends_without_a_terminal_event(world:
     assert all(m.get("more_body", True) for m in sent if m["type"] == "http.response.body")
     disconnect.set()
     await asyncio.wait_for(asyncio.shield(handle.finished), 10)
+
+
+async def test_an_answer_taken_just_before_the_deadline_starts_no_tool_after_it(
+    world: World,
+) -> None:
+    # The answer is taken before the deadline; the run's task resumes (and would start the
+    # tool) only after it: the tool gate, asked right before the call starts, refuses it
+    # even though the watchdog has not had its turn yet.
+    handle = await world.waiting_run()
+    world.bus.flaky.failing = True
+    world.clock.now = handle.lease_deadline - 0.001
+    assert await world.answer(handle) == ["ConfirmationExtension"]
+    world.clock.now = handle.lease_deadline  # before the run's task had a turn
+    await asyncio.wait_for(asyncio.shield(handle.finished), 10)
+    assert world.effects == []
+    assert handle.fenced
+    assert world.metric("agent_runs_fenced_total") == 1
+    assert world.metric("agent_tool_calls_after_lease_total") == 0
+    record = await world.store.get_run(handle.run_id)
+    assert record is not None and record.error is not None
+    assert record.error["code"] == "worker_lost"
