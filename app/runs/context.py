@@ -109,8 +109,11 @@ class RunContext:
         no longer knows whether it is live.
         """
         handle = self.runs.get(run_id)
-        if handle is not None and not self.lapsed(handle):
-            return handle if handle.principal == principal else None
+        if handle is not None and handle.principal == principal and not self.lapsed(handle):
+            return handle
+        # another principal's live run costs the query an unknown id costs: the answer's timing
+        # must not tell that such a run exists; a run held here past its lease is answered
+        # from the store (below)
         record = await self.store.get_run(run_id)
         if record is None or record.principal != principal:
             return None

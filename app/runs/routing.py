@@ -122,17 +122,17 @@ class Routing:
         local = context.runs.get(run_id) if run_id is not None else None
         if local is None:
             local = next((h for h in context.runs.values() if h.session_id == session_id), None)
-        if local is not None and local.session_id == session_id and context.lapsed(local):
-            if local.principal != principal:
-                context.metrics.external_events.labels("not_found").inc()
-                raise NotFound(f"no session {session_id!r}")
-            # held here past its lease: never taken (it could start a tool call), and not
-            # looked for elsewhere through a bus this worker may not reach
-            context.metrics.external_events.labels("not_accepted").inc()
-            raise lease_lapsed(local.run_id)
         if local is not None and local.session_id == session_id:
             # the run is held here: its handle answers the ownership question without a query
             owned = local.principal == principal
+            if not owned:
+                # the query an unknown run costs, so that the refusal's timing tells nothing
+                await context.store.get_session(session_id)
+            elif context.lapsed(local):
+                # held here past its lease: never taken (it could start a tool call), and not
+                # looked for elsewhere through a bus this worker may not reach
+                context.metrics.external_events.labels("not_accepted").inc()
+                raise lease_lapsed(local.run_id)
         else:
             session = await context.store.get_session(session_id)
             owned = session is not None and session.principal == principal
