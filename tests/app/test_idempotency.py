@@ -64,6 +64,7 @@ async def test_a_repeat_at_the_terminal_event_gets_204(serve: Serve) -> None:
         first = start(served, "s204", {"input": "hi"}, "k")
         await first.finish()
         last = first.events()[-1].id
+        assert last is not None
         repeat = start(served, "s204", {"input": "hi"}, "k", **{"Last-Event-ID": str(last)})
         await repeat.finish()
         assert repeat.status == 204
