@@ -24,7 +24,7 @@ import random
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 __all__ = ["CuttingProxy", "FaultyProxy"]
 
@@ -44,7 +44,7 @@ class FaultyProxy:
             self.port: int = probe.getsockname()[1]
         self.mode = "forward"
 
-    def __enter__(self) -> FaultyProxy:
+    def __enter__(self) -> Self:
         self._thread.start()
         self._call(self._listen())
         self._loop.call_soon_threadsafe(self._flowing.set)
