@@ -117,7 +117,6 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             debug=settings.debug,
             disconnect_grace=settings.disconnect_grace,
             idempotency_ttl=settings.idempotency_ttl,
-            event_log_ttl=settings.event_log_ttl,
         )
         stack.push_async_callback(manager.aclose)
         if not bus.shared and settings.workers == 1:

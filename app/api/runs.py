@@ -230,11 +230,9 @@ async def _replay(
     if body.background:
         status = manager.live_status(found) if isinstance(found, RunHandle) else found.status
         return _accepted(services, principal, run_id, status, headers)
-    # this repeat is a reader that came back: the first response's disconnect grace sees it
-    baseline = await manager.reader_attached(run_id) if live else 0
-    on_gone = (
-        manager.on_disconnect(run_id, baseline) if live and body.on_disconnect == "cancel" else None
-    )
+    if live:  # a reader that came back: the first response's disconnect grace sees it
+        await manager.reader_attached(run_id)
+    on_gone = manager.on_disconnect(run_id) if live and body.on_disconnect == "cancel" else None
     if body.stream:
         return await _event_stream(services, run_id, _cursor(last_event_id, None), headers, on_gone)
     if isinstance(found, RunHandle):

@@ -256,16 +256,16 @@ class SharedValues(Protocol):
         """The value under ``key``, None if there is none (or it expired)."""
         ...
 
+    async def set(self, key: str, value: str, ttl: float) -> None:
+        """Store ``value`` under ``key`` for ``ttl`` seconds, whatever was there."""
+        ...
+
     async def replace(self, key: str, old: str, new: str, ttl: float) -> bool:
         """Set ``new`` (with a new TTL) if ``key`` still holds ``old``; whether it did."""
         ...
 
     async def delete(self, key: str, value: str) -> bool:
         """Remove ``key`` if it still holds ``value``; whether it did."""
-        ...
-
-    async def bump(self, key: str, ttl: float) -> int:
-        """Add 1 to the counter under ``key`` (0 if absent), keep it ``ttl``; the new count."""
         ...
 
 

@@ -357,10 +357,8 @@ class LocalValues:
         del self._values[key]
         return True
 
-    async def bump(self, key: str, ttl: float) -> int:
-        count = int(self._live(key) or 0) + 1
-        self._set(key, str(count), ttl)
-        return count
+    async def set(self, key: str, value: str, ttl: float) -> None:
+        self._set(key, value, ttl)
 
     @property
     def count(self) -> int:

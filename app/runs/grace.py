@@ -5,20 +5,24 @@ reconnects, ``@microsoft/fetch-event-source`` re-sends its POST (with the same
 ``Idempotency-Key``, an idempotent repeat). Cancelling at the disconnect would kill the run
 that client is about to read again. So a disconnect only arms a timer of
 ``AGENT_DISCONNECT_GRACE`` seconds; when it fires, the run is cancelled (reason
-``client_disconnected``) unless a reader re-attached meanwhile.
+``client_disconnected``) unless another reader attached to it meanwhile.
 
-Re-attaching is counted per run in the bus's ``SharedValues`` (``attach:<run>``), so a
-reader on any worker counts; each reader of a live run (``GET /v1/runs/{id}/events``, an
-idempotent repeat) adds one. A policy remembers the count when it was made and a timer
-compares: a higher count means somebody came back. The timer ends early when the run does.
-With a grace of 0 the run is cancelled at once, as before the grace existed.
+Each reader of a live run (``GET /v1/runs/{id}/events``, an idempotent repeat) notes the time
+it attached in the bus's ``SharedValues`` (``attach:<run>``, kept a little longer than the
+grace), so a reader on any worker counts; the timer compares that time with the moment its
+response began. (Not with the disconnect's: a retry may attach before the server has even
+noticed that the first connection broke.)
+The timer ends early when the run does. With a grace of 0 the run is cancelled at once, as
+before the grace existed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from app.bus.base import BusError
 from app.runs.context import RunContext
@@ -29,17 +33,18 @@ __all__ = ["DisconnectGrace"]
 logger = logging.getLogger("app.runs")
 
 _REASON = "client_disconnected"
+# an attach is remembered this much longer than the grace (a timer that fires late, a clock
+# a little behind another host's)
+_MARGIN = 10.0
 
 
 class DisconnectGrace:
     """Disconnect policies of this worker's responses, and their pending timers."""
 
-    def __init__(self, context: RunContext, routing: Routing, grace: float, ttl: float) -> None:
+    def __init__(self, context: RunContext, routing: Routing, grace: float) -> None:
         self._context = context
         self._routing = routing
         self._grace = grace
-        # an attach count outlives any grace; bounded by the log's own lifetime
-        self._ttl = max(ttl, 60.0)
         self._timers: set[asyncio.Task[None]] = set()
 
     @staticmethod
@@ -51,35 +56,38 @@ class DisconnectGrace:
         """Timers armed and not yet fired."""
         return len(self._timers)
 
-    async def attached(self, run_id: str) -> int:
-        """A reader (re-)attached to the live run ``run_id``: the run's count of them."""
-        return await self._context.bus.values.bump(self._name(run_id), self._ttl)
+    async def attached(self, run_id: str) -> None:
+        """A reader (re-)attached to the live run ``run_id``."""
+        if self._grace > 0:
+            await self._context.bus.values.set(
+                self._name(run_id), repr(time.time()), self._grace + _MARGIN
+            )
 
-    def policy(self, run_id: str, baseline: int = 0) -> Callable[[], None]:
+    def policy(self, run_id: str) -> Callable[[], None]:
         """What a response of ``run_id`` calls when its client is gone: cancel the run
-        after the grace, unless the count of readers passed ``baseline`` by then."""
+        after the grace, unless another reader attached since the policy was made (as the
+        response began; a reader's own attach comes before)."""
+        since = time.time()
 
         def gone() -> None:
             if self._grace <= 0:
                 self._cancel_now(run_id)
                 return
-            timer = asyncio.get_running_loop().create_task(
-                self._after_grace(run_id, baseline), name=f"grace:{run_id}"
-            )
-            self._timers.add(timer)
-            timer.add_done_callback(self._timers.discard)
+            self._track(self._after_grace(run_id, since), f"grace:{run_id}")
 
         return gone
 
-    def _cancel_now(self, run_id: str) -> None:
-        if self._routing.cancel_local(run_id, _REASON):
-            return
-        if self._context.bus.shared:  # held by another worker (an idempotent repeat here)
-            timer = asyncio.get_running_loop().create_task(self._cancel_remote(run_id))
-            self._timers.add(timer)
-            timer.add_done_callback(self._timers.discard)
+    def _track(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        timer = asyncio.get_running_loop().create_task(coroutine, name=name)
+        self._timers.add(timer)
+        timer.add_done_callback(self._timers.discard)
 
-    async def _after_grace(self, run_id: str, baseline: int) -> None:
+    def _cancel_now(self, run_id: str) -> None:
+        if not self._routing.cancel_local(run_id, _REASON) and self._context.bus.shared:
+            # held by another worker (an idempotent repeat was answered here)
+            self._track(self._cancel_remote(run_id), f"cancel:{run_id}")
+
+    async def _after_grace(self, run_id: str, since: float) -> None:
         handle = self._context.runs.get(run_id)
         try:
             if handle is not None:
@@ -89,14 +97,14 @@ class DisconnectGrace:
                     return
             else:
                 await asyncio.sleep(self._grace)
-            count = await self._context.bus.values.get(self._name(run_id))
+            last = await self._context.bus.values.get(self._name(run_id))
         except BusError as exc:
-            # whether a reader came back cannot be told: keep the run (a run is worth more
-            # than the slot it holds; its own timeout still bounds it)
+            # whether a reader came back cannot be told: keep the run (its own timeout still
+            # bounds it)
             logger.warning("disconnect grace of run %s: %s; not cancelled", run_id, exc)
             return
-        if int(count or 0) > baseline:
-            return
+        if last is not None and float(last) > since:
+            return  # somebody came back for it
         if not self._routing.cancel_local(run_id, _REASON) and self._context.bus.shared:
             await self._cancel_remote(run_id)
 

@@ -64,7 +64,6 @@ class RunManager:
         debug: bool = False,
         disconnect_grace: float = 0.0,
         idempotency_ttl: float = 86_400.0,
-        event_log_ttl: float = 600.0,
     ) -> None:
         context = RunContext(
             agent=agent,
@@ -87,7 +86,7 @@ class RunManager:
         self._sweep = LostRunSweep(context)
         self._leases = LeaseKeeper(context, self._routing, self._sweep)
         self._drain = Drain(context, self._routing)
-        self._grace = DisconnectGrace(context, self._routing, disconnect_grace, event_log_ttl)
+        self._grace = DisconnectGrace(context, self._routing, disconnect_grace)
         # a pending claim outlives the longest admission (the queue's wait, the record's
         # write), so only a worker that died while admitting leaves one to expire
         self.idempotency = IdempotentStarts(
@@ -196,14 +195,14 @@ class RunManager:
 
     # --- readers ----------------------------------------------------------------------------
 
-    def on_disconnect(self, run_id: str, baseline: int = 0) -> Callable[[], None]:
+    def on_disconnect(self, run_id: str) -> Callable[[], None]:
         """``on_disconnect=cancel`` of a response of ``run_id``: cancel it after the
-        disconnect grace unless a reader re-attached (more than ``baseline`` did)."""
-        return self._grace.policy(run_id, baseline)
+        disconnect grace unless another reader attached meanwhile."""
+        return self._grace.policy(run_id)
 
-    async def reader_attached(self, run_id: str) -> int:
-        """A reader (re-)attached to the live run: the count of them, for the grace."""
-        return await self._grace.attached(run_id)
+    async def reader_attached(self, run_id: str) -> None:
+        """A reader (re-)attached to the live run (the disconnect grace looks for it)."""
+        await self._grace.attached(run_id)
 
     # --- commands ---------------------------------------------------------------------------
 

@@ -285,3 +285,18 @@ async def test_without_a_reader_the_grace_ends_in_a_cancel(serve: Serve) -> None
         events = await replay(served, run_id)
         assert events[-1].data is not None
         assert events[-1].data["data"] == {"reason": "client_disconnected"}
+
+
+async def test_a_reader_before_the_disconnect_is_noticed_keeps_the_run(serve: Serve) -> None:
+    # a retry may attach before the server notices that the first connection broke
+    async with serve(demo_slow_seconds=0.05, disconnect_grace=60) as served:
+        first = served.request("POST", "/v1/sessions/early/runs", {"input": "slow a b c d e f"})
+        await first.wait_for(lambda r: any(f.event == "text.delta" for f in r.events()))
+        run_id = first.headers["x-run-id"]
+        reader = served.request("GET", f"/v1/runs/{run_id}/events")
+        await reader.wait_for(lambda r: any(f.event == "text.delta" for f in r.events()))
+        first.disconnect()
+        await first.finish()
+        await reader.finish(within=30)
+        assert reader.events()[-1].event == "run.completed"
+        await served.wait_idle()

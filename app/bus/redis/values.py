@@ -39,13 +39,6 @@ end
 return 0
 """
 
-# KEYS: key. ARGV: ttl (ms). The new count.
-_BUMP: Final = """
-local count = redis.call('INCR', KEYS[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return count
-"""
-
 
 class RedisValues:
     """See the module docstring."""
@@ -57,7 +50,6 @@ class RedisValues:
         self._put_new: Any = client.register_script(_PUT_NEW)
         self._replace: Any = client.register_script(_REPLACE)
         self._delete: Any = client.register_script(_DELETE)
-        self._bump: Any = client.register_script(_BUMP)
 
     async def put_new(self, key: str, value: str, ttl: float) -> str | None:
         async with unavailable(self._where, "storing a shared value"):
@@ -81,7 +73,6 @@ class RedisValues:
             done = await self._delete(keys=[self._prefix + key], args=[value])
         return bool(done)
 
-    async def bump(self, key: str, ttl: float) -> int:
-        async with unavailable(self._where, "counting in a shared value"):
-            count = await self._bump(keys=[self._prefix + key], args=[milliseconds(ttl)])
-        return int(count)
+    async def set(self, key: str, value: str, ttl: float) -> None:
+        async with unavailable(self._where, "storing a shared value"):
+            await self._client.set(self._prefix + key, value, px=milliseconds(ttl))
