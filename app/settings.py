@@ -76,7 +76,7 @@ class Settings(BaseSettings):
     """The ``retry:`` field every event stream starts with (an EventSource's reconnect delay)."""
     stream_token_ttl: Annotated[float, Field(gt=0)] = 300.0
     """Seconds an ``events_url``'s token is valid (authentication on)."""
-    stream_token_secret: SecretStr | None = None
+    stream_token_secret: SecretStr | None = Field(default=None, repr=False)
     """Key of the stream tokens' HMAC; unset: generated once per deployment (shared through
     Redis when there is one)."""
     frame_ancestors: str = ""

@@ -56,6 +56,7 @@ def _check_run_id(run_id: str) -> None:
 
 _IDEMPOTENCY_KEY = Header(
     alias="Idempotency-Key",
+    pattern=r"^[ -~]{1,255}$",
     description="Up to 255 printable ASCII characters: a repeat of this request (same key, "
     "body and caller) within AGENT_IDEMPOTENCY_TTL starts nothing and attaches to the first "
     "run (header Idempotent-Replayed: true)",

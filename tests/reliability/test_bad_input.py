@@ -15,6 +15,7 @@ import asyncio
 import collections
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,6 +97,15 @@ def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
         if isinstance(body, dict) and isinstance(body.get("agent"), str):
             body["agent"] = "default"
         return body
+
+    @schema.hook
+    def map_headers(context: schemathesis.HookContext, headers: Any) -> Any:
+        # an Idempotency-Key names one request: a generated key used again for another body
+        # is rightly refused (422 idempotency_key_reused), so each case gets a key of its own,
+        # as a client makes one per action
+        if isinstance(headers, dict) and isinstance(headers.get("Idempotency-Key"), str):
+            headers["Idempotency-Key"] = f"{headers['Idempotency-Key'][:200]}-{uuid.uuid4()}"
+        return headers
 
     recreated: list[str] = []
 
