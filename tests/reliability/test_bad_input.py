@@ -77,6 +77,19 @@ def fuzzed(
 # --- schemathesis -------------------------------------------------------------------------------
 
 
+@schemathesis.hook
+def before_call(context: schemathesis.HookContext, case: Any, kwargs: dict[str, Any]) -> None:
+    """An Idempotency-Key names one request: a generated key sent again with another body is
+    rightly refused (422 ``idempotency_key_reused``), so every request sent gets a key of its
+    own, as a client makes one per action (in every phase, replays included). A global hook:
+    schemathesis calls ``before_call`` hooks of that scope only."""
+    headers = case.headers
+    if isinstance(headers, dict):
+        for name in [n for n in headers if n.lower() == "idempotency-key"]:
+            if isinstance(headers[name], str):
+                headers[name] = f"{headers[name][:200]}-{uuid.uuid4()}"
+
+
 def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
     """Run every schemathesis phase; the end event and what was sent and received."""
     config = schemathesis.Config.from_dict(
@@ -97,15 +110,6 @@ def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
         if isinstance(body, dict) and isinstance(body.get("agent"), str):
             body["agent"] = "default"
         return body
-
-    @schema.hook
-    def map_headers(context: schemathesis.HookContext, headers: Any) -> Any:
-        # an Idempotency-Key names one request: a generated key used again for another body
-        # is rightly refused (422 idempotency_key_reused), so each case gets a key of its own,
-        # as a client makes one per action
-        if isinstance(headers, dict) and isinstance(headers.get("Idempotency-Key"), str):
-            headers["Idempotency-Key"] = f"{headers['Idempotency-Key'][:200]}-{uuid.uuid4()}"
-        return headers
 
     recreated: list[str] = []
 
