@@ -83,11 +83,10 @@ def before_call(context: schemathesis.HookContext, case: Any, kwargs: dict[str, 
     rightly refused (422 ``idempotency_key_reused``), so every request sent gets a key of its
     own, as a client makes one per action (in every phase, replays included). A global hook:
     schemathesis calls ``before_call`` hooks of that scope only."""
-    headers = case.headers
-    if isinstance(headers, dict):
-        for name in [n for n in headers if n.lower() == "idempotency-key"]:
-            if isinstance(headers[name], str):
-                headers[name] = f"{headers[name][:200]}-{uuid.uuid4()}"
+    headers = case.headers  # a case-insensitive mapping
+    key = headers.get("Idempotency-Key") if headers is not None else None
+    if isinstance(key, str):
+        headers["Idempotency-Key"] = f"{key[:200]}-{uuid.uuid4()}"
 
 
 def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
