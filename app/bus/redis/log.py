@@ -515,6 +515,13 @@ class RedisEventLog:
             last = await self._client.hget(self._keys.meta(run_id), "last")
         return None if last is None else int(last)
 
+    async def terminal_seq(self, run_id: str) -> int | None:
+        async with unavailable(self._where, "reading an event log"):
+            last, sealed = await self._client.hmget(self._keys.meta(run_id), ["last", "sealed"])
+        if last is None or sealed is None or text(sealed) != "1":
+            return None
+        return int(last)
+
     async def subscribe(self, run_id: str, after: int = 0) -> RedisSubscription:
         after = max(0, after)
         state = await self.read(run_id, after)
