@@ -29,6 +29,13 @@ PUBLIC = {
     "agent_runtime.model": ["ModelEvent", "ModelRequest", "ModelResponse", "RetryOptions"],
     "agent_runtime.tools.base": ["tool", "current_tool_call_id"],
     "agent_runtime.testing": ["ScriptedModel", "FunctionModel"],
+    "agent_runtime.skills": [
+        "SkillManager",
+        "Skill",
+        "SkillPipeline",
+        "PipelineContext",
+        "PipelineResult",
+    ],
 }
 
 EXPECTED_ALL = {
@@ -62,6 +69,9 @@ EXPECTED_ALL = {
     "RunError",
     "RunTimeoutError",
     "SessionBusyError",
+    "SkillNotFoundError",
+    "StructuredOutputError",
+    "StructuredResponse",
     "Tool",
     "ToolCall",
     "ToolErrorLimitError",
