@@ -34,6 +34,7 @@ from agent_runtime.errors import ConfigurationError
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.mcp import MCPClient
 from agent_runtime.providers.demo import DemoModel
+from agent_runtime.skills import SkillManager
 from app.agent_config import (
     BUILTIN_TOOLS,
     DEFAULT_AGENT,
@@ -123,6 +124,8 @@ async def build_core(
         purpose: [_capability(spec, settings) for spec in chain]
         for purpose, chain in profile.capabilities.items()
     }
+    if profile.system_one is not None:
+        capabilities["system_one"] = [model_binding(profile.system_one, settings)]
     bindings = ModelBindings(llm=[model_binding(spec, settings) for spec in specs], **capabilities)
     compactor: LlmCompactor | None = None
     spec = profile.compaction
@@ -162,6 +165,7 @@ async def build_core(
         model_params=dict(profile.model_params),
         context_compactor=compactor,
         name=profile.name,
+        skills=SkillManager(profile.skills) if profile.skills else None,
         **options,
     )
 
@@ -295,12 +299,21 @@ class ConfiguredAgents:
             if not any(ch in name for ch in "*?["):
                 logger.warning("a tool policy names no tool of any agent", extra={"tool": name})
 
+    @property
+    def warm(self) -> frozenset[str]:
+        """The agents whose warm-up run succeeded."""
+        return frozenset(self._warm)
+
     async def warm_up(self, prompt: str) -> None:
-        """Start the MCP clients, then one short run per agent not warmed up yet."""
+        """Start the MCP clients, read the skill catalogues (off the loop), then one short run
+        per agent not warmed up yet."""
         await self.start_mcp()
         for name, core in self.cores.items():
             if name in self._warm:
                 continue
+            if core.skills is not None:
+                skills = await core.skills.aload()
+                logger.info("skills loaded", extra={"agent": name, "skills": len(skills)})
             await core.chat(
                 prompt,
                 # not a valid HTTP session id: no client's session can collide with it
@@ -310,6 +323,7 @@ class ConfiguredAgents:
                 run_timeout=60.0,
                 # no tool may run (or wait for a person's approval) during a warm-up
                 tool_filter=lambda _tool: False,
+                skill_dispatch=False,
             )
             self._warm.add(name)
 

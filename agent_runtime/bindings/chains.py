@@ -202,7 +202,8 @@ def _items(value: Any) -> Sequence[Any]:
 
 def _as_binding(item: Any, purpose: str) -> ModelBinding:
     if isinstance(item, ModelBinding):
-        if item.purpose != purpose:
+        # a System One model is a chat model: a chat binding serves as one
+        if item.purpose != purpose and not (purpose == "system_one" and item.purpose == "llm"):
             raise ConfigurationError(
                 f"binding {item.model!r} is a {item.purpose} binding, given as {purpose}: build "
                 f"it with ModelBinding.{purpose}(...)"
