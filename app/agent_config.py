@@ -501,7 +501,7 @@ def _agent(
             try:
                 _check_model_spec(spec)
             except ValueError as exc:
-                raise table.error(key, str(exc), None if key == "model" else index) from None
+                raise table.error(key, str(exc), index if key == "fallbacks" else None) from None
     if fallbacks is not None and model is None:
         raise table.error("fallbacks", "set model too: fallbacks follow an agent's own model")
 
