@@ -215,6 +215,7 @@ class _RunOptions:
     context_compactor: ContextCompactor | None = None
     skill_state: SkillState | None = None
     output: OutputSpec | None = None
+    tool_filter: Callable[[Tool], bool] | None = None
 
 
 class AgentRunContext:
@@ -682,6 +683,7 @@ class AgentCore(CapabilityCalls, RunCalls):
             context_compactor=options.get("context_compactor", self.context_compactor),
             skill_state=skill_state,
             output=output,
+            tool_filter=tool_filter,
         )
 
     async def _stream(
@@ -853,6 +855,8 @@ class AgentCore(CapabilityCalls, RunCalls):
         if skills is not None:
             await skills.start(context, prompt)
             for name, built in skills.tools().items():
+                if options.tool_filter is not None and not options.tool_filter(built):
+                    continue  # the run's filter reaches the skill tools too
                 if name in options.tools:
                     raise ConfigurationError(
                         f"tool {name!r} collides with the skill tool of that name; rename it"

@@ -29,7 +29,8 @@ async def main() -> None:
     async with AgentCore.open(model, run_timeout=30) as agent:
         result = await agent.chat_structured("Read this invoice: ...", output_type=Invoice)
         print("invoice:", result.output)
-        print("retry told the model:", model.requests[1].messages[-1].content.splitlines()[0])
+        retry = str(model.requests[1].messages[-1].content)
+        print("retry told the model:", retry.splitlines()[0])
 
     # the same with a JSON schema, as the HTTP API's response_format takes it
     weather = {

@@ -617,3 +617,28 @@ async def test_pipeline_generates_a_run_id_and_has_one_clock(tmp_path: Path) -> 
     with pytest.raises(ConfigurationError):
         SkillPipeline(agent, [])
     await agent.aclose()
+
+
+async def test_a_tool_filter_reaches_the_skill_tools(tmp_path: Path) -> None:
+    write_skill(tmp_path, "any-skill")
+    model = ScriptedModel(["warm"])
+    agent = AgentCore(model, skills=[tmp_path])
+    await agent.chat("x", tool_filter=lambda _tool: False, skill_dispatch=False)
+    assert model.requests[0].tools == []
+    await agent.aclose()
+
+
+async def test_a_tool_named_like_a_skill_tool_fails_the_run(tmp_path: Path) -> None:
+    write_skill(tmp_path, "any-skill")
+
+    @tool(name="load_skill")
+    def mine() -> str:
+        """Mine."""
+        return "mine"
+
+    agent = AgentCore(ScriptedModel([]), tools=[mine], skills=[tmp_path])
+    with pytest.raises(ConfigurationError, match="collides with the skill tool"):
+        await agent.chat("x")
+    with pytest.raises(ConfigurationError, match="list of paths"):
+        AgentCore(ScriptedModel([]), skills=str(tmp_path))
+    await agent.aclose()
