@@ -141,8 +141,11 @@ def _storable(components: dict[str, Any]) -> None:
     if not isinstance(run, dict):
         return
     properties = run.get("properties", {})
-    if "input" in properties:
-        properties["input"]["pattern"] = _NO_NUL
+    # every text field of the request is stored with the run (``replaces`` and ``agent`` too)
+    for field in properties.values():
+        for branch in [field, *field.get("anyOf", [])]:
+            if branch.get("type") == "string" and "enum" not in branch:
+                branch["pattern"] = _NO_NUL
     if "metadata" in properties:
         metadata = properties["metadata"]
         metadata["anyOf"] = [

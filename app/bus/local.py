@@ -22,6 +22,9 @@ from app.bus.base import (
 __all__ = ["LocalBus", "LocalEventLog", "LocalRouter", "LocalSessionLocks"]
 
 _EMPTY: tuple[WireEvent, ...] = ()
+# the most events one ``next`` hands out: a reader that is far behind (a backlog, a stalled
+# client) holds a bounded slice of the log, not a copy of everything after its cursor
+BATCH_EVENTS = 512
 
 
 class _RunLog:
@@ -86,7 +89,7 @@ class _LocalSubscription:
             if index < 0:  # older events were dropped (bounded log): resume at the oldest kept
                 index = 0
             if index < len(events):
-                batch = events[index:]
+                batch = events[index : index + BATCH_EVENTS]
                 self._cursor = batch[-1].seq
                 if log.sealed and self._cursor >= log.last_seq:
                     self._finished = True

@@ -73,8 +73,12 @@ async def agrees(client: httpx.AsyncClient, session_id: str, run_id: str, termin
     if terminal.type == "run.completed":
         assert stored and stored[-1]["role"] == "assistant"
         assert run["output"] == terminal.data["data"]["output"]
+    elif terminal.type == "run.cancelled":
+        # a stopped turn stays, every message of it marked with the cancellation's reason
+        reason = terminal.data["data"]["reason"]
+        assert all(m.get("stopped") == reason for m in stored), stored
     else:
-        assert stored == []  # a run that did not complete leaves the conversation untouched
+        assert stored == []  # a failed run leaves the conversation untouched
 
 
 async def start(
@@ -136,7 +140,10 @@ async def test_fifty_starts_on_one_session_admit_exactly_one(server: Server, mod
                 assert events[-1].data["data"] == {"reason": "cancel_requested"}
             session_view = (await client.get(f"/v1/sessions/{session_id}")).json()
             assert session_view["active_run_id"] is None
-            assert session_view["message_count"] == 0
+            # only the admitted run left anything: its stopped turn
+            messages = (await client.get(f"/v1/sessions/{session_id}/messages")).json()
+            assert {m["run_id"] for m in messages["messages"]} <= {run_id}
+            assert all(m.get("stopped") for m in messages["messages"])
         await wait_idle(client)
 
 

@@ -178,7 +178,11 @@ async def test_one_active_run_per_session_across_workers(start_cluster: StartClu
         )
         assert final.status_code == 200
         history = (await clients[0].get(f"/v1/sessions/{session}/messages")).json()["messages"]
-        assert [m["content"] for m in history] == ["hello", "You said: hello"]
+        # each cancelled round left its stopped turn (the request, the call, its cancelled result)
+        stopped = [m for m in history if m.get("stopped")]
+        assert len(stopped) == 9 and {m["stopped"] for m in stopped} == {"cancel_requested"}
+        answered = [m["content"] for m in history if not m.get("stopped")]
+        assert answered == ["hello", "You said: hello"]
     finally:
         for client in clients:
             await client.aclose()
