@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 import pydantic
+import referencing
+import referencing.exceptions
 
 from .errors import ConfigurationError
 from .model import OutputSchema
@@ -125,7 +128,11 @@ def _schema_check(validator: jsonschema.protocols.Validator) -> Callable[[str], 
         decoded, failed = _decode(text)
         if failed is not None:
             return failed
-        errors = sorted(validator.iter_errors(decoded), key=lambda e: list(e.absolute_path))
+        try:
+            errors = sorted(validator.iter_errors(decoded), key=lambda e: list(e.absolute_path))
+        except referencing.exceptions.Unresolvable:
+            problem = "the schema has a reference that cannot be resolved"
+            return OutputCheck(False, feedback=problem, summary=problem)
         if not errors:
             return OutputCheck(True, value=decoded, json=decoded)
         where = [".".join(str(p) for p in e.absolute_path) or "(root)" for e in errors]
@@ -169,7 +176,16 @@ def output_spec(
     if not isinstance(body, Mapping) or not isinstance(body.get("schema"), Mapping):
         raise ConfigurationError("response_format.json_schema needs a schema (a JSON object)")
     schema = dict(body["schema"])
-    cls = jsonschema.validators.validator_for(schema)
+    with warnings.catch_warnings():
+        # an unknown $schema is a warning (and a fallback to the latest draft) in jsonschema
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            cls = jsonschema.validators.validator_for(schema)
+        except DeprecationWarning:
+            raise ConfigurationError(
+                "response_format.json_schema.schema names an unknown $schema"
+            ) from None
+    _check_references(schema)
     try:
         cls.check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -182,9 +198,46 @@ def output_spec(
     strict = body.get("strict", False)
     if not isinstance(name, str) or not isinstance(strict, bool):
         raise ConfigurationError("response_format.json_schema: name is a string, strict a bool")
-    return OutputSpec(
-        OutputSchema(_name(name), schema, strict), _schema_check(cls(schema)), max_retries
-    )
+    spec = OutputSchema(_name(name), schema, strict)
+    # an empty registry: a schema's references are resolved in the schema, never fetched
+    validator = cls(schema, registry=referencing.Registry())
+    return OutputSpec(spec, _schema_check(validator), max_retries)
+
+
+def _references(node: Any) -> Iterator[str]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield value
+            else:
+                yield from _references(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _references(item)
+
+
+def _check_references(schema: Mapping[str, Any]) -> None:
+    """Only references into the schema itself: a remote ``$ref`` would make the server fetch
+    a URL a client chose."""
+    for ref in _references(schema):
+        if not ref.startswith("#"):
+            raise ConfigurationError(
+                f"response_format.json_schema.schema: $ref {ref!r} is not allowed; only "
+                "references into the schema itself ('#/$defs/NAME') are"
+            )
+        if not ref.startswith("#/"):
+            continue  # "#" or an anchor ("#name"): resolved, if at all, at validation
+        node: Any = schema
+        for part in ref[2:].split("/"):
+            key = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and key in node:
+                node = node[key]
+            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            else:
+                raise ConfigurationError(
+                    f"response_format.json_schema.schema: $ref {ref!r} points at nothing"
+                )
 
 
 def _name(label: str) -> str:

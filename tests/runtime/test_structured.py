@@ -171,6 +171,24 @@ async def test_a_run_without_structured_output_has_no_structured_key() -> None:
     await agent.aclose()
 
 
+def _format(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"schema": schema}}
+
+
+async def test_local_references_resolve_in_the_schema() -> None:
+    schema = {
+        "$defs": {"item": {"type": "integer"}},
+        "type": "array",
+        "items": {"$ref": "#/$defs/item"},
+    }
+    model = ScriptedModel(['["x"]', "[1, 2]"])
+    agent = AgentCore(model)
+    response = await agent.chat("numbers", response_format=_format(schema))
+    assert response.structured is not None
+    assert response.structured.value == [1, 2]
+    await agent.aclose()
+
+
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
@@ -182,6 +200,12 @@ async def test_a_run_without_structured_output_has_no_structured_key() -> None:
         ),
         ({"output_type": Invoice, "response_format": {"type": "json_schema"}}, "not both"),
         ({"output_type": Invoice, "output_retries": -1}, "output_retries"),
+        (
+            {"response_format": _format({"$ref": "https://example.invalid/s.json"})},
+            "only references into the schema itself",
+        ),
+        ({"response_format": _format({"$ref": "#/$defs/missing"})}, "points at nothing"),
+        ({"response_format": _format({"$schema": "http://nope/x"})}, "unknown \\$schema"),
         ({"output_type": object()}, "cannot be an output type"),
     ],
 )
