@@ -52,7 +52,7 @@ from .run_calls import RunCalls
 from .skills.activation import SkillState
 from .skills.catalogue import SkillManager
 from .structured import OutputSpec, StructuredOutput, output_spec
-from .tools.base import Tool, ToolPolicy, tool
+from .tools.base import Tool, ToolPolicy, _run_state, tool
 from .tools.execution import ToolExecutor
 from .tools.registry import ToolRegistry
 
@@ -365,6 +365,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         context_compactor: ContextCompactor | None = None,
         max_history_messages: int | None = DEFAULT_MAX_HISTORY_MESSAGES,
         skills: SkillManager | Iterable[str | os.PathLike[str]] | None = None,
+        builtin_tools: Iterable[Tool] = (),
     ) -> None:
         self.bindings = _as_bindings(model)
         if skills is None or isinstance(skills, SkillManager):
@@ -377,6 +378,8 @@ class AgentCore(CapabilityCalls, RunCalls):
             raise ConfigurationError("an AgentCore needs an llm binding (ModelBindings(llm=...))")
         self._media_jobs = set()
         self.registry = ToolRegistry()
+        for built_in in builtin_tools:
+            self.registry.register(built_in)
         for item in tools:
             self.registry.register(item)
         self._extensions: list[AgentExtension] = []
@@ -771,6 +774,8 @@ class AgentCore(CapabilityCalls, RunCalls):
         state = context.state
         options = context._options
         channel = context._channel
+        # the run's task has its own context: tools of this run see this dict, no other run does
+        _run_state.set({})
         try:
             try:
                 async with asyncio.timeout(options.run_timeout) as deadline:

@@ -29,6 +29,8 @@ PUBLIC = {
     "agent_runtime.model": ["ModelEvent", "ModelRequest", "ModelResponse", "RetryOptions"],
     "agent_runtime.tools.base": ["tool", "current_tool_call_id"],
     "agent_runtime.testing": ["ScriptedModel", "FunctionModel"],
+    "agent_runtime.tools": ["discover_builtin_tools", "run_state"],
+    "agent_runtime.tools.builtin": ["discover_builtin_tools", "TodoItem"],
     "agent_runtime.skills": [
         "SkillManager",
         "Skill",
