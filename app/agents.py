@@ -27,11 +27,12 @@ import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from agent_runtime.agent import AgentCore, AgentRunConfig
+from agent_runtime.agent import AgentCore
 from agent_runtime.bindings import ModelBinding, ModelBindings, binding_from_spec
 from agent_runtime.compaction import LlmCompactor
 from agent_runtime.errors import ConfigurationError
 from agent_runtime.extensions.confirmation import ConfirmationExtension
+from agent_runtime.integrations.lifespan import warm_up
 from agent_runtime.mcp import MCPClient
 from agent_runtime.providers.demo import DemoModel
 from agent_runtime.skills import SkillManager
@@ -311,20 +312,19 @@ class ConfiguredAgents:
         for name, core in self.cores.items():
             if name in self._warm:
                 continue
-            if core.skills is not None:
-                skills = await core.skills.aload()
-                logger.info("skills loaded", extra={"agent": name, "skills": len(skills)})
-            await core.chat(
+            # the library's warm-up (agent_runtime.integrations.lifespan): the skill catalogue,
+            # then one model call with no tool offered and no skill dispatch
+            await warm_up(
+                core,
                 prompt,
                 # not a valid HTTP session id: no client's session can collide with it
-                config=AgentRunConfig(session_id=f"#warm-up-{secrets.token_hex(4)}"),
-                conversation=[],
-                max_iterations=1,
+                session_id=f"#warm-up-{secrets.token_hex(4)}",
                 run_timeout=60.0,
-                # no tool may run (or wait for a person's approval) during a warm-up
-                tool_filter=lambda _tool: False,
-                skill_dispatch=False,
             )
+            if core.skills is not None:
+                logger.info(
+                    "skills loaded", extra={"agent": name, "skills": len(core.skills.skills)}
+                )
             self._warm.add(name)
 
     async def aclose(self) -> None:
