@@ -909,7 +909,9 @@ class AgentCore(CapabilityCalls, RunCalls):
             state.messages.append(message)
             if not message.tool_calls and output is not None:
                 answers += 1
-                verdict = output.check(message.content or "")
+                # in a thread: a large answer, or a client's schema with a costly pattern, must
+                # not hold up the loop's other runs
+                verdict = await asyncio.to_thread(output.check, message.content or "")
                 if verdict.ok:
                     structured = StructuredOutput(verdict.value, verdict.json)
                 elif answers > output.max_retries:
