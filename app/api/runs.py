@@ -161,6 +161,8 @@ async def start_run(
         max_iterations=body.max_iterations,
         metadata=body.metadata or {},
         replaces=body.replaces,
+        skill=body.skill,
+        response_format=body.response_format.runtime_form() if body.response_format else None,
     )
     try:
         handle = await manager.start(principal, session_id, options)

@@ -245,6 +245,10 @@ def run_options(handle: RunHandle) -> dict[str, Any]:
     max_iterations = handle.options.max_iterations or handle.profile.max_iterations
     if max_iterations is not None:
         options["max_iterations"] = max_iterations
+    if handle.options.skill is not None:
+        options["skill"] = handle.options.skill
+    if handle.options.response_format is not None:
+        options["response_format"] = handle.options.response_format
     return options
 
 

@@ -61,6 +61,10 @@ class RunRequestOptions:
     replaces: str | None = None
     system_prompt: str | None = None
     """Replaces the agent's system prompt for this run (OpenAI ``instructions``)."""
+    skill: str | None = None
+    """One of the agent's skills, active from the run's start."""
+    response_format: Mapping[str, Any] | None = None
+    """The runtime's ``response_format`` (structured output), already validated."""
 
 
 @dataclass(slots=True)

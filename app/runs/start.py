@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from agent_runtime.errors import ConfigurationError
+from agent_runtime.structured import output_spec
 from app.admission import AdmissionRejected, Ticket
 from app.agents import AgentProfile
-from app.errors import Draining, NotFound, Overloaded, ServiceError, SessionBusy
+from app.errors import Draining, InvalidRequest, NotFound, Overloaded, ServiceError, SessionBusy
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.fencing import Fencing
@@ -63,10 +65,29 @@ class Starter:
             raise NotFound(f"no agent {name!r}; configured: {', '.join(sorted(profiles))}")
         return profile
 
+    async def _check_shape(self, options: RunRequestOptions) -> None:
+        """A request's skill and response format, checked before anything is admitted."""
+        core = self._context.agents.get(options.agent, self._context.agent)
+        if options.skill is not None:
+            if core.skills is None:
+                raise InvalidRequest(f"agent {options.agent!r} has no skills")
+            skills = await core.skills.aload()  # read once, in a thread; cached after
+            if options.skill not in skills:
+                known = ", ".join(skills) or "none"
+                raise InvalidRequest(
+                    f"agent {options.agent!r} has no skill {options.skill!r}; skills: {known}"
+                )
+        if options.response_format is not None:
+            try:
+                output_spec(response_format=options.response_format)
+            except ConfigurationError as exc:
+                raise InvalidRequest(str(exc)) from None
+
     async def start(self, principal: str, session_id: str, options: RunRequestOptions) -> RunHandle:
         """Admit and start a run (see ``RunManager.start``)."""
         context = self._context
         profile = self.profile(options.agent)
+        await self._check_shape(options)
         if context.draining:
             context.reject("draining")
             raise draining_problem()
