@@ -195,6 +195,9 @@ def test_the_documented_example_file_loads() -> None:
 
     research = config.agents["research"]
     assert research.model == "openai:gpt-4o-mini"
+    assert research.description == "Searches, reads and cites."
+    assert research.skills == (str(EXAMPLE.parent / "skills"),)
+    assert research.system_one == "openai:gpt-4o-mini"
     assert research.fallbacks == ("anthropic:claude-3-5-haiku-latest",)
     assert research.system_prompt is not None and "research assistant" in research.system_prompt
     assert research.run_timeout == 180 and research.max_iterations == 12
@@ -480,6 +483,13 @@ async def test_policies_in_the_file_override_a_tools_own(
         ),
         ("[agents.x.compaction]\nevery = 3\n", "agents.x.compaction.every: unknown key"),
         ("[agents.x]\ncompaction = 1\n", "agents.x.compaction: expected a table"),
+        (
+            "[agents.x]\nskills = ['no/such/dir']\n",
+            "agents.x.skills[0]: 'no/such/dir' is not a folder",
+        ),
+        ("[agents.x]\nskills = 'one'\n", "agents.x.skills: expected an array of strings"),
+        ("[agents.x]\nsystem_one = 'bogus:'\n", "agents.x.system_one: unknown model setting"),
+        ("[agents.x]\ndescription = 3\n", "agents.x.description: expected a non-empty string"),
         ("not toml [", "not valid TOML"),
     ],
 )

@@ -560,6 +560,8 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
         await _execute(old, "DROP INDEX sessions_by_principal")
     await _execute(old, "ALTER TABLE sessions DROP COLUMN title")
     await _execute(old, "ALTER TABLE runs DROP COLUMN model")
+    await _execute(old, "ALTER TABLE runs DROP COLUMN fence")
+    await _execute(old, "ALTER TABLE sessions DROP COLUMN fence")
     await _execute(old, "DELETE FROM schema_version WHERE version > 1")
     await old.close()
 
@@ -567,7 +569,7 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
     for s in stores:
         assert isinstance(s, SQLiteStore | PostgresStore)
         backend = sqlite_backend if isinstance(s, SQLiteStore) else pg_backend
-        assert await s.migrate() == backend.SCHEMA_VERSION >= 3
+        assert await s.migrate() == backend.SCHEMA_VERSION >= 4
     assert "sessions_by_principal" in await _index_names(stores[0])
     assert [s.id for s in await stores[-1].list_sessions("alice")] == ["s1"]
     assert (await stores[0].get_session("s1")) is not None
