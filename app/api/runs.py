@@ -22,6 +22,7 @@ from app.api.schemas import (
 from app.api.streaming import EventStreamResponse, RunResultResponse
 from app.auth import principal_of
 from app.runs import RunHandle, RunRequestOptions, record_view
+from app.runs.multitask import QueuedRun
 from app.services import Services, ServicesDep
 
 __all__ = ["router"]
@@ -76,10 +77,22 @@ async def start_run(
         max_iterations=body.max_iterations,
         metadata=body.metadata or {},
         replaces=body.replaces,
+        multitask_strategy=body.multitask_strategy,
     )
-    handle = await manager.start(principal, session_id, options)
+    handle = await manager.submit(principal, session_id, options)
     run_id = handle.run_id
     headers = {"X-Run-Id": run_id}
+    if isinstance(handle, QueuedRun):  # background, waiting in the session's queue
+        return JSONResponse(
+            {
+                "run_id": run_id,
+                "status": "queued",
+                "queue_position": handle.position,
+                "events_url": f"/v1/runs/{run_id}/events",
+            },
+            status_code=202,
+            headers={**headers, "Location": f"/v1/runs/{run_id}"},
+        )
     if body.background:
         return JSONResponse(
             {
@@ -131,7 +144,10 @@ async def get_run(run_id: str, principal: Principal, services: ServicesDep) -> R
     manager = services.manager
     found = await manager.find(run_id, principal)
     if found is None:
-        raise _not_found(run_id)
+        queued = await manager.queued_view(run_id, principal)
+        if queued is None:
+            raise _not_found(run_id)
+        return JSONResponse(queued)
     if isinstance(found, RunHandle):
         return JSONResponse(manager.handle_view(found))
     return JSONResponse(record_view(found))

@@ -110,6 +110,20 @@ class RunRequest(BaseModel):
         "this run reads it; 409 `turn_not_latest` when the run is not the session's latest "
         "(the conversation moved on), 404 when it is no run of the session.",
     )
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = Field(
+        "reject",
+        description="What the start does while the session has an active run: `reject` "
+        "(409 `session_busy`), `enqueue` (wait behind it, first come first served; 429 "
+        "`overloaded` past AGENT_MAX_SESSION_QUEUE), `interrupt` (cancel it, reason "
+        "`superseded`, keeping its turn as a stopped turn, then start) or `rollback` (cancel "
+        "it and remove its turn, then start).",
+    )
+
+    @model_validator(mode="after")
+    def _rollback_alone(self) -> RunRequest:
+        if self.replaces is not None and self.multitask_strategy == "rollback":
+            raise ValueError("replaces cannot be combined with multitask_strategy rollback")
+        return self
 
     # JSON's own types only: pydantic would read "yes" or 0 as a bool and "3" as a number,
     # which the schema says are errors (an integral 3.0 is a JSON integer and stays valid)
@@ -196,6 +210,11 @@ class RunView(RunResult):
     finished_at: str | None
     metadata: dict[str, Any]
     events_url: str
+    queue_position: int | None = Field(
+        None,
+        description="While the run waits in its session's queue (`multitask_strategy: "
+        "enqueue`): its place, 1 being next; else null.",
+    )
 
 
 class BackgroundAccepted(BaseModel):
@@ -204,6 +223,9 @@ class BackgroundAccepted(BaseModel):
     run_id: str
     status: RunStatusName
     events_url: str
+    queue_position: int | None = Field(
+        None, description="Set when the run waits in its session's queue (1: next)."
+    )
 
 
 class CancelAnswer(BaseModel):

@@ -18,6 +18,7 @@ from app.bus.base import (
     LogNotFound,
     WireEvent,
 )
+from app.bus.queue import LocalSessionQueue
 
 __all__ = ["LocalBus", "LocalEventLog", "LocalRouter", "LocalSessionLocks"]
 
@@ -316,6 +317,8 @@ class LocalBus:
         self._events = LocalEventLog(ttl=event_log_ttl, max_events=max_events)
         self._locks = LocalSessionLocks()
         self._router = LocalRouter()
+        # runs waiting for a session's lock (``multitask_strategy: enqueue``)
+        self.queues = LocalSessionQueue()
 
     @property
     def events(self) -> LocalEventLog:

@@ -28,7 +28,7 @@ __all__ = [
     "record_view",
 ]
 
-CANCEL_REASONS = frozenset({"client_disconnected", "cancel_requested", "shutdown"})
+CANCEL_REASONS = frozenset({"client_disconnected", "cancel_requested", "shutdown", "superseded"})
 
 
 def new_run_id() -> str:
@@ -60,6 +60,8 @@ class RunRequestOptions:
     replaces: str | None = None
     system_prompt: str | None = None
     """Replaces the agent's system prompt for this run (OpenAI ``instructions``)."""
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
+    """What the start does while the session has an active run (``app.runs.multitask``)."""
 
 
 @dataclass(slots=True)
@@ -176,6 +178,7 @@ class RunHandle:
             "agent": self.agent,
             "input": self.input,
             "status": status,
+            "queue_position": None,
             "created_at": _iso(self.created_at),
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
@@ -207,6 +210,7 @@ def record_view(record: RunRecord) -> dict[str, Any]:
         "agent": record.agent,
         "input": record.input,
         "status": record.status,
+        "queue_position": None,
         "created_at": _iso(record.created_at),
         "started_at": _iso(record.started_at),
         "finished_at": _iso(record.finished_at),

@@ -7,6 +7,7 @@ It holds no logic of its own beyond the queries; each concept is a module of thi
     records.py    every write of a run's record to the store
     finalize.py   the run's one end: outcome stored, hold released, terminal event appended
     routing.py    cancels and answers, here or through the bus (the CommandHandler side)
+    multitask.py  a start while the session is busy: reject, enqueue, interrupt, rollback
     leases.py     renewing this worker's leases, and running the sweep
     sweep.py      runs no worker holds any more: the lost-run sweep, recovery at start
     drain.py      shutdown: stop taking runs, let them finish, stop the rest
@@ -18,6 +19,7 @@ from its own cursor (``app.api.streaming``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +35,7 @@ from app.runs.driver import Driver
 from app.runs.finalize import Finalizer
 from app.runs.handle import RunHandle, RunRequestOptions
 from app.runs.leases import LeaseKeeper
+from app.runs.multitask import Multitask, QueuedRun, session_queue
 from app.runs.records import RunRecords
 from app.runs.routing import Routing
 from app.runs.start import Starter
@@ -57,6 +60,7 @@ class RunManager:
         agents: Mapping[str, AgentCore] | None = None,
         queue_timeout: float,
         lease_seconds: float,
+        max_session_queue: int = 8,
         debug: bool = False,
     ) -> None:
         context = RunContext(
@@ -77,6 +81,10 @@ class RunManager:
         driver = Driver(context, records, finalizer)
         self._routing = Routing(context)
         self._starter = Starter(context, records, driver, finalizer, self._routing)
+        self._multitask = Multitask(
+            context, session_queue(bus), self._starter.start, max_queue=max_session_queue
+        )
+        self._starter.on_busy = self._multitask.on_busy
         self._sweep = LostRunSweep(context)
         self._leases = LeaseKeeper(context, self._routing, self._sweep)
         self._drain = Drain(context, self._routing)
@@ -154,6 +162,7 @@ class RunManager:
             "agent_active_sessions": sum(len(a.active_sessions) for a in agents),
             "extensions": extensions,
             "draining": context.draining,
+            "session_queued": self._multitask.waiting,
             **context.bus.stats(),
         }
 
@@ -168,9 +177,22 @@ class RunManager:
         ``Draining`` (``app.errors``).
 
         A background run is started at once, waiting for its slot in its own task; any other
-        run is started only once it holds a slot (up to the queue timeout, else 429).
+        run is started only once it holds a slot (up to the queue timeout, else 429). A busy
+        session: 409, or the ``interrupt`` and ``rollback`` strategies; ``enqueue`` needs
+        ``submit``.
         """
         return await self._starter.start(principal, session_id, options)
+
+    async def submit(
+        self, principal: str, session_id: str, options: RunRequestOptions
+    ) -> RunHandle | QueuedRun:
+        """``start``, with every ``multitask_strategy`` (``app.runs.multitask``): a
+        background run that waits in its session's queue is answered as a ``QueuedRun``."""
+        return await self._multitask.start(principal, session_id, options)
+
+    async def queued_view(self, run_id: str, principal: str) -> dict[str, Any] | None:
+        """``GET /v1/runs/{id}`` of the caller's run waiting in its session's queue, if it is."""
+        return await self._multitask.view(run_id, principal)
 
     def shed(self) -> ServiceError | None:
         """The 429 any new run gets right now, whoever asks (counted as a rejection); else
@@ -191,7 +213,17 @@ class RunManager:
 
     async def cancel(self, run_id: str, principal: str) -> tuple[str, RunStatus] | None:
         """``POST /v1/runs/{id}/cancel``: ("cancelling" | "finished", status), None if unknown."""
-        return await self._routing.cancel(run_id, principal)
+        answer = await self._routing.cancel(run_id, principal)
+        if answer is not None:
+            return answer
+        answer = await self._multitask.cancel(run_id, principal)
+        for _ in range(100):
+            if answer is None or answer[0] != "claimed":
+                return answer
+            # claimed to start this very moment: cancel it as a run once it is one
+            await asyncio.sleep(0.05)
+            answer = await self._routing.cancel(run_id, principal)
+        return "cancelling", "queued"
 
     async def external_event(
         self,
@@ -227,5 +259,6 @@ class RunManager:
         await self._drain.drain(timeout)
 
     async def aclose(self) -> None:
-        """Stop the lease renewer and sweep (after ``drain``)."""
+        """Stop the lease renewer and sweep, and the queued runs (after ``drain``)."""
+        await self._multitask.aclose()
         await self._leases.aclose()
