@@ -36,7 +36,7 @@ async def start_waiting(client: httpx.AsyncClient, session: str, name: str) -> s
     run_id: str = started.json()["run_id"]
 
     async def waiting() -> bool:
-        return (await view(client, run_id))["status"] == "waiting"
+        return bool((await view(client, run_id))["status"] == "waiting")
 
     await wait_for(waiting)
     return run_id
