@@ -81,14 +81,16 @@ const seg = encodeURIComponent;
 // service under a prefix (https://example.org/agent/ → https://example.org/agent/v1/...).
 
 export const api = {
-  /** Start a run; ``options``: ``agent`` (a configured agent's name) and ``replaces`` (the
-   * id of the session's latest run, whose turn this run takes the place of). */
+  /** Start a run; ``options``: ``agent`` (a configured agent's name), ``replaces`` (the
+   * id of the session's latest run, whose turn this run takes the place of) and
+   * ``strategy`` (``multitask_strategy``: what to do when the session is busy). */
   startRun(sessionId, input, signal, options = {}) {
     // on_disconnect "continue": a reload or a dropped connection must not cancel the run;
     // the page reconnects to its events instead, and Stop cancels explicitly
     const body = { input, stream: true, on_disconnect: "continue" };
     if (options.agent) body.agent = options.agent;
     if (options.replaces) body.replaces = options.replaces;
+    if (options.strategy) body.multitask_strategy = options.strategy;
     return send("POST", `v1/sessions/${seg(sessionId)}/runs`, {
       json: body,
       extraHeaders: { Accept: "text/event-stream" },

@@ -350,7 +350,7 @@ function newRun(view) {
  * the run takes the place of that turn, the session's last: the old turn is hidden while the
  * run starts, removed once it has, and shown again if the start fails.
  */
-async function send(prompt, replacing = null) {
+async function send(prompt, replacing = null, strategy = null) {
   if (current || !prompt.trim()) return;
   showEmpty(false);
   const replaces = replacing?.dataset.runId || null;
@@ -367,7 +367,11 @@ async function send(prompt, replacing = null) {
   run.connection = new AbortController();
   let response;
   try {
-    response = await api.startRun(sessionId, prompt, run.connection.signal, { agent: chosenAgent(), replaces });
+    response = await api.startRun(sessionId, prompt, run.connection.signal, {
+      agent: chosenAgent(),
+      replaces,
+      strategy,
+    });
   } catch (error) {
     if (run.abandoned) return;
     current = null;
@@ -582,6 +586,25 @@ function startFailed(view, error, prompt, replacing = null) {
   }
   if (err.code === "session_busy" && err.body?.active_run_id) {
     const runId = err.body.active_run_id;
+    // the choice the API offers (multitask_strategy): wait behind the active run, or stop it
+    // (its turn stays, stopped) and send this message instead
+    for (const [label, strategy] of [
+      ["Send after it", "enqueue"],
+      ["Stop it and send", "interrupt"],
+    ]) {
+      actions.push(
+        h("button", {
+          type: "button",
+          class: "button small",
+          text: label,
+          onclick: () => {
+            if (current) return;
+            view.el.remove();
+            send(prompt, null, strategy);
+          },
+        }),
+      );
+    }
     actions.push(
       h("button", {
         type: "button",
