@@ -76,6 +76,10 @@ class _Dequeued(Exception):
     """The entry left the line without being claimed (cancelled, or lapsed)."""
 
 
+class _Enqueue(SessionBusy):
+    """An ``enqueue`` start found the session busy: it goes in line (not a refusal)."""
+
+
 class QueuedRun:
     """What a background start answers when its run waits in the session's queue."""
 
@@ -151,7 +155,7 @@ class Multitask:
         if not await queue.length(session_id):
             try:
                 return await self._start(principal, session_id, options)
-            except SessionBusy:
+            except _Enqueue:
                 pass
         else:
             await self._owned(principal, session_id)
@@ -205,7 +209,9 @@ class Multitask:
     ) -> tuple[Lease | None, str | None]:
         """For ``interrupt`` and ``rollback``: supersede the active run, wait for the lock
         (ahead of any queued run, up to the queue timeout); the lease and the superseded run's
-        id. ``(None, None)`` for any other strategy: the start is refused as busy."""
+        id. ``(None, None)`` for ``reject``: the start is refused as busy."""
+        if options.multitask_strategy == "enqueue":
+            raise _Enqueue(f"session {session_id!r} is busy: the run waits in line")
         if options.multitask_strategy not in ("interrupt", "rollback"):
             return None, None
         context = self._context
@@ -271,8 +277,11 @@ class Multitask:
     async def _start_claimed(
         self, entry: QueueEntry, options: RunRequestOptions, lease: Lease
     ) -> RunHandle:
-        """Start the claimed entry's run with the lease taken for it."""
+        """Start the claimed entry's run with the lease taken for it; ``NotFound`` if its
+        session was deleted while it waited (a queued run does not bring it back)."""
         try:
+            if await self._context.store.get_session(entry.session_id) is None:
+                raise NotFound(f"session {entry.session_id!r} was deleted while the run waited")
             return await self._start(
                 entry.principal, entry.session_id, options, run_id=entry.run_id, lease=lease
             )
