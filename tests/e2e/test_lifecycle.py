@@ -8,8 +8,12 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 
 from .conftest import Event, Launch, assert_well_formed, open_stream, wait_for
+
+# long (drains, 200 clients): in the slow set, which CI runs
+pytestmark = pytest.mark.slow
 
 LEAK_KEYS = (
     "runs",
