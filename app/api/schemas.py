@@ -119,12 +119,6 @@ class RunRequest(BaseModel):
         "it and remove its turn, then start).",
     )
 
-    @model_validator(mode="after")
-    def _rollback_alone(self) -> RunRequest:
-        if self.replaces is not None and self.multitask_strategy == "rollback":
-            raise ValueError("replaces cannot be combined with multitask_strategy rollback")
-        return self
-
     # JSON's own types only: pydantic would read "yes" or 0 as a bool and "3" as a number,
     # which the schema says are errors (an integral 3.0 is a JSON integer and stays valid)
     @field_validator("stream", "background", mode="before")

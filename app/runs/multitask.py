@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from agent_runtime.model import Usage
 from app.bus.base import BusError, Lease, LogNotFound
 from app.bus.queue import LocalSessionQueue, QueueEntry, SessionQueue
-from app.errors import Draining, NotFound, Overloaded, ServiceError, SessionBusy
+from app.errors import Conflict, Draining, NotFound, Overloaded, ServiceError, SessionBusy
 from app.runs.context import RunContext
 from app.runs.handle import Outcome, RunHandle, RunRequestOptions, new_run_id
 from app.storage import RunRecord, RunStatus, SessionOwnedByOther, StorageError
@@ -214,6 +214,13 @@ class Multitask:
             raise _Enqueue(f"session {session_id!r} is busy: the run waits in line")
         if options.multitask_strategy not in ("interrupt", "rollback"):
             return None, None
+        if options.replaces is not None and options.replaces != active:
+            # checked before anything is superseded: only the active run would be the latest
+            raise Conflict(
+                f"run {options.replaces!r} is not the latest run of session {session_id!r}: "
+                "only the last turn can be replaced",
+                code="turn_not_latest",
+            )
         context = self._context
         entry = QueueEntry(
             run_id=run_id,
