@@ -246,6 +246,12 @@ async def rollback_removes_the_turn(c1: httpx.AsyncClient, c2: httpx.AsyncClient
     first = await c1.post(f"/v1/sessions/{session}/runs", json={"input": "hello", "stream": False})
     assert first.json()["status"] == "completed"
     active = await start_waiting(c1, session, "a.md")
+    # replacing any run but the active one: refused before anything is superseded
+    stale = {"input": "x", "multitask_strategy": "rollback", "replaces": first.json()["run_id"]}
+    refused = await c2.post(f"/v1/sessions/{session}/runs", json=stale)
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["code"] == "turn_not_latest"
+    assert (await view(c2, active))["status"] == "waiting"
     body = {"input": "instead", "stream": False, "multitask_strategy": "rollback"}
     answer = await c2.post(f"/v1/sessions/{session}/runs", json=body)
     assert answer.status_code == 200, answer.text
