@@ -191,6 +191,8 @@ async def run_events(
         if cursor < 0:
             raise ProblemError(422, "validation_error", "Last-Event-ID must not be negative")
     found = await services.manager.find(run_id, principal)
+    if found is None:  # a run waiting in its session's queue is followed once it starts
+        found = await services.manager.find_after_queue(run_id, principal)
     if found is None:
         raise _not_found(run_id)
     if not await services.bus.events.exists(run_id):

@@ -194,6 +194,21 @@ class RunManager:
         """``GET /v1/runs/{id}`` of the caller's run waiting in its session's queue, if it is."""
         return await self._multitask.view(run_id, principal)
 
+    async def find_after_queue(self, run_id: str, principal: str) -> RunHandle | RunRecord | None:
+        """``find``; for the caller's run still waiting in its session's queue, once it left
+        the queue (started, or cancelled)."""
+        if await self._multitask.view(run_id, principal) is None:
+            return None
+        await self._multitask.wait_dequeued(run_id)
+        for _ in range(200):  # a claimed run is recorded within moments
+            found = await self.find(run_id, principal)
+            if found is not None:
+                return found
+            if await self._multitask.view(run_id, principal) is None:
+                break
+            await asyncio.sleep(0.05)
+        return await self.find(run_id, principal)
+
     def shed(self) -> ServiceError | None:
         """The 429 any new run gets right now, whoever asks (counted as a rejection); else
         None. Cheap enough to ask before a request is even parsed."""

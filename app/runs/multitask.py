@@ -368,6 +368,15 @@ class Multitask:
             return None
         return queued_view(state.entry, state.position)
 
+    async def wait_dequeued(self, run_id: str) -> None:
+        """Return once the run no longer waits in its session's queue (it started, or was
+        cancelled or lapsed); a reader of its events follows it from then on."""
+        while True:
+            state = await self.queue.state(run_id)
+            if state is None or state.position is None:
+                return
+            await asyncio.sleep(self._poll)
+
     async def cancel(self, run_id: str, principal: str) -> tuple[str, RunStatus] | None:
         """Cancel the caller's queued run; None if there is none. ``("claimed", "queued")``
         when it is being started right now (cancel it as a run, once it is one)."""

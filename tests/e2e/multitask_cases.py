@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.conftest import Event, read_events, wait_for
+from tests.e2e.conftest import Event, assert_well_formed, read_events, wait_for
 
 
 def new_session() -> str:
@@ -131,8 +131,14 @@ async def enqueue_runs_in_order(c1: httpx.AsyncClient, c2: httpx.AsyncClient) ->
             seen = await view(client, answer["run_id"])
             assert seen["status"] == "queued"
             assert seen["queue_position"] == answer["queue_position"]
+    # a reader of a queued run's events follows it once it starts
+    last = by_place[-1]["run_id"]
+    reader = asyncio.ensure_future(events_of(c2, last))
     await approve(c2, session, active)
     ends = [await finished(c1, answer["run_id"]) for answer in by_place]
+    followed = await reader
+    assert_well_formed(followed, last)
+    assert followed[-1].type == "run.completed"
     assert all(end["status"] == "completed" for end in ends)
     starts = [end["started_at"] for end in ends]
     assert starts == sorted(starts)
