@@ -114,6 +114,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             agents=agents.cores,
             queue_timeout=settings.queue_timeout,
             lease_seconds=settings.lease_seconds,
+            max_session_queue=settings.max_session_queue,
             debug=settings.debug,
             disconnect_grace=settings.disconnect_grace,
             idempotency_ttl=settings.idempotency_ttl,

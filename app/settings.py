@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     max_concurrent_runs: Annotated[int, Field(ge=1)] = 64
     max_queued_runs: Annotated[int, Field(ge=0)] = 64
     queue_timeout: Annotated[float, Field(ge=0)] = 10.0
+    max_session_queue: Annotated[int, Field(ge=0)] = 8
+    """Runs one session may hold queued (``multitask_strategy: enqueue``); beyond it 429."""
     run_timeout: Annotated[float, Field(gt=0)] = 300.0
     drain_timeout: Annotated[float, Field(ge=0)] = 30.0
     database_url: str = "sqlite:///./var/agent.db"

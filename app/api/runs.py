@@ -26,6 +26,7 @@ from app.auth import principal_of
 from app.bus.base import BusError
 from app.runs import RunHandle, RunRequestOptions, record_view
 from app.runs.idempotency import Claim, check_key, fingerprint
+from app.runs.multitask import QueuedRun
 from app.services import Services, ServicesDep
 from app.storage import RunRecord
 
@@ -163,9 +164,10 @@ async def start_run(
         replaces=body.replaces,
         skill=body.skill,
         response_format=body.response_format.runtime_form() if body.response_format else None,
+        multitask_strategy=body.multitask_strategy,
     )
     try:
-        handle = await manager.start(principal, session_id, options)
+        handle = await manager.submit(principal, session_id, options)
     except BaseException:
         if claim is not None:
             # nothing started: a retry with the key may start the run
@@ -181,6 +183,17 @@ async def start_run(
             # pending claim to lapse (409 idempotency_key_in_flight) rather than start another
             logger.warning("idempotency key of run %s not recorded: %s", run_id, exc)
     headers = {"X-Run-Id": run_id}
+    if isinstance(handle, QueuedRun):  # background, waiting in the session's queue
+        return JSONResponse(
+            {
+                "run_id": run_id,
+                "status": "queued",
+                "queue_position": handle.position,
+                "events_url": events_url(services, run_id, principal),
+            },
+            status_code=202,
+            headers={**headers, "Location": f"/v1/runs/{run_id}"},
+        )
     if body.background:
         return _accepted(services, principal, run_id, manager.live_status(handle), headers)
     on_gone = manager.on_disconnect(run_id) if body.on_disconnect == "cancel" else None
@@ -283,7 +296,11 @@ async def get_run(run_id: str, principal: Principal, services: ServicesDep) -> R
     manager = services.manager
     found = await manager.find(run_id, principal)
     if found is None:
-        raise _not_found(run_id)
+        queued = await manager.queued_view(run_id, principal)
+        if queued is None:
+            raise _not_found(run_id)
+        queued["events_url"] = events_url(services, run_id, principal)
+        return JSONResponse(queued)
     view = manager.handle_view(found) if isinstance(found, RunHandle) else record_view(found)
     view["events_url"] = events_url(services, run_id, principal)
     return JSONResponse(view)
@@ -330,6 +347,8 @@ async def run_events(
     until the terminal event; 204 when the reader already has it."""
     _check_run_id(run_id)
     found = await services.manager.find(run_id, principal)
+    if found is None:  # a run waiting in its session's queue is followed once it starts
+        found = await services.manager.find_after_queue(run_id, principal)
     if found is None:
         raise _not_found(run_id)
     if _is_live(found):

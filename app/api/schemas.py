@@ -157,6 +157,14 @@ class RunRequest(BaseModel):
         "this run reads it; 409 `turn_not_latest` when the run is not the session's latest "
         "(the conversation moved on), 404 when it is no run of the session.",
     )
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = Field(
+        "reject",
+        description="What the start does while the session has an active run: `reject` "
+        "(409 `session_busy`), `enqueue` (wait behind it, first come first served; 429 "
+        "`overloaded` past AGENT_MAX_SESSION_QUEUE), `interrupt` (cancel it, reason "
+        "`superseded`, keeping its turn as a stopped turn, then start) or `rollback` (cancel "
+        "it and remove its turn, then start).",
+    )
 
     # JSON's own types only: pydantic would read "yes" or 0 as a bool and "3" as a number,
     # which the schema says are errors (an integral 3.0 is a JSON integer and stays valid)
@@ -246,6 +254,11 @@ class RunView(RunResult):
     finished_at: str | None
     metadata: dict[str, Any]
     events_url: str
+    queue_position: int | None = Field(
+        None,
+        description="While the run waits in its session's queue (`multitask_strategy: "
+        "enqueue`): its place, 1 being next; else null.",
+    )
 
 
 class BackgroundAccepted(BaseModel):
@@ -254,6 +267,9 @@ class BackgroundAccepted(BaseModel):
     run_id: str
     status: RunStatusName
     events_url: str
+    queue_position: int | None = Field(
+        None, description="Set when the run waits in its session's queue (1: next)."
+    )
 
 
 class CancelAnswer(BaseModel):

@@ -19,6 +19,7 @@ from app.bus.base import (
     LogNotFound,
     WireEvent,
 )
+from app.bus.queue import LocalSessionQueue
 
 __all__ = ["LocalBus", "LocalEventLog", "LocalRouter", "LocalSessionLocks", "LocalValues"]
 
@@ -379,6 +380,8 @@ class LocalBus:
         self._locks = LocalSessionLocks()
         self._router = LocalRouter()
         self._values = LocalValues()
+        # runs waiting for a session's lock (``multitask_strategy: enqueue``)
+        self.queues = LocalSessionQueue()
 
     @property
     def events(self) -> LocalEventLog:

@@ -15,6 +15,7 @@ from typing import Any
 from app.bus.base import BusError
 from app.runs.context import RunContext
 from app.runs.handle import Outcome, RunHandle, lost_outcome, now
+from app.runs.multitask import withdraw_confirmations
 from app.runs.records import RunRecords
 
 __all__ = ["Finalizer"]
@@ -49,6 +50,7 @@ class Finalizer:
         handle.finished_at = now()
         await records.outcome(handle, outcome, stored)
         handle.ticket.release()
+        await withdraw_confirmations(context, handle, outcome)
         # the terminal event before the lock's release: a worker dying in between leaves a
         # sealed log and a lock that lapses, never an unsealed log. Yet a client that starts
         # the next run as soon as it reads this one's end must not find the session busy: a

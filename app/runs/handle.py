@@ -29,7 +29,7 @@ __all__ = [
     "record_view",
 ]
 
-CANCEL_REASONS = frozenset({"client_disconnected", "cancel_requested", "shutdown"})
+CANCEL_REASONS = frozenset({"client_disconnected", "cancel_requested", "shutdown", "superseded"})
 
 
 def new_run_id() -> str:
@@ -65,6 +65,8 @@ class RunRequestOptions:
     """One of the agent's skills, active from the run's start."""
     response_format: Mapping[str, Any] | None = None
     """The runtime's ``response_format`` (structured output), already validated."""
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
+    """What the start does while the session has an active run (``app.runs.multitask``)."""
 
 
 @dataclass(slots=True)
@@ -203,6 +205,7 @@ class RunHandle:
             "agent": self.agent,
             "input": self.input,
             "status": status,
+            "queue_position": None,
             "created_at": _iso(self.created_at),
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
@@ -234,6 +237,7 @@ def record_view(record: RunRecord) -> dict[str, Any]:
         "agent": record.agent,
         "input": record.input,
         "status": record.status,
+        "queue_position": None,
         "created_at": _iso(record.created_at),
         "started_at": _iso(record.started_at),
         "finished_at": _iso(record.finished_at),

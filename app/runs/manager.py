@@ -7,6 +7,7 @@ It holds no logic of its own beyond the queries; each concept is a module of thi
     records.py    every write of a run's record to the store
     finalize.py   the run's one end: outcome stored, hold released, terminal event appended
     routing.py    cancels and answers, here or through the bus (the CommandHandler side)
+    multitask.py  a start while the session is busy: reject, enqueue, interrupt, rollback
     leases.py     renewing this worker's leases, the deadline watchdog, running the sweep
     fencing.py    each run's lease deadline, and fencing a run off when it passes
     sweep.py      runs no worker holds any more: the lost-run sweep, recovery at start
@@ -21,6 +22,7 @@ from its own cursor (``app.api.streaming``).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -40,6 +42,7 @@ from app.runs.grace import DisconnectGrace
 from app.runs.handle import RunHandle, RunRequestOptions
 from app.runs.idempotency import IdempotentStarts
 from app.runs.leases import LeaseKeeper
+from app.runs.multitask import Multitask, QueuedRun, session_queue
 from app.runs.records import RunRecords
 from app.runs.routing import Routing
 from app.runs.start import Starter
@@ -64,6 +67,7 @@ class RunManager:
         agents: Mapping[str, AgentCore] | None = None,
         queue_timeout: float,
         lease_seconds: float,
+        max_session_queue: int = 8,
         debug: bool = False,
         clock: Callable[[], float] = time.monotonic,
         keep_leases: bool = True,
@@ -93,6 +97,11 @@ class RunManager:
         self.fencing = Fencing(context, self._routing)
         driver = Driver(context, records, finalizer, self.fencing)
         self._starter = Starter(context, records, driver, finalizer, self._routing, self.fencing)
+        self._multitask = Multitask(
+            context, session_queue(bus), self._starter.start, max_queue=max_session_queue
+        )
+        self._starter.on_busy = self._multitask.on_busy
+        self._starter.lease_sent = self._multitask.lease_sent
         self._sweep = LostRunSweep(context)
         self.leases = LeaseKeeper(context, self.fencing, self._sweep)
         self._drain = Drain(context, self._routing)
@@ -180,6 +189,7 @@ class RunManager:
             "extensions": extensions,
             "draining": context.draining,
             "grace_timers": self._grace.pending,
+            "session_queued": self._multitask.waiting,
             **context.bus.stats(),
         }
 
@@ -194,9 +204,37 @@ class RunManager:
         ``Draining`` (``app.errors``).
 
         A background run is started at once, waiting for its slot in its own task; any other
-        run is started only once it holds a slot (up to the queue timeout, else 429).
+        run is started only once it holds a slot (up to the queue timeout, else 429). A busy
+        session: 409, or the ``interrupt`` and ``rollback`` strategies; ``enqueue`` needs
+        ``submit``.
         """
         return await self._starter.start(principal, session_id, options)
+
+    async def submit(
+        self, principal: str, session_id: str, options: RunRequestOptions
+    ) -> RunHandle | QueuedRun:
+        """``start``, with every ``multitask_strategy`` (``app.runs.multitask``): a
+        background run that waits in its session's queue is answered as a ``QueuedRun``."""
+        return await self._multitask.start(principal, session_id, options)
+
+    async def queued_view(self, run_id: str, principal: str) -> dict[str, Any] | None:
+        """``GET /v1/runs/{id}`` of the caller's run waiting in its session's queue, if it is."""
+        return await self._multitask.view(run_id, principal)
+
+    async def find_after_queue(self, run_id: str, principal: str) -> RunHandle | RunRecord | None:
+        """``find``; for the caller's run still waiting in its session's queue, once it left
+        the queue (started, or cancelled)."""
+        if await self._multitask.view(run_id, principal) is None:
+            return None
+        await self._multitask.wait_dequeued(run_id)
+        for _ in range(200):  # a claimed run is recorded within moments
+            found = await self.find(run_id, principal)
+            if found is not None:
+                return found
+            if await self._multitask.view(run_id, principal) is None:
+                break
+            await asyncio.sleep(0.05)
+        return await self.find(run_id, principal)
 
     def shed(self) -> ServiceError | None:
         """The 429 any new run gets right now, whoever asks (counted as a rejection); else
@@ -228,7 +266,17 @@ class RunManager:
 
     async def cancel(self, run_id: str, principal: str) -> tuple[str, RunStatus] | None:
         """``POST /v1/runs/{id}/cancel``: ("cancelling" | "finished", status), None if unknown."""
-        return await self._routing.cancel(run_id, principal)
+        answer = await self._routing.cancel(run_id, principal)
+        if answer is not None:
+            return answer
+        answer = await self._multitask.cancel(run_id, principal)
+        for _ in range(100):
+            if answer is None or answer[0] != "claimed":
+                return answer
+            # claimed to start this very moment: cancel it as a run once it is one
+            await asyncio.sleep(0.05)
+            answer = await self._routing.cancel(run_id, principal)
+        return "cancelling", "queued"
 
     async def external_event(
         self,
@@ -264,6 +312,7 @@ class RunManager:
         await self._drain.drain(timeout)
 
     async def aclose(self) -> None:
-        """Stop the lease renewer, sweep and grace timers (after ``drain``)."""
+        """Stop the lease renewer, sweep, grace timers and queued runs (after ``drain``)."""
+        await self._multitask.aclose()
         await self._grace.aclose()
         await self.leases.aclose()

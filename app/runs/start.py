@@ -14,12 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from agent_runtime.errors import ConfigurationError
 from agent_runtime.structured import output_spec
 from app.admission import AdmissionRejected, Ticket
 from app.agents import AgentProfile
-from app.errors import Draining, InvalidRequest, NotFound, Overloaded, ServiceError, SessionBusy
+from app.bus.base import Lease
+from app.errors import (
+    Conflict,
+    Draining,
+    InvalidRequest,
+    NotFound,
+    Overloaded,
+    ServiceError,
+    SessionBusy,
+)
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.fencing import Fencing
@@ -30,7 +40,14 @@ from app.runs.routing import Routing
 from app.storage import SessionOwnedByOther
 from app.turns import remove_replaced_turn
 
-__all__ = ["Starter"]
+__all__ = ["BusyHook", "Starter"]
+
+BusyHook = Callable[
+    [str, str, str, "str | None", RunRequestOptions], Awaitable[tuple[Lease | None, str | None]]
+]
+"""What a start does when the session's lock is held (``app.runs.multitask``): given the
+principal, session, new run id, the lock's holder and the options, the lease it got after
+all and the run it superseded; no lease means busy (409)."""
 
 logger = logging.getLogger("app.runs")
 
@@ -56,6 +73,11 @@ class Starter:
         self._driver = driver
         self._finalizer = finalizer
         self._routing = routing
+        # the multitask strategies (set by the run manager); None: every busy start is a 409
+        self.on_busy: BusyHook | None = None
+        # when the request that took a lease given to ``start`` (a queued run's) was sent:
+        # its deadline counts from then (set by the run manager with ``on_busy``)
+        self.lease_sent: Callable[[str], float] = lambda _: context.clock()
 
     def profile(self, name: str) -> AgentProfile:
         """The configured agent ``name``; ``NotFound`` if there is none."""
@@ -83,8 +105,17 @@ class Starter:
             except ConfigurationError as exc:
                 raise InvalidRequest(str(exc)) from None
 
-    async def start(self, principal: str, session_id: str, options: RunRequestOptions) -> RunHandle:
-        """Admit and start a run (see ``RunManager.start``)."""
+    async def start(
+        self,
+        principal: str,
+        session_id: str,
+        options: RunRequestOptions,
+        *,
+        run_id: str | None = None,
+        lease: Lease | None = None,
+    ) -> RunHandle:
+        """Admit and start a run (see ``RunManager.start``); ``run_id`` and ``lease``: a
+        queued run's, whose session lock was taken for it."""
         context = self._context
         profile = self.profile(options.agent)
         await self._check_shape(options)
@@ -99,7 +130,9 @@ class Starter:
             context.reject(exc.reason)
             raise admission_problem(exc) from None
         try:
-            handle = await self._admit(principal, session_id, profile, options, ticket)
+            handle = await self._admit(
+                principal, session_id, profile, options, ticket, run_id=run_id, lease=lease
+            )
         except BaseException:
             ticket.release()
             raise
@@ -141,6 +174,9 @@ class Starter:
         profile: AgentProfile,
         options: RunRequestOptions,
         ticket: Ticket,
+        *,
+        run_id: str | None,
+        lease: Lease | None,
     ) -> RunHandle:
         """The session (created on first use) and its lock: the run's handle, or an error."""
         context = self._context
@@ -148,16 +184,24 @@ class Starter:
             session = await context.store.get_or_create_session(session_id, principal)
         except SessionOwnedByOther:
             raise NotFound(f"no session {session_id!r}") from None
-        run_id = new_run_id()
-        sent = context.clock()  # the lease's deadline counts from before the request
-        lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
+        if run_id is None or lease is None:
+            run_id = new_run_id()
+            sent = context.clock()  # the lease's deadline counts from before the request
+            lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
+        else:
+            sent = self.lease_sent(run_id)
         active = None if lease is not None else await context.bus.locks.holder(session_id)
         if lease is None and active is None:
             # the holder let go between the two calls (its run just ended): try once more, so
             # that the answer is the session's new state, not a 409 naming no run
+            sent = context.clock()
             lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
             if lease is None:
                 active = await context.bus.locks.holder(session_id)
+        superseded = None
+        if lease is None and self.on_busy is not None:
+            lease, superseded = await self.on_busy(principal, session_id, run_id, active, options)
+            sent = self.lease_sent(run_id)
         if lease is None:
             context.reject("session_busy")
             if active is not None and not active.startswith("run_"):
@@ -167,9 +211,19 @@ class Starter:
                 "or cancel it",
                 extra={"active_run_id": active},
             )
-        if options.replaces is not None:  # regenerate / edit: under the session's lock
+        replaces = options.replaces
+        rollback = superseded is not None and options.multitask_strategy == "rollback"
+        if rollback:
+            replaces = superseded
+        if replaces is not None:  # regenerate / edit / rollback: under the session's lock
             try:
-                await remove_replaced_turn(context.store, session_id, options.replaces)
+                await remove_replaced_turn(context.store, session_id, replaces)
+            except (NotFound, Conflict) as exc:
+                if not rollback:
+                    await context.bus.locks.release(lease)
+                    raise
+                # the superseded run stored no turn (it failed), or not as the last one
+                logger.info("no turn to roll back: %s", exc, extra={"run_id": superseded})
             except BaseException:
                 await context.bus.locks.release(lease)
                 raise
@@ -183,7 +237,8 @@ class Starter:
             ticket,
             lease_deadline=self._fencing.deadline_after(sent),
         )
-        handle.history_size = session.message_count
+        # a superseded run stored its turn since the session was read: read the messages back
+        handle.history_size = session.message_count if superseded is None else -1
         return handle
 
     async def _launch(self, handle: RunHandle) -> asyncio.Task[None]:

@@ -370,7 +370,7 @@ async function startWithKey(run, prompt, options) {
  * Idempotency-Key: the Retry of a failed send keeps it, so a retry that reaches a run the
  * failed attempt did start follows that run instead of starting a second.
  */
-async function send(prompt, replacing = null, key = newSendKey()) {
+async function send(prompt, replacing = null, key = newSendKey(), strategy = null) {
   if (current || !prompt.trim()) return;
   showEmpty(false);
   const replaces = replacing?.dataset.runId || null;
@@ -387,7 +387,7 @@ async function send(prompt, replacing = null, key = newSendKey()) {
   run.connection = new AbortController();
   let response;
   try {
-    response = await startWithKey(run, prompt, { agent: chosenAgent(), replaces, key });
+    response = await startWithKey(run, prompt, { agent: chosenAgent(), replaces, key, strategy });
   } catch (error) {
     if (run.abandoned) return;
     current = null;
@@ -608,6 +608,26 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
   }
   if (err.code === "session_busy" && err.body?.active_run_id) {
     const runId = err.body.active_run_id;
+    // the choice the API offers (multitask_strategy): wait behind the active run, or stop it
+    // (its turn stays, stopped) and send this message instead
+    for (const [label, strategy] of [
+      ["Send after it", "enqueue"],
+      ["Stop it and send", "interrupt"],
+    ]) {
+      actions.push(
+        h("button", {
+          type: "button",
+          class: "button small",
+          text: label,
+          onclick: () => {
+            if (current) return;
+            view.el.remove();
+            // a new send: another body under the old key would be refused as a reuse
+            send(prompt, null, newSendKey(), strategy);
+          },
+        }),
+      );
+    }
     actions.push(
       h("button", {
         type: "button",

@@ -103,6 +103,7 @@ const END_TEXT = {
   cancel_requested: "Stopped. The run was cancelled at your request.",
   client_disconnected: "Cancelled: the connection to the server was lost.",
   shutdown: "Cancelled: the server shut down before the run finished.",
+  superseded: "Stopped: a newer message took its place.",
 };
 
 const VIEWS = new WeakMap(); // a turn's element → its TurnView

@@ -565,6 +565,40 @@ def test_busy_session_offers_to_follow(page: Page, ui_server: Server) -> None:
     expect(page.locator("#log > .turn")).to_have_count(1)
 
 
+def test_busy_session_offers_to_wait_or_interrupt(page: Page, ui_server: Server) -> None:
+    page.goto(ui_server.base_url)
+    session = session_id_of(page)
+    with httpx.Client(base_url=ui_server.base_url, timeout=10) as client:
+
+        def hold() -> str:
+            started = client.post(
+                f"/v1/sessions/{session}/runs",
+                json={"input": "delete hold.txt", "background": True},
+            )
+            assert started.status_code == 202
+            run_id: str = started.json()["run_id"]
+            wait_until(lambda: run_status(client, run_id) == "waiting")
+            return run_id
+
+        # wait behind the active run: the message is answered once that run ends
+        first = hold()
+        send(page, "After you")
+        alert = last_turn(page).get_by_role("alert")
+        alert.get_by_role("button", name="Send after it").click()
+        wait_until(lambda: client.get("/debug/state").json()["session_queued"] == 1)
+        assert client.post(f"/v1/runs/{first}/cancel").status_code == 202
+        expect(answer(page)).to_have_text("You said: After you")
+        # stop the active run and send this one instead
+        second = hold()
+        send(page, "Instead")
+        alert = last_turn(page).get_by_role("alert")
+        alert.get_by_role("button", name="Stop it and send").click()
+        expect(answer(page)).to_have_text("You said: Instead")
+        assert run_status(client, second) == "cancelled"
+        stored = client.get(f"/v1/sessions/{session}/messages").json()["messages"]
+        assert {m.get("stopped") for m in stored if m["run_id"] == second} == {"superseded"}
+
+
 def test_run_failed_shows_its_code(page: Page, ui_server: Server) -> None:
     def one_model_call(route: Route) -> None:
         body = json.loads(route.request.post_data or "{}")

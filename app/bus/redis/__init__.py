@@ -56,6 +56,7 @@ from app.bus.redis.connection import (
 )
 from app.bus.redis.locks import RedisSessionLocks
 from app.bus.redis.log import RedisEventLog, RedisSubscription
+from app.bus.redis.queue import RedisSessionQueue
 from app.bus.redis.router import RedisRouter
 from app.bus.redis.values import RedisValues
 
@@ -161,6 +162,8 @@ class RedisBus:
         # a run ends by releasing its lock, then its route: if Redis fails the first, the
         # route's local entry must not outlive the run
         self._locks.on_release = self._router.forget
+        # runs waiting for a session's lock (``multitask_strategy: enqueue``), beside the locks
+        self.queues = RedisSessionQueue(self._client, self.keys, self.where)
         self._closed = False
 
     async def start(self) -> None:
