@@ -239,7 +239,14 @@ class SessionPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    title: str = Field(min_length=1, max_length=200, description="The session's new title.")
+    # not blank by either side's reckoning (Python's str.split and ECMAScript's \s name
+    # different blanks), and no NUL, which no backend stores: the schema says what is checked
+    title: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\x00]*[^\s\x00\x1c-\x1f\x85\ufeff][^\x00]*$",
+        description="The session's new title.",
+    )
 
     @field_validator("title", mode="after")
     @classmethod

@@ -663,10 +663,12 @@ def test_agent_server_hands_its_timeouts_to_uvicorn(
 ) -> None:
     served: dict[str, Any] = {}
 
-    def run(app: str, **options: Any) -> None:
-        served.update(options, app=app)
+    def run(self: uvicorn.Server, sockets: Any = None) -> None:
+        # what agent-server configured, without serving
+        served.update(vars(self.config))
+        self.started = True
 
-    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     monkeypatch.setenv("AGENT_DATABASE_URL", f"sqlite:///{tmp_path}/a.db")
     monkeypatch.setenv("AGENT_KEEP_ALIVE_TIMEOUT", "75")
     monkeypatch.setenv("AGENT_DRAIN_TIMEOUT", "20")
@@ -676,3 +678,4 @@ def test_agent_server_hands_its_timeouts_to_uvicorn(
     assert served["timeout_keep_alive"] == 75
     # the drain, then a stream's last write, then a margin
     assert served["timeout_graceful_shutdown"] > 25
+    assert served["timeout_worker_healthcheck"] == 60
