@@ -107,6 +107,10 @@ async def test_eventsource_resumes_through_cuts_and_stops_at_204(
     # the client follows the live run, is cut, resumes with Last-Event-ID, and is never
     # closed by the script: only the server's 204 stops it
     seen = await asyncio.to_thread(node_sse, "eventsource", {"url": url, "types": TYPES})
+    print(
+        f"eventsource: {len(seen['events'])} events, {proxy.cut_count} cuts "
+        f"({proxy.resets} resets), {seen['opens']} opens, then {seen['errors'][-1]}"
+    )
     assert proxy.cut_count >= 4 and proxy.resets >= 2, vars(proxy)
     assert as_events(seen["events"]) == await uncut(sse_server, run_id)
     assert seen["events"][-1]["type"] == "run.completed"
@@ -127,6 +131,11 @@ async def test_fetch_event_source_retried_post_attaches_to_the_first_run(
     }
     seen = await asyncio.to_thread(node_sse, "fetch-event-source", arguments)
     attempts = seen["attempts"]
+    print(
+        f"fetch-event-source: {len(seen['events'])} events, {proxy.cut_count} cuts "
+        f"({proxy.resets} resets), {len(attempts)} POSTs, Last-Event-ID corrected "
+        f"{seen['corrected']} times"
+    )
     assert proxy.cut_count >= 4, vars(proxy)
     assert len(attempts) >= 5
     run_ids = {a["run_id"] for a in attempts}
@@ -166,6 +175,7 @@ async def test_httpx_sse_resumes_with_last_event_id_through_cuts(
                         events.append(to_event(sse))
             except httpx.TransportError:
                 continue
+    print(f"httpx-sse: {len(events)} events, {proxy.cut_count} cuts, statuses {statuses}")
     assert statuses[-1] == 204
     assert proxy.cut_count >= 4
     assert events == await uncut(sse_server, run_id)
