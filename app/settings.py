@@ -118,6 +118,9 @@ class Settings(BaseSettings):
     """Serve ``GET /debug/state`` (counts of live runs, tasks, locks, subscribers)."""
     workers: Annotated[int, Field(ge=1)] = 1
     """Set by ``agent-server --workers``; the app only reads it."""
+    allow_unshared_workers: bool = False
+    """``AGENT_ALLOW_UNSHARED_WORKERS=1``: let ``agent-server --workers N`` (N > 1) start
+    without ``AGENT_REDIS_URL``, each worker with its own runs, logs and session locks."""
 
     @field_validator("model")
     @classmethod

@@ -676,3 +676,25 @@ def test_agent_server_hands_its_timeouts_to_uvicorn(
     assert served["timeout_keep_alive"] == 75
     # the drain, then a stream's last write, then a margin
     assert served["timeout_graceful_shutdown"] > 25
+
+
+def test_agent_server_refuses_unshared_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    served: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.append(options))
+    monkeypatch.setenv("AGENT_DATABASE_URL", f"sqlite:///{tmp_path}/a.db")
+    monkeypatch.delenv("AGENT_REDIS_URL", raising=False)
+    monkeypatch.delenv("AGENT_ALLOW_UNSHARED_WORKERS", raising=False)
+    assert cli.main(["--port", "0", "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot start: --workers 2 needs a shared bus" in err
+    assert "AGENT_REDIS_URL" in err and "AGENT_ALLOW_UNSHARED_WORKERS=1" in err
+    assert served == []
+    # one worker needs nothing shared
+    assert cli.main(["--port", "0", "--workers", "1"]) == 0
+    # the explicit allowance starts them, with a warning
+    monkeypatch.setenv("AGENT_ALLOW_UNSHARED_WORKERS", "1")
+    assert cli.main(["--port", "0", "--workers", "2"]) == 0
+    assert "warning: --workers > 1 without AGENT_REDIS_URL" in capsys.readouterr().err
+    assert [options["workers"] for options in served] == [1, 2]

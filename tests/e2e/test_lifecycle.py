@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from .conftest import Event, Launch, assert_well_formed, open_stream, wait_for
+from .conftest import AGENT_SERVER, Event, Launch, assert_well_formed, open_stream, wait_for
 
 LEAK_KEYS = (
     "runs",
@@ -100,8 +103,33 @@ async def test_sigterm_drains_fifty_open_streams(start_server: Launch) -> None:
             assert run["status"] == stream.events[-1].type.removeprefix("run.")
 
 
+def test_several_workers_without_a_shared_bus_are_refused(tmp_path: Path) -> None:
+    # each would keep its own runs and session locks: events 404 on the other worker, two
+    # turns of one session accepted at once
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    env["AGENT_DATABASE_URL"] = f"sqlite:///{tmp_path}/agent.db"
+    done = subprocess.run(
+        [str(AGENT_SERVER), "--port", "0", "--workers", "2"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "cannot start: --workers 2 needs a shared bus: set AGENT_REDIS_URL" in done.stderr
+
+
 async def test_sigterm_with_several_workers(start_server: Launch) -> None:
-    server = start_server({"AGENT_DRAIN_TIMEOUT": "1", "AGENT_DEMO_SLOW_SECONDS": "0.1"}, workers=2)
+    # each worker drains its own runs: no shared bus needed for that
+    server = start_server(
+        {
+            "AGENT_DRAIN_TIMEOUT": "1",
+            "AGENT_DEMO_SLOW_SECONDS": "0.1",
+            "AGENT_ALLOW_UNSHARED_WORKERS": "1",
+        },
+        workers=2,
+    )
     async with server.client() as client:
         streams = [Stream(client, "slow a") for _ in range(4)] + [
             Stream(client, "slow " + " ".join(["w"] * 60)) for _ in range(4)
