@@ -762,6 +762,8 @@ class AgentCore(CapabilityCalls):
                     error_code=getattr(error, "code", "internal"),
                     error=str(error),
                     usage=state.usage,
+                    # a finer class of the failure (ProviderError: "malformed_response")
+                    reason=getattr(error, "reason", None),
                 )
             )
             channel.close()

@@ -30,7 +30,7 @@ from anthropic.types import (
 from ..errors import ProviderError
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ..model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, ToolSpec, Usage
-from .errors import configuration_error, redact, stream_cut_short, translate_errors
+from .errors import configuration_error, redact, stream_ended_early, translate_errors
 from .openai import parse_arguments
 
 __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicModel"]
@@ -235,8 +235,11 @@ class AnthropicModel:
             finally:
                 await events.close()
         if stop_reason is None:
-            raise stream_cut_short(
-                provider=self.provider_name, model=self._model, marker="stop_reason"
+            raise stream_ended_early(
+                events.response,
+                provider=self.provider_name,
+                model=self._model,
+                marker="stop_reason",
             )
         for index in sorted(open_tools):  # a block the stream never closed
             call = self._complete(open_tools[index])

@@ -23,7 +23,7 @@ from openai.types.chat import ChatCompletionChunk
 from ..errors import ProviderError
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ..model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, ToolSpec, Usage
-from .errors import configuration_error, redact, stream_cut_short, translate_errors
+from .errors import configuration_error, redact, stream_ended_early, translate_errors
 
 __all__ = ["OpenAIModel"]
 
@@ -212,8 +212,11 @@ class OpenAIModel:
             finally:
                 await chunks.close()
         if finish_reason is None:
-            raise stream_cut_short(
-                provider=self.provider_name, model=self._model, marker="finish_reason"
+            raise stream_ended_early(
+                chunks.response,
+                provider=self.provider_name,
+                model=self._model,
+                marker="finish_reason",
             )
         if done is None:
             done = self._complete(calls)
