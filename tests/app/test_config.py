@@ -686,6 +686,8 @@ def test_agent_server_refuses_unshared_workers(
     monkeypatch.setenv("AGENT_DATABASE_URL", f"sqlite:///{tmp_path}/a.db")
     monkeypatch.delenv("AGENT_REDIS_URL", raising=False)
     monkeypatch.delenv("AGENT_ALLOW_UNSHARED_WORKERS", raising=False)
+    # cli.main tells the workers their number through AGENT_WORKERS: restored afterwards
+    monkeypatch.setenv("AGENT_WORKERS", "1")
     assert cli.main(["--port", "0", "--workers", "2"]) == 2
     err = capsys.readouterr().err
     assert "cannot start: --workers 2 needs a shared bus" in err
