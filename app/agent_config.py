@@ -83,6 +83,7 @@ _AGENT_KEYS = (
     "model_params",
     "compaction",
     "max_history_messages",
+    "required",
     *_CAPABILITY_KEYS,
 )
 _COMPACTION_KEYS = (
@@ -152,6 +153,9 @@ class AgentProfile:
     max_history_messages: int | None = None
     capabilities: Mapping[str, tuple[CapabilitySpec, ...]] = field(default_factory=dict)
     """Capability models by purpose (``embed``, ``image``...): primary first."""
+    required: bool = True
+    """The worker is ready (``/readyz``) only once this agent warmed up; ``required = false``
+    lets the others serve while it cannot (its runs then get 503 ``agent_unavailable``)."""
 
     def run_options(self) -> dict[str, Any]:
         """Keyword options for ``AgentCore.stream``; the agent's own core holds the rest."""
@@ -569,6 +573,7 @@ def _agent(
         compaction=_compaction(table.child("compaction", _COMPACTION_KEYS)),
         max_history_messages=history,
         capabilities=agent_capabilities(table, sections or {}),
+        required=table.boolean("required") is not False,
     )
 
 

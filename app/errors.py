@@ -15,6 +15,7 @@ contract; the HTTP status belongs to the edge::
      ├── Overloaded          overloaded: no slot and no room in the queue (retry later)
      ├── Draining            draining: this worker is shutting down (retry elsewhere)
      ├── Unavailable         unavailable: a dependency cannot be reached, or not ready yet
+     ├── AgentUnavailable    agent_unavailable: the run's agent failed its warm-up
      └── UpstreamError       provider_error: the model provider behind a call failed
 """
 
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 __all__ = [
+    "AgentUnavailable",
     "Conflict",
     "Draining",
     "InvalidRequest",
@@ -116,6 +118,12 @@ class Unavailable(ServiceError):
     """A dependency (database, bus, the agent's warm-up) cannot serve right now."""
 
     code = "unavailable"
+
+
+class AgentUnavailable(ServiceError):
+    """The run's agent failed its warm-up (an MCP server or its model); the others serve."""
+
+    code = "agent_unavailable"
 
 
 class UpstreamError(ServiceError):

@@ -3,8 +3,8 @@
 Startup (in order): the store, the bus, the agents (one ``AgentCore`` per configured agent,
 built on the worker's loop, see ``app.agents``), the run manager; then the bindings' preflight,
 which refuses to start on a bad model configuration. The warm-up follows in the background: MCP
-tool discovery, then one short run per agent; ``/readyz`` turns 200 once it succeeded (it is
-retried while it fails).
+tool discovery, then one short run per agent; ``/readyz`` turns 200 once every required agent
+warmed up (``app.agent_health``; each failed agent is retried until it succeeds).
 
 Shutdown on SIGTERM or SIGINT: the first signal starts the drain at once, while the server
 still accepts connections (``/readyz`` 503, new runs 503 ``draining``); runs get
@@ -114,6 +114,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             queue_timeout=settings.queue_timeout,
             lease_seconds=settings.lease_seconds,
             debug=settings.debug,
+            unavailable=agents.states.unavailable,
         )
         stack.push_async_callback(manager.aclose)
         if not bus.shared and settings.workers == 1:
@@ -134,24 +135,32 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
 
 
 async def warm_up(services: Services) -> None:
-    """One short run outside any session, retried with backoff until it succeeds."""
+    """Warm every agent up (MCP tool discovery, one short run each), retrying the ones that
+    failed with backoff until all succeeded. The worker turns ready as soon as its required
+    agents are (``app.agent_health``); optional ones keep being retried meanwhile."""
+    states = services.agents.states
     delay = 0.5
     while True:
         try:
-            # MCP tool discovery, then one short run per agent
-            await services.agents.warm_up(_WARMUP_PROMPT)
-        except Exception as exc:
-            services.readiness_problem = f"the warm-up run failed ({type(exc).__name__})"
+            done = await services.agents.warm_up(_WARMUP_PROMPT)
+        except Exception as exc:  # not one agent's failure: the round itself failed
+            logger.warning("warm-up failed; retrying", extra={"error": str(exc), "retry_in": delay})
+            services.readiness_problem = f"the warm-up failed ({type(exc).__name__})"
+            done = False
+        else:
+            services.readiness_problem = states.problem
+        if states.ready and not services.ready:
+            services.ready = True
+            logger.info("ready")
+        if done:
+            return
+        if services.ready:
             logger.warning(
-                "warm-up run failed; retrying", extra={"error": str(exc), "retry_in": delay}
+                "an optional agent is unavailable; retrying",
+                extra={"problem": "; ".join(f"{h.name}: {h.reason}" for h in states if h.reason)},
             )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _WARMUP_RETRY_MAX)
-            continue
-        services.ready = True
-        services.readiness_problem = ""
-        logger.info("ready")
-        return
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, _WARMUP_RETRY_MAX)
 
 
 async def stop_services(services: Services) -> None:

@@ -64,6 +64,7 @@ class Metrics:
             "queue_timeout",
             "principal_limit",
             "draining",
+            "agent_unavailable",
         ):
             self.runs_rejected.labels(reason)
         for outcome in ("accepted", "not_accepted", "not_found"):

@@ -343,7 +343,25 @@ def _special_cases(schema: dict[str, Any]) -> None:
                 "schema": {
                     "type": "object",
                     "required": ["status"],
-                    "properties": {"status": {"type": "string", "enum": ["ready"]}},
+                    "properties": {
+                        "status": {"type": "string", "enum": ["ready"]},
+                        "agents": {
+                            "type": "object",
+                            "description": "each agent's warm-up state, by name",
+                            "additionalProperties": {
+                                "type": "object",
+                                "required": ["status", "required"],
+                                "properties": {
+                                    "status": {
+                                        "type": "string",
+                                        "enum": ["starting", "ready", "unavailable"],
+                                    },
+                                    "required": {"type": "boolean"},
+                                    "reason": {"type": "string"},
+                                },
+                            },
+                        },
+                    },
                 }
             }
         }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from agent_runtime.agent import AgentCore
@@ -39,8 +39,11 @@ class RunContext:
         queue_timeout: float,
         lease_seconds: float,
         debug: bool,
+        unavailable: Callable[[str], str | None] | None = None,
     ) -> None:
         self.agent = agent
+        # why an agent cannot take runs now (its warm-up failed), or None
+        self.unavailable: Callable[[str], str | None] = unavailable or _always_available
         # each configured agent's own core; a profile without one runs on ``agent``
         self.agents = dict(agents)
         self.store = store
@@ -111,3 +114,7 @@ class RunContext:
     def reject(self, reason: str) -> None:
         """Count a refused run start."""
         self.metrics.runs_rejected.labels(reason).inc()
+
+
+def _always_available(_agent: str) -> None:
+    return None

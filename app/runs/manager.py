@@ -18,7 +18,7 @@ from its own cursor (``app.api.streaming``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent_runtime.agent import AgentCore
@@ -58,6 +58,7 @@ class RunManager:
         queue_timeout: float,
         lease_seconds: float,
         debug: bool = False,
+        unavailable: Callable[[str], str | None] | None = None,
     ) -> None:
         context = RunContext(
             agent=agent,
@@ -70,6 +71,7 @@ class RunManager:
             queue_timeout=queue_timeout,
             lease_seconds=lease_seconds,
             debug=debug,
+            unavailable=unavailable,
         )
         self._context = context
         records = RunRecords(store)

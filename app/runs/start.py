@@ -17,7 +17,7 @@ import logging
 
 from app.admission import AdmissionRejected, Ticket
 from app.agents import AgentProfile
-from app.errors import Draining, NotFound, Overloaded, ServiceError, SessionBusy
+from app.errors import AgentUnavailable, Draining, NotFound, Overloaded, ServiceError, SessionBusy
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.finalize import Finalizer
@@ -33,6 +33,8 @@ logger = logging.getLogger("app.runs")
 
 _RETRY_AFTER_BUSY = 1.0
 _RETRY_AFTER_DRAINING = 5.0
+# the warm-up retries a failed agent with backoff (up to 30 s)
+_RETRY_AFTER_UNAVAILABLE = 5.0
 
 
 class Starter:
@@ -67,6 +69,14 @@ class Starter:
         if context.draining:
             context.reject("draining")
             raise draining_problem()
+        reason = context.unavailable(profile.name)
+        if reason is not None:
+            context.reject("agent_unavailable")
+            raise AgentUnavailable(
+                f"agent {profile.name!r} is unavailable: {reason}",
+                retry_after=_RETRY_AFTER_UNAVAILABLE,
+                extra={"agent": profile.name, "reason": reason},
+            )
         # admission first: it is in memory, so a refused request (429) costs no storage write
         # and leaves no session behind, which keeps refusals fast under overload
         try:

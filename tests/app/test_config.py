@@ -700,3 +700,12 @@ def test_agent_server_refuses_unshared_workers(
     assert cli.main(["--port", "0", "--workers", "2"]) == 0
     assert "warning: --workers > 1 without AGENT_REDIS_URL" in capsys.readouterr().err
     assert [options["workers"] for options in served] == [1, 2]
+
+
+def test_an_agent_is_required_unless_the_file_says_otherwise(tmp_path: Path) -> None:
+    path = write(tmp_path, "[agents.a]\n[agents.b]\nrequired = false\n")
+    config = load_config(path)
+    assert [config.agents[name].required for name in ("default", "a", "b")] == [True, True, False]
+    bad = write(tmp_path, '[agents.a]\nrequired = "no"\n')
+    with pytest.raises(ConfigError, match=r"agents\.a\.required"):
+        load_config(bad)
