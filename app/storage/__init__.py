@@ -19,6 +19,8 @@ from app.storage.base import (
     StorageUnavailable,
     Store,
     StoredMessage,
+    UsageGroup,
+    UsageTotal,
 )
 from app.storage.postgres import PostgresStore, redact_url
 from app.storage.sqlite import SQLiteStore
@@ -42,6 +44,8 @@ __all__ = [
     "StorageUnavailable",
     "Store",
     "StoredMessage",
+    "UsageGroup",
+    "UsageTotal",
     "open_store",
     "redact_url",
     "sqlite_path",
