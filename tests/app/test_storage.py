@@ -457,16 +457,16 @@ async def test_a_finished_run_books_its_usage_once_and_keeps_it_past_its_session
     await store.update_run("a4", status="failed", finished_at=day1)
     await store.create_run(_run("a5", "s1", "alice"))
 
-    everything = {"start": day1, "end": day2 + timedelta(days=1)}
-    assert await store.usage_totals(**everything, group_by="agent", principal="alice") == [
+    end = day2 + timedelta(days=1)
+    assert await store.usage_totals(start=day1, end=end, group_by="agent", principal="alice") == [
         UsageTotal("default", 11, 4, 2),
         UsageTotal("research", 20, 4, 1),
     ]
-    assert await store.usage_totals(**everything, group_by="principal") == [
+    assert await store.usage_totals(start=day1, end=end, group_by="principal") == [
         UsageTotal("alice", 31, 8, 3),
         UsageTotal("bob", 100, 50, 1),
     ]
-    assert await store.usage_totals(**everything, group_by="day", principal="alice") == [
+    assert await store.usage_totals(start=day1, end=end, group_by="day", principal="alice") == [
         UsageTotal(day1.date().isoformat(), 30, 7, 2),
         UsageTotal(day2.date().isoformat(), 1, 1, 1),
     ]
@@ -477,10 +477,10 @@ async def test_a_finished_run_books_its_usage_once_and_keeps_it_past_its_session
     assert only_day2 == [UsageTotal("alice", 1, 1, 1)]
     # deleting the session deletes its runs, not what they used
     assert await store.delete_session("s1")
-    assert await store.usage_totals(**everything, group_by="principal", principal="alice") == [
-        UsageTotal("alice", 31, 8, 3)
-    ]
-    assert await store.usage_totals(**everything, group_by="agent", principal="carol") == []
+    assert await store.usage_totals(
+        start=day1, end=end, group_by="principal", principal="alice"
+    ) == [UsageTotal("alice", 31, 8, 3)]
+    assert await store.usage_totals(start=day1, end=end, group_by="agent", principal="carol") == []
 
 
 # --- titles and turns ---------------------------------------------------------------------
@@ -633,8 +633,8 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
         assert await s.migrate() == backend.SCHEMA_VERSION >= 4
     assert "sessions_by_principal" in await _index_names(stores[0])
     # the usage ledger was filled from the runs finished before it existed
-    day = {"start": T0 - timedelta(days=1), "end": T0 + timedelta(days=1)}
-    booked = await stores[0].usage_totals(**day, group_by="principal")
+    day = timedelta(days=1)
+    booked = await stores[0].usage_totals(start=T0 - day, end=T0 + day, group_by="principal")
     assert booked == [UsageTotal("alice", 7, 5, 1)]
     assert [s.id for s in await stores[-1].list_sessions("alice")] == ["s1"]
     assert (await stores[0].get_session("s1")) is not None
