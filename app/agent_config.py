@@ -84,6 +84,7 @@ _AGENT_KEYS = (
     "compaction",
     "max_history_messages",
     "required",
+    "tokens_per_day",
     *_CAPABILITY_KEYS,
 )
 _COMPACTION_KEYS = (
@@ -153,6 +154,8 @@ class AgentProfile:
     max_history_messages: int | None = None
     capabilities: Mapping[str, tuple[CapabilitySpec, ...]] = field(default_factory=dict)
     """Capability models by purpose (``embed``, ``image``...): primary first."""
+    tokens_per_day: int | None = None
+    """The agent's daily token budget over every principal (``app.budgets``); None: none."""
     required: bool = True
     """The worker is ready (``/readyz``) only once this agent warmed up; ``required = false``
     lets the others serve while it cannot (its runs then get 503 ``agent_unavailable``)."""
@@ -574,6 +577,7 @@ def _agent(
         max_history_messages=history,
         capabilities=agent_capabilities(table, sections or {}),
         required=table.boolean("required") is not False,
+        tokens_per_day=table.integer("tokens_per_day"),
     )
 
 

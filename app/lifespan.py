@@ -22,6 +22,7 @@ import logging
 import signal
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
 
@@ -30,14 +31,16 @@ from fastapi import FastAPI
 from agent_runtime.agent import AgentCore
 from app.admission import Admission
 from app.agents import DEFAULT_AGENT, ServiceConfig, build_agents, build_core, load_config
+from app.budgets import BudgetRules, Budgets, LocalBudgetCounters, parse_budgets
 from app.bus import open_bus
+from app.bus.base import Bus
 from app.media import MediaJobs
 from app.metrics import Metrics
 from app.readiness import DependencyWatch
 from app.runs import RunManager
 from app.services import Services
 from app.settings import Settings
-from app.storage import open_store
+from app.storage import Store, open_store
 
 __all__ = [
     "DrainOnSignal",
@@ -97,6 +100,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             metrics.runs_in_flight.set(running)
             metrics.runs_queued.set(queued)
 
+        budgets = await open_budgets(settings, config, store, bus)
         admission = Admission(
             max_running=settings.max_concurrent_runs,
             max_queued=settings.max_queued_runs,
@@ -115,6 +119,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             lease_seconds=settings.lease_seconds,
             debug=settings.debug,
             unavailable=agents.states.unavailable,
+            budgets=budgets,
         )
         stack.push_async_callback(manager.aclose)
         if not bus.shared and settings.workers == 1:
@@ -132,6 +137,40 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
         )
         stack.pop_all()
     return services
+
+
+async def open_budgets(
+    settings: Settings, config: ServiceConfig, store: Store, bus: Bus
+) -> Budgets:
+    """The token budgets (``AGENT_BUDGETS``, the agents' ``tokens_per_day``): counters in
+    Redis with a shared bus, else in memory; seeded from the day's usage in the store."""
+    principals, agent_budgets = parse_budgets(settings.budgets)
+    from_file = {
+        name: profile.tokens_per_day
+        for name, profile in config.agents.items()
+        if profile.tokens_per_day is not None
+    }
+    rules = BudgetRules(
+        principals=principals,
+        agents={**from_file, **agent_budgets},  # the environment's line wins
+        reserve=settings.budget_reserve_tokens,
+    )
+    make_counters = getattr(bus, "budget_counters", None)
+    counters = make_counters() if bus.shared and callable(make_counters) else None
+    budgets = Budgets(rules, counters or LocalBudgetCounters())
+    if rules.enabled:
+        # once at start, never per run: the day's finished runs, by principal and by agent
+        now = datetime.now(UTC)
+        day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        used: dict[str, int] = {}
+        for group in ("principal", "agent"):
+            totals = await store.usage_totals(
+                start=day, end=day + timedelta(days=1), group_by=group
+            )
+            for total in totals:
+                used[f"{group}:{total.key}"] = total.input_tokens + total.output_tokens
+        await budgets.seed(used)
+    return budgets
 
 
 async def warm_up(services: Services) -> None:

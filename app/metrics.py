@@ -65,6 +65,7 @@ class Metrics:
             "principal_limit",
             "draining",
             "agent_unavailable",
+            "budget_exceeded",
         ):
             self.runs_rejected.labels(reason)
         for outcome in ("accepted", "not_accepted", "not_found"):

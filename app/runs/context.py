@@ -10,6 +10,7 @@ from agent_runtime.agent import AgentCore
 from agent_runtime.events import AgentPhase
 from app.admission import Admission
 from app.agents import AgentProfile
+from app.budgets import Budgets
 from app.bus.base import Bus
 from app.metrics import Metrics
 from app.runs.handle import RunHandle
@@ -40,8 +41,11 @@ class RunContext:
         lease_seconds: float,
         debug: bool,
         unavailable: Callable[[str], str | None] | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         self.agent = agent
+        # the token budgets, when any is set (checked at admission, settled at a run's end)
+        self.budgets = budgets if budgets is not None and budgets.enabled else None
         # why an agent cannot take runs now (its warm-up failed), or None
         self.unavailable: Callable[[str], str | None] = unavailable or _always_available
         # each configured agent's own core; a profile without one runs on ``agent``

@@ -45,6 +45,8 @@ class Finalizer:
         handle.finished_at = now()
         await records.outcome(handle, outcome, stored)
         handle.ticket.release()
+        if handle.budget is not None:  # the reservation becomes the tokens the run used
+            await handle.budget.settle(handle.usage.input_tokens + handle.usage.output_tokens)
         # the terminal event before the lock's release: a worker dying in between leaves a
         # sealed log and a lock that lapses, never an unsealed log. Yet a client that starts
         # the next run as soon as it reads this one's end must not find the session busy: a
@@ -84,6 +86,8 @@ class Finalizer:
         context = self._context
         context.forget(handle.run_id)
         handle.ticket.release()
+        if handle.budget is not None:
+            await handle.budget.release()
         with contextlib.suppress(Exception):
             await context.bus.locks.release(handle.lease)
         discard = getattr(context.events, "discard", None)

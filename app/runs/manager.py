@@ -24,6 +24,7 @@ from typing import Any
 from agent_runtime.agent import AgentCore
 from app.admission import Admission
 from app.agents import AgentProfile
+from app.budgets import Budgets
 from app.bus.base import Bus
 from app.errors import ServiceError
 from app.metrics import Metrics
@@ -59,6 +60,7 @@ class RunManager:
         lease_seconds: float,
         debug: bool = False,
         unavailable: Callable[[str], str | None] | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         context = RunContext(
             agent=agent,
@@ -72,6 +74,7 @@ class RunManager:
             lease_seconds=lease_seconds,
             debug=debug,
             unavailable=unavailable,
+            budgets=budgets,
         )
         self._context = context
         records = RunRecords(store)

@@ -17,7 +17,16 @@ import logging
 
 from app.admission import AdmissionRejected, Ticket
 from app.agents import AgentProfile
-from app.errors import AgentUnavailable, Draining, NotFound, Overloaded, ServiceError, SessionBusy
+from app.budgets import BudgetHold
+from app.errors import (
+    AgentUnavailable,
+    BudgetExceeded,
+    Draining,
+    NotFound,
+    Overloaded,
+    ServiceError,
+    SessionBusy,
+)
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.finalize import Finalizer
@@ -77,18 +86,23 @@ class Starter:
                 retry_after=_RETRY_AFTER_UNAVAILABLE,
                 extra={"agent": profile.name, "reason": reason},
             )
-        # admission first: it is in memory, so a refused request (429) costs no storage write
-        # and leaves no session behind, which keeps refusals fast under overload
+        # the budgets and admission first: in memory (or one Redis script), so a refused
+        # request (429) costs no storage write and leaves no session behind, which keeps
+        # refusals fast under overload
+        hold = await self._budget(principal, profile.name)
         try:
             ticket = context.admission.reserve(principal)
         except AdmissionRejected as exc:
             context.reject(exc.reason)
+            await _release(hold)
             raise admission_problem(exc) from None
         try:
             handle = await self._admit(principal, session_id, profile, options, ticket)
         except BaseException:
             ticket.release()
+            await _release(hold)
             raise
+        handle.budget = hold
         context.hold(handle)
         try:
             recorded = await self._launch(handle)
@@ -119,6 +133,17 @@ class Starter:
             },
         )
         return handle
+
+    async def _budget(self, principal: str, agent: str) -> BudgetHold | None:
+        """The run's reservation of its token budgets; ``BudgetExceeded`` when one is used up."""
+        budgets = self._context.budgets
+        if budgets is None:
+            return None
+        try:
+            return await budgets.hold(principal, agent)
+        except BudgetExceeded:
+            self._context.reject("budget_exceeded")
+            raise
 
     async def _admit(
         self,
@@ -203,3 +228,9 @@ def admission_problem(exc: AdmissionRejected) -> ServiceError:
     if exc.reason == "draining":
         return draining_problem()
     return Overloaded(str(exc), retry_after=_RETRY_AFTER_BUSY)
+
+
+async def _release(hold: BudgetHold | None) -> None:
+    """Give a start's reservation back (the start was refused or undone)."""
+    if hold is not None:
+        await hold.release()

@@ -1,0 +1,125 @@
+"""``GET /v1/usage``: the caller's token usage, summed by agent, principal or UTC day."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Final, Literal
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, Field
+from starlette.responses import JSONResponse, Response
+
+from app.api.schemas import Problem
+from app.auth import principal_of
+from app.errors import InvalidRequest
+from app.services import ServicesDep
+from app.wire import iso_ms
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["usage"])
+
+Principal = Annotated[str, Depends(principal_of)]
+
+_PROBLEM = {"model": Problem, "content": {"application/problem+json": {}}}
+# a longer range is a report, not a request: it reads every row in it
+_MAX_RANGE: Final = timedelta(days=366)
+
+
+class UsageRow(BaseModel):
+    """The tokens of one group's finished runs (``agent``, ``principal`` or ``day`` names it)."""
+
+    agent: str | None = None
+    principal: str | None = None
+    day: str | None = Field(default=None, description="UTC date, YYYY-MM-DD")
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    runs: int
+
+
+class UsageReport(BaseModel):
+    """``GET /v1/usage``."""
+
+    principal: str
+    group_by: Literal["agent", "principal", "day"]
+    from_: str = Field(alias="from")
+    to: str
+    usage: list[UsageRow]
+    total: UsageRow
+
+
+def _utc(moment: datetime) -> datetime:
+    # a date or a time without an offset is UTC, the budgets' window
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _row(name: str | None, key: str | None, tokens_in: int, tokens_out: int, runs: int) -> Any:
+    row: dict[str, Any] = {name: key} if name is not None else {}
+    row.update(
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        total_tokens=tokens_in + tokens_out,
+        runs=runs,
+    )
+    return row
+
+
+@router.get(
+    "/v1/usage",
+    summary="The caller's token usage",
+    response_model=UsageReport,
+    responses={422: _PROBLEM},
+)
+async def usage(
+    principal: Principal,
+    services: ServicesDep,
+    start: Annotated[
+        datetime | None,
+        Query(
+            alias="from",
+            description="Start (included), an ISO date or time (UTC without an offset); "
+            "default: today, 00:00 UTC",
+        ),
+    ] = None,
+    end: Annotated[
+        datetime | None,
+        Query(alias="to", description="End (excluded), an ISO date or time; default: now"),
+    ] = None,
+    group_by: Annotated[
+        Literal["agent", "principal", "day"], Query(description="What the rows sum by")
+    ] = "agent",
+) -> Response:
+    """The tokens of the caller's runs that finished in ``[from, to)``, by agent, principal
+    (the caller's one row) or UTC day; read from the store's usage ledger, which keeps a
+    run's usage after its session is deleted."""
+    now = datetime.now(UTC)
+    since = (
+        _utc(start) if start is not None else now.replace(hour=0, minute=0, second=0, microsecond=0)
+    )
+    until = _utc(end) if end is not None else now
+    if until <= since:
+        raise InvalidRequest("'to' must be after 'from'")
+    if until - since > _MAX_RANGE:
+        raise InvalidRequest("at most 366 days at a time: narrow 'from' and 'to'")
+    totals = await services.store.usage_totals(
+        start=since, end=until, group_by=group_by, principal=principal
+    )
+    rows = [_row(group_by, t.key, t.input_tokens, t.output_tokens, t.runs) for t in totals]
+    total = _row(
+        None,
+        None,
+        sum(t.input_tokens for t in totals),
+        sum(t.output_tokens for t in totals),
+        sum(t.runs for t in totals),
+    )
+    return JSONResponse(
+        {
+            "principal": principal,
+            "group_by": group_by,
+            "from": iso_ms(since.timestamp()),
+            "to": iso_ms(until.timestamp()),
+            "usage": rows,
+            "total": total,
+        }
+    )
