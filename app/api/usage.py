@@ -13,7 +13,6 @@ from app.api.schemas import Problem
 from app.auth import principal_of
 from app.errors import InvalidRequest
 from app.services import ServicesDep
-from app.wire import iso_ms
 
 __all__ = ["router"]
 
@@ -52,6 +51,11 @@ class UsageReport(BaseModel):
 def _utc(moment: datetime) -> datetime:
     # a date or a time without an offset is UTC, the budgets' window
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _iso(moment: datetime) -> str:
+    # as iso_ms writes them (milliseconds, Z), for every year datetime has
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _row(name: str | None, key: str | None, tokens_in: int, tokens_out: int, runs: int) -> Any:
@@ -117,8 +121,8 @@ async def usage(
         {
             "principal": principal,
             "group_by": group_by,
-            "from": iso_ms(since.timestamp()),
-            "to": iso_ms(until.timestamp()),
+            "from": _iso(since),
+            "to": _iso(until),
             "usage": rows,
             "total": total,
         }
