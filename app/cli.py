@@ -17,12 +17,14 @@ from types import FrameType
 
 import uvicorn
 from pydantic import ValidationError
+from uvicorn.config import STARTUP_FAILURE
 
 from app.bus.base import BusError
 from app.lifespan import check_configuration
 from app.logs import logging_config
 from app.settings import Settings
 from app.storage import PostgresStore, StorageError
+from app.supervisor import Supervisor
 
 __all__ = ["main"]
 
@@ -127,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # restores and raises into is this one, which lets ``main`` return 0. (A second SIGTERM
     # during the drain still forces uvicorn's own fast exit; SIGINT keeps its status.)
     signal.signal(signal.SIGTERM, _stopped)
-    uvicorn.run(
+    config = uvicorn.Config(
         "app.main:create_app",
         factory=True,
         host=args.host,
@@ -143,6 +145,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # on connections (app.http_protocol)
         http="app.http_protocol:GuardedHttpToolsProtocol",
     )
+    if args.workers == 1:
+        server = uvicorn.Server(config)
+        server.run()
+        if not server.started:
+            return STARTUP_FAILURE
+    else:
+        # uvicorn's supervisor, saying why it replaces a worker (app.supervisor)
+        Supervisor(config, sockets=[config.bind_socket()]).run()
     return 0
 
 

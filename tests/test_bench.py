@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def test_quick_run_exercises_every_scenario(tmp_path: Path) -> None:

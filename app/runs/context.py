@@ -90,8 +90,10 @@ class RunContext:
     async def find(self, run_id: str, principal: str) -> RunHandle | RunRecord | None:
         """The run (held here, else stored) if it exists and belongs to ``principal``."""
         handle = self.runs.get(run_id)
-        if handle is not None:
-            return handle if handle.principal == principal else None
+        if handle is not None and handle.principal == principal:
+            return handle
+        # another principal's live run costs the query an unknown id costs: the answer's timing
+        # must not tell that such a run exists
         record = await self.store.get_run(run_id)
         if record is None or record.principal != principal:
             return None

@@ -114,6 +114,9 @@ class Routing:
         if local is not None and local.session_id == session_id:
             # the run is held here: its handle answers the ownership question without a query
             owned = local.principal == principal
+            if not owned:
+                # the query an unknown run costs, so that the refusal's timing tells nothing
+                await context.store.get_session(session_id)
         else:
             session = await context.store.get_session(session_id)
             owned = session is not None and session.principal == principal

@@ -161,9 +161,15 @@ class Starter:
             raise NotFound(f"no session {session_id!r}") from None
         run_id = new_run_id()
         lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
+        active = None if lease is not None else await context.bus.locks.holder(session_id)
+        if lease is None and active is None:
+            # the holder let go between the two calls (its run just ended): try once more, so
+            # that the answer is the session's new state, not a 409 naming no run
+            lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
+            if lease is None:
+                active = await context.bus.locks.holder(session_id)
         if lease is None:
             context.reject("session_busy")
-            active = await context.bus.locks.holder(session_id)
             if active is not None and not active.startswith("run_"):
                 active = None  # held for a moment by a deletion or the lost-run sweep
             raise SessionBusy(

@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from .conftest import AGENT_SERVER, Event, Launch, assert_well_formed, open_stream, wait_for
+
+# long (drains, 200 clients): in the slow set, which CI runs
+pytestmark = pytest.mark.slow
 
 LEAK_KEYS = (
     "runs",

@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if here in item.path.parents:
-            for marker in ("e2e", "redis", "postgres"):
+            for marker in ("e2e", "redis", "postgres", "slow"):
                 item.add_marker(marker)
 
 

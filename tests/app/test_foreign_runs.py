@@ -1,0 +1,87 @@
+"""Another principal's live run is answered like an unknown id, at the same cost: the store
+queries its lookups make are the same, so the answer's timing cannot tell that the run exists."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.agents import load_config
+from app.bus import LocalBus
+from app.errors import NotFound
+from app.lifespan import build_agent
+from app.runs import RunManager, RunRequestOptions
+from app.settings import Settings
+from app.storage import Store, open_store
+from tests.app.conftest import wait_until
+from tests.app.managers import run_manager
+
+
+class CountingStore:
+    """A real store that counts the calls made to it, by method."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        if not callable(attribute):
+            return attribute
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return attribute(*args, **kwargs)
+
+        return counted
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[tuple[RunManager, CountingStore]]:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/a.db", demo_token_delay=0.0, redis_url=None
+    )
+    real = await open_store(settings.database_url)
+    store = CountingStore(real)
+    bus = LocalBus()
+    agent = await build_agent(settings, load_config(None))
+    manager = run_manager(agent, store, bus)
+    try:
+        yield manager, store
+    finally:
+        await manager.aclose()
+        await agent.aclose()
+        await bus.aclose()
+        await real.close()
+
+
+async def test_a_foreign_live_run_costs_what_an_unknown_id_costs(
+    world: tuple[RunManager, CountingStore],
+) -> None:
+    manager, store = world
+    # alice's run waits for a confirmation: it stays live, held by this worker
+    handle = await manager.start("alice", "s-alice", RunRequestOptions(input="delete x.txt"))
+    await wait_until(lambda: manager.live_status(handle) == "waiting")
+
+    async def queries(principal: str, run_id: str) -> collections.Counter[str]:
+        store.calls.clear()
+        assert await manager.find(run_id, principal) is None
+        with pytest.raises(NotFound):
+            await manager.external_event(principal, "s-alice", run_id, "confirmation", {})
+        # the lookups' own reads (the run writes its own status meanwhile)
+        return collections.Counter({k: store.calls[k] for k in ("get_run", "get_session")})
+
+    foreign = await queries("bob", handle.run_id)
+    unknown = await queries("bob", "run_0123456789abcdef0123456789abcdef")
+    assert foreign == unknown, (foreign, unknown)
+    assert foreign["get_run"] == 1 and foreign["get_session"] == 1
+    # alice herself is answered from the handle, without a query
+    store.calls.clear()
+    assert await manager.find(handle.run_id, "alice") is handle
+    assert store.calls["get_run"] == 0
+    await manager.cancel(handle.run_id, "alice")
+    await handle.finished
