@@ -153,9 +153,15 @@ async def test_usage_is_reported_by_agent_principal_and_day(serve: Serve) -> Non
             "/v1/usage", params={"from": "2020-01-01", "to": "2020-01-02"}, headers=auth("key-a")
         )
         assert empty.json()["usage"] == [] and empty.json()["total"]["runs"] == 0
+        # an empty window, and a long one (the whole ledger is indexed by time)
+        backwards = {"from": "2026-12-02", "to": "2026-12-01"}
+        assert (
+            await served.client.get("/v1/usage", params=backwards, headers=auth("key-a"))
+        ).json()["usage"] == []
+        years = {"from": "2000-01-01", "to": "2100-01-01"}
+        long = await served.client.get("/v1/usage", params=years, headers=auth("key-a"))
+        assert long.json()["total"] == row
         for params in (
-            {"from": "2026-12-02", "to": "2026-12-01"},
-            {"from": "2020-01-01", "to": "2026-01-01"},
             {"group_by": "model"},
             {"from": "yesterday"},
         ):
