@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from .conftest import AGENT_SERVER, Event, Launch, assert_well_formed, open_stream, wait_for
+from .conftest import Event, Launch, assert_well_formed, open_stream, wait_for
 
 # long (drains, 200 clients): in the slow set, which CI runs
 pytestmark = pytest.mark.slow
@@ -105,23 +102,6 @@ async def test_sigterm_drains_fifty_open_streams(start_server: Launch) -> None:
         for stream in everyone:
             run = (await client.get(f"/v1/runs/{stream.run_id}")).json()
             assert run["status"] == stream.events[-1].type.removeprefix("run.")
-
-
-def test_several_workers_without_a_shared_bus_are_refused(tmp_path: Path) -> None:
-    # each would keep its own runs and session locks: events 404 on the other worker, two
-    # turns of one session accepted at once
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    env["AGENT_DATABASE_URL"] = f"sqlite:///{tmp_path}/agent.db"
-    done = subprocess.run(
-        [str(AGENT_SERVER), "--port", "0", "--workers", "2"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "cannot start: --workers 2 needs a shared bus: set AGENT_REDIS_URL" in done.stderr
 
 
 async def test_sigterm_with_several_workers(start_server: Launch) -> None:
