@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 from starlette.responses import JSONResponse, Response
 
 from app.api.schemas import Problem
@@ -20,6 +21,17 @@ router = APIRouter(tags=["usage"])
 Principal = Annotated[str, Depends(principal_of)]
 
 _PROBLEM = {"model": Problem, "content": {"application/problem+json": {}}}
+_ISO_START = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _iso_only(value: object) -> object:
+    # pydantic also reads a number as Unix time; the schema (and the docs) say ISO 8601
+    if isinstance(value, str) and not _ISO_START.match(value):
+        raise ValueError("expected an ISO 8601 date or time, e.g. 2026-12-01 or 2026-12-01T12:00Z")
+    return value
+
+
+IsoMoment = Annotated[datetime, BeforeValidator(_iso_only)]
 
 
 class UsageRow(BaseModel):
@@ -82,7 +94,7 @@ async def usage(
     principal: Principal,
     services: ServicesDep,
     start: Annotated[
-        datetime | None,
+        IsoMoment | None,
         Query(
             alias="from",
             description="Start (included), an ISO date or time (UTC without an offset); "
@@ -90,7 +102,7 @@ async def usage(
         ),
     ] = None,
     end: Annotated[
-        datetime | None,
+        IsoMoment | None,
         Query(alias="to", description="End (excluded), an ISO date or time; default: now"),
     ] = None,
     group_by: Annotated[

@@ -164,6 +164,7 @@ async def test_usage_is_reported_by_agent_principal_and_day(serve: Serve) -> Non
         for params in (
             {"group_by": "model"},
             {"from": "yesterday"},
+            {"to": "0.5"},  # not Unix time: ISO 8601 only
         ):
             bad = await served.client.get("/v1/usage", params=params, headers=auth("key-a"))
             assert bad.status_code == 422, params
