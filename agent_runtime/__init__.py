@@ -31,12 +31,15 @@ from .errors import (
     RunError,
     RunTimeoutError,
     SessionBusyError,
+    SkillNotFoundError,
+    StructuredOutputError,
     ToolErrorLimitError,
 )
 from .events import AgentEvent, AgentEventType, AgentPhase
 from .extensions.base import AgentExtension
 from .messages import AssistantMessage, ToolCall
 from .model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, Usage
+from .run_calls import StructuredResponse
 from .tools.base import Tool, ToolPolicy, current_tool_call_id, tool
 
 __all__ = [
@@ -70,6 +73,9 @@ __all__ = [
     "RunError",
     "RunTimeoutError",
     "SessionBusyError",
+    "SkillNotFoundError",
+    "StructuredOutputError",
+    "StructuredResponse",
     "Tool",
     "ToolCall",
     "ToolErrorLimitError",

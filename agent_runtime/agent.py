@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import fnmatch
 import logging
+import os
 import secrets
 from collections.abc import (
     AsyncIterator,
@@ -39,6 +40,7 @@ from .errors import (
     RunError,
     RunTimeoutError,
     SessionBusyError,
+    StructuredOutputError,
     ToolErrorLimitError,
 )
 from .events import AgentEvent, AgentEventType, AgentPhase
@@ -46,7 +48,11 @@ from .extensions.base import AgentExtension, ToolOutcome
 from .extensions.events import RunCancelledEvent
 from .messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from .model import Model, ModelEventKind, ModelRequest, ModelResponse, RetryOptions, Usage
-from .tools.base import Tool, ToolPolicy, tool
+from .run_calls import RunCalls
+from .skills.activation import SkillState
+from .skills.catalogue import SkillManager
+from .structured import OutputSpec, StructuredOutput, output_spec
+from .tools.base import Tool, ToolPolicy, _run_state, tool
 from .tools.execution import ToolExecutor
 from .tools.registry import ToolRegistry
 
@@ -63,11 +69,15 @@ __all__ = [
     "ConversationStore",
     "InMemoryConversationStore",
     "PermissionCallback",
+    "ToolGate",
 ]
 
 logger = logging.getLogger("agent_runtime")
 
 PermissionCallback: TypeAlias = Callable[["AgentRunContext", ToolCall], "bool | Awaitable[bool]"]
+ToolGate: TypeAlias = Callable[[ToolCall], "str | None"]
+"""A run's last word on a tool call, asked (synchronously) right before the call executes, after
+its hooks, policy and approval: None lets it run, a string refuses it with that error."""
 ModelLike: TypeAlias = "Model | ModelBinding | ModelBindings"
 
 DEFAULT_MAX_ITERATIONS = 50
@@ -149,13 +159,15 @@ CANCELLED_CALL = "the run was cancelled before this call returned"
 
 @dataclass(slots=True)
 class AgentResponse:
-    """The outcome of ``chat``: the final message, the run's id, usage and new messages."""
+    """The outcome of ``chat``: the final message, the run's id, usage and new messages
+    (and ``structured``, the validated answer, when the run asked for structured output)."""
 
     message: AssistantMessage
     run_id: str
     session_id: str
     usage: Usage
     messages: list[Message]
+    structured: StructuredOutput | None = None
 
     @property
     def content(self) -> str:
@@ -205,6 +217,10 @@ class _RunOptions:
     params: dict[str, Any]
     agent_name: str | None
     context_compactor: ContextCompactor | None = None
+    tool_gate: ToolGate | None = None
+    skill_state: SkillState | None = None
+    output: OutputSpec | None = None
+    tool_filter: Callable[[Tool], bool] | None = None
 
 
 class AgentRunContext:
@@ -256,8 +272,14 @@ class AgentRunContext:
 
     @property
     def tools(self) -> Mapping[str, Tool]:
-        """The tools advertised to the model in this run (read once when it started)."""
+        """The tools of this run (read once when it started; the active skills may advertise
+        fewer, see ``skill_state``)."""
         return self._options.tools
+
+    @property
+    def skill_state(self) -> SkillState | None:
+        """This run's skills (catalogue, active skills); None for an agent without skills."""
+        return self._options.skill_state
 
     async def emit(self, event: AgentEvent) -> None:
         """Send an event to the run's consumer; run and session ids are filled in if empty."""
@@ -314,7 +336,7 @@ class AgentRunContext:
         return True
 
 
-class AgentCore(CapabilityCalls):
+class AgentCore(CapabilityCalls, RunCalls):
     """An agent: a model (or bindings), tools and extensions, serving concurrent runs.
 
     One instance belongs to one event loop. It claims the loop of its first use; use from another
@@ -322,6 +344,8 @@ class AgentCore(CapabilityCalls):
     Besides runs it offers the capability calls of its bindings (``embed``, ``rerank``,
     ``generate_image``, ``synthesize_speech``, ``transcribe``) and media jobs (``submit_image``,
     ``submit_video``), which ``aclose()`` cancels and awaits before it closes the providers.
+    ``skills`` (a ``SkillManager`` or its paths) gives runs a skill catalogue; ``chat_structured``
+    and ``run_skill`` are in ``RunCalls``.
     """
 
     def __init__(
@@ -345,12 +369,22 @@ class AgentCore(CapabilityCalls):
         model_params: Mapping[str, Any] | None = None,
         context_compactor: ContextCompactor | None = None,
         max_history_messages: int | None = DEFAULT_MAX_HISTORY_MESSAGES,
+        skills: SkillManager | Iterable[str | os.PathLike[str]] | None = None,
+        builtin_tools: Iterable[Tool] = (),
     ) -> None:
         self.bindings = _as_bindings(model)
+        if skills is None or isinstance(skills, SkillManager):
+            self.skills: SkillManager | None = skills
+        elif isinstance(skills, str | os.PathLike):
+            raise ConfigurationError("skills= takes a SkillManager or a list of paths")
+        else:
+            self.skills = SkillManager(skills)
         if not self.bindings.llm:
             raise ConfigurationError("an AgentCore needs an llm binding (ModelBindings(llm=...))")
         self._media_jobs = set()
         self.registry = ToolRegistry()
+        for built_in in builtin_tools:
+            self.registry.register(built_in)
         for item in tools:
             self.registry.register(item)
         self._extensions: list[AgentExtension] = []
@@ -496,6 +530,7 @@ class AgentCore(CapabilityCalls):
         run_id = session_id = ""
         usage = Usage()
         new_messages: list[Message] = []
+        structured: StructuredOutput | None = None
         async for event in self._stream(prompt, config, conversation, options, raise_on_fail=True):
             if event.type is AgentEventType.RUN_COMPLETED:
                 message = event.message
@@ -503,9 +538,10 @@ class AgentCore(CapabilityCalls):
                 session_id = event.session_id or ""
                 usage = event.usage or Usage()
                 new_messages = list(event.messages or ())
+                structured = event.structured
         if message is None:  # pragma: no cover - the stream always ends with a terminal event
             raise RunError("run ended without a result")
-        return AgentResponse(message, run_id, session_id, usage, new_messages)
+        return AgentResponse(message, run_id, session_id, usage, new_messages, structured)
 
     def stream(
         self,
@@ -521,7 +557,10 @@ class AgentCore(CapabilityCalls):
         cancels the run. Options override the agent's defaults for this run: ``run_timeout``,
         ``max_iterations``, ``tool_timeout``, ``parallel_tool_calls``, ``system_prompt``,
         ``permission_callback``, ``extra_tools``, ``tool_filter``, ``model_params``,
-        ``agent_name``, ``context_compactor``.
+        ``agent_name``, ``context_compactor``, ``tool_gate`` (a ``ToolGate``); ``skill`` (a
+        skill of the catalogue, active from the start), ``skill_dispatch`` (False: no
+        ``system_one`` routing), ``output_type`` or ``response_format`` and ``output_retries``
+        (structured output, see ``structured``).
         """
         self._check_usable()
         return self._stream(prompt, config, conversation, options, raise_on_fail=True)
@@ -623,6 +662,22 @@ class AgentCore(CapabilityCalls):
             tools = {name: t for name, t in tools.items() if tool_filter(t)}
         params = dict(self.model_params)
         params.update(options.get("model_params") or {})
+        skill = options.get("skill")
+        skill_state: SkillState | None = None
+        if self.skills is not None:
+            skill_state = SkillState(
+                self.skills,
+                requested=skill,
+                dispatch=bool(options.get("skill_dispatch", True)),
+                system_one=self.bindings.system_one,
+            )
+        elif skill is not None:
+            raise ConfigurationError(f"skill {skill!r} was asked for, but this agent has no skills")
+        output = output_spec(
+            output_type=options.get("output_type"),
+            response_format=options.get("response_format"),
+            max_retries=options.get("output_retries"),
+        )
         return _RunOptions(
             run_timeout=run_timeout,
             max_iterations=max_iterations,
@@ -635,6 +690,10 @@ class AgentCore(CapabilityCalls):
             params=params,
             agent_name=options.get("agent_name") or self.name,
             context_compactor=options.get("context_compactor", self.context_compactor),
+            tool_gate=options.get("tool_gate"),
+            skill_state=skill_state,
+            output=output,
+            tool_filter=tool_filter,
         )
 
     async def _stream(
@@ -722,6 +781,8 @@ class AgentCore(CapabilityCalls):
         state = context.state
         options = context._options
         channel = context._channel
+        # the run's task has its own context: tools of this run see this dict, no other run does
+        _run_state.set({})
         try:
             try:
                 async with asyncio.timeout(options.run_timeout) as deadline:
@@ -804,7 +865,25 @@ class AgentCore(CapabilityCalls):
                 model=primary.model,
             )
         )
-        specs = [t.spec for t in options.tools.values()]
+        skills = options.skill_state
+        if skills is not None:
+            await skills.start(context, prompt)
+            for name, built in skills.tools().items():
+                if options.tool_filter is not None and not options.tool_filter(built):
+                    continue  # the run's filter reaches the skill tools too
+                if name in options.tools:
+                    raise ConfigurationError(
+                        f"tool {name!r} collides with the skill tool of that name; rename it"
+                    )
+                options.tools[name] = built
+        system = options.system_prompt
+        if skills is not None:
+            system = skills.system_prompt(system)
+        output = options.output
+        if output is not None:
+            system = f"{system}\n\n{output.instructions()}" if system else output.instructions()
+        structured: StructuredOutput | None = None
+        answers = 0
         while True:
             if state.iteration >= options.max_iterations:
                 raise MaxIterationsError(
@@ -820,17 +899,41 @@ class AgentCore(CapabilityCalls):
                 max_messages=self.max_history_messages,
                 run_id=context.run_id,
             )
+            # read each time: a skill activated by the last batch narrows what is advertised
+            if skills is not None:
+                specs = skills.advertised(options.tools)
+            else:
+                specs = [t.spec for t in options.tools.values()]
             request = ModelRequest(
                 messages=list(state.messages),
                 tools=specs,
-                system=options.system_prompt,
+                system=system,
                 run_id=context.run_id,
                 session_id=context.session_id,
                 params=options.params,
+                output_schema=output.schema if output is not None else None,
             )
             response = await self._call_model(context, request)
             message = response.message
             state.messages.append(message)
+            if not message.tool_calls and output is not None:
+                answers += 1
+                # in a thread: a large answer, or a client's schema with a costly pattern, must
+                # not hold up the loop's other runs
+                verdict = await asyncio.to_thread(output.check, message.content or "")
+                if verdict.ok:
+                    structured = StructuredOutput(verdict.value, verdict.json)
+                elif answers > output.max_retries:
+                    raise StructuredOutputError(
+                        verdict.summary,
+                        attempts=answers,
+                        output=message.content or "",
+                        run_id=context.run_id,
+                    )
+                else:
+                    # the rejected answer and the correction stay out of the stored turn
+                    state.messages.append(UserMessage(output.retry_prompt(verdict.feedback)))
+                    continue
             new_messages.append(message)
             if not message.tool_calls:
                 break
@@ -862,6 +965,7 @@ class AgentCore(CapabilityCalls):
                 message=message,
                 usage=state.usage,
                 messages=new_messages,
+                structured=structured,
             )
         )
 
@@ -990,6 +1094,10 @@ class AgentCore(CapabilityCalls):
         found = context._options.tools.get(call.name)
         if found is None:
             return f"unknown tool {call.name!r}: it is not available in this run"
+        skills = context._options.skill_state
+        if skills is not None and not skills.allows(call.name):
+            # refused before any hook or approval: an unadvertised tool never asks anyone
+            return skills.refusal(call.name)
         for extension in self._extensions:
             await extension.before_tool(context, call)
         policy = context.tool_policy(call.name)
@@ -1029,6 +1137,10 @@ class AgentCore(CapabilityCalls):
     async def _finish_call(
         self, context: AgentRunContext, call: ToolCall, ready: Tool | str
     ) -> ToolMessage:
+        gate = context._options.tool_gate
+        if gate is not None and not isinstance(ready, str):
+            # asked here, with nothing awaited before the call starts: what it says holds
+            ready = gate(call) or ready
         if isinstance(ready, str):
             outcome_error: str | None = ready
             result: Any = None
@@ -1092,6 +1204,12 @@ _OPTION_NAMES = frozenset(
         "model_params",
         "agent_name",
         "context_compactor",
+        "tool_gate",
+        "skill",
+        "skill_dispatch",
+        "output_type",
+        "response_format",
+        "output_retries",
     }
 )
 

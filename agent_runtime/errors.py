@@ -9,11 +9,15 @@ misuse of the API is kept apart from a run that failed::
     ├── AgentClosedError (also RuntimeError)    an entry point called after aclose()
     ├── LoopAffinityError (also RuntimeError)   an agent or binding used from a second event loop
     ├── SessionBusyError                        a second run on a session that has one active
+    ├── SkillResourceError (also ValueError)    a skill resource path that is refused or unreadable
     └── RunError                                a run ended in failure; carries .code and .run_id
         ├── RunTimeoutError (also TimeoutError) the run's deadline expired
         ├── MaxIterationsError                  the model kept calling tools past max_iterations
         ├── ToolErrorLimitError                 too many consecutive tool errors or denials
         ├── RunCancelledError                   the run was cancelled by cancel_run or aclose
+        ├── SkillNotFoundError (also LookupError) the run named a skill its catalogue lacks
+        ├── StructuredOutputError               the answer did not validate against the output
+        │                                       type, after the allowed retries
         └── ProviderError                       the model provider failed; .retryable says if
             │                                   another attempt or binding may succeed
             ├── ProviderStatusError             the upstream answered with an error status
@@ -43,6 +47,9 @@ __all__ = [
     "RunError",
     "RunTimeoutError",
     "SessionBusyError",
+    "SkillNotFoundError",
+    "SkillResourceError",
+    "StructuredOutputError",
     "ToolErrorLimitError",
 ]
 
@@ -97,6 +104,12 @@ class SessionBusyError(AgentRuntimeError):
         self.active_run_id = active_run_id
 
 
+class SkillResourceError(AgentRuntimeError, ValueError):
+    """A skill's resource was refused (absolute, ``..``, a symlink out of the skill's folder)
+    or could not be read. Raised inside the ``read_skill_resource`` tool, whose call then
+    returns this message as its error."""
+
+
 class RunError(AgentRuntimeError):
     """A run ended in failure. ``code`` is the stable failure code of the SSE contract."""
 
@@ -141,6 +154,44 @@ class RunCancelledError(RunError):
     def __init__(self, reason: str, *, run_id: str | None = None) -> None:
         super().__init__(f"the run was cancelled ({reason})", run_id=run_id)
         self.reason = reason
+
+
+class SkillNotFoundError(RunError, LookupError):
+    """The run named a skill (``skill=``, ``run_skill``, a pipeline step) that the agent's
+    catalogue does not have. ``available`` lists the names it has."""
+
+    code = "skill_not_found"
+
+    def __init__(
+        self, name: str, available: tuple[str, ...] = (), *, run_id: str | None = None
+    ) -> None:
+        known = ", ".join(available) or "none"
+        super().__init__(
+            f"no skill named {name!r} in the agent's catalogue (skills: {known})", run_id=run_id
+        )
+        self.name = name
+        self.available = available
+
+
+class StructuredOutputError(RunError):
+    """The model's answer did not validate against the requested output type, on every
+    attempt. ``problems`` is the last validation error as text, ``attempts`` how many answers
+    were checked, ``output`` the last answer's text (the model's: for the developer, never
+    part of the message)."""
+
+    code = "invalid_output"
+
+    def __init__(
+        self, problems: str, *, attempts: int, output: str, run_id: str | None = None
+    ) -> None:
+        super().__init__(
+            f"the model's answer did not match the output schema after {attempts} "
+            f"attempt(s): {problems}",
+            run_id=run_id,
+        )
+        self.problems = problems
+        self.attempts = attempts
+        self.output = output
 
 
 class ProviderError(RunError):

@@ -9,10 +9,13 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .messages import AssistantMessage, Message
 from .model import Usage
+
+if TYPE_CHECKING:
+    from .structured import StructuredOutput
 
 __all__ = ["TERMINAL_EVENT_TYPES", "AgentEvent", "AgentEventType", "AgentPhase"]
 
@@ -64,7 +67,8 @@ class AgentEvent:
     Only the fields of the event's type are set: ``delta`` for text deltas; ``tool_call_id``,
     ``name``, ``arguments``, ``result``, ``error`` and ``is_error`` for tool calls; ``name``
     and ``payload`` for custom events; ``usage`` for usage and terminal events; ``message`` for
-    ``run.completed`` (with ``messages``, every message the run added to the conversation);
+    ``run.completed`` (with ``messages``, every message the run added to the conversation, and
+    ``structured``, the validated answer of a run asked for structured output);
     ``error_code`` and ``error`` for ``run.failed`` (with ``reason``, a finer class of some
     failures, e.g. ``malformed_response``); ``reason`` for ``run.cancelled``. ``run_id`` and
     ``session_id`` are filled in by the runtime when an
@@ -90,6 +94,7 @@ class AgentEvent:
     reason: str | None = None
     agent: str | None = None
     model: str | None = None
+    structured: StructuredOutput | None = None
     ts: float = field(default_factory=time.time)
 
     @property
@@ -128,10 +133,10 @@ class AgentEvent:
             return {"agent": self.agent, "model": self.model}
         if t is AgentEventType.RUN_COMPLETED:
             content = self.message.content if self.message is not None else None
-            return {
-                "output": {"content": content or ""},
-                "usage": (self.usage or Usage()).to_dict(),
-            }
+            output: dict[str, Any] = {"content": content or ""}
+            if self.structured is not None:
+                output["structured"] = self.structured.json
+            return {"output": output, "usage": (self.usage or Usage()).to_dict()}
         if t is AgentEventType.RUN_FAILED:
             error = {"code": self.error_code or "internal", "message": self.error or ""}
             if self.reason is not None:

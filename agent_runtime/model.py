@@ -22,6 +22,7 @@ __all__ = [
     "ModelEventKind",
     "ModelRequest",
     "ModelResponse",
+    "OutputSchema",
     "RetryOptions",
     "ToolSpec",
     "Usage",
@@ -63,6 +64,20 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSchema:
+    """The JSON schema a call's answer must match (structured output).
+
+    A provider with a native form uses it (OpenAI ``response_format`` json_schema, Anthropic a
+    forced tool named ``name``) and answers with the JSON as its text; other models get the
+    schema as an instruction in the system prompt.
+    """
+
+    name: str
+    schema: dict[str, Any]
+    strict: bool = False
 
 
 @dataclass(slots=True)
@@ -107,6 +122,7 @@ class ModelRequest:
     session_id: str | None = None
     model_call_id: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+    output_schema: OutputSchema | None = None
 
 
 @dataclass(slots=True)

@@ -83,6 +83,9 @@ _AGENT_KEYS = (
     "model_params",
     "compaction",
     "max_history_messages",
+    "description",
+    "skills",
+    "system_one",
     "required",
     "tokens_per_day",
     *_CAPABILITY_KEYS,
@@ -140,6 +143,11 @@ class AgentProfile:
     name: str
     model: str | None = None
     fallbacks: tuple[str, ...] | None = None
+    description: str | None = None
+    skills: tuple[str, ...] = ()
+    """Skill paths (absolute), in override order: a later path's skill replaces an earlier one."""
+    system_one: str | None = None
+    """Model spec of the agent's ``system_one`` binding (skill dispatch); None: no dispatch."""
     system_prompt: str | None = None
     run_timeout: float | None = None
     max_iterations: int | None = None
@@ -490,12 +498,17 @@ def _agent(
     where = table.where
     model = table.string("model")
     fallbacks = table.strings("fallbacks")
-    for key, specs in (("model", [model] if model else []), ("fallbacks", fallbacks or [])):
+    system_one = table.string("system_one")
+    for key, specs in (
+        ("model", [model] if model else []),
+        ("fallbacks", fallbacks or []),
+        ("system_one", [system_one] if system_one else []),
+    ):
         for index, spec in enumerate(specs):
             try:
                 _check_model_spec(spec)
             except ValueError as exc:
-                raise table.error(key, str(exc), None if key == "model" else index) from None
+                raise table.error(key, str(exc), index if key == "fallbacks" else None) from None
     if fallbacks is not None and model is None:
         raise table.error("fallbacks", "set model too: fallbacks follow an agent's own model")
 
@@ -555,6 +568,14 @@ def _agent(
                     f"{server_name!r}",
                 )
 
+    skills: list[str] = []
+    for index, entry in enumerate(table.strings("skills") or []):
+        folder = Path(os.path.expandvars(entry)).expanduser()
+        folder = folder if folder.is_absolute() else (base / folder)
+        if not folder.is_dir():
+            raise table.error("skills", f"{entry!r} is not a folder (skills or one skill)", index)
+        skills.append(str(folder.resolve()))
+
     own = _policies(table.child("policies", None))
     policies = {**own, **{k: v for k, v in top_policies.items() if k not in own}}
     params = table.child("model_params", None)
@@ -563,6 +584,9 @@ def _agent(
         name=name,
         model=model,
         fallbacks=None if fallbacks is None else tuple(fallbacks),
+        description=table.string("description"),
+        skills=tuple(skills),
+        system_one=system_one,
         system_prompt=table.string("system_prompt", empty=True),
         run_timeout=table.seconds("run_timeout"),
         max_iterations=table.integer("max_iterations"),

@@ -27,13 +27,15 @@ import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from agent_runtime.agent import AgentCore, AgentRunConfig
+from agent_runtime.agent import AgentCore
 from agent_runtime.bindings import ModelBinding, ModelBindings, binding_from_spec
 from agent_runtime.compaction import LlmCompactor
 from agent_runtime.errors import ConfigurationError, ProviderError
 from agent_runtime.extensions.confirmation import ConfirmationExtension
+from agent_runtime.integrations.lifespan import warm_up
 from agent_runtime.mcp import MCPClient
 from agent_runtime.providers.demo import DemoModel
+from agent_runtime.skills import SkillManager
 from app.agent_config import (
     BUILTIN_TOOLS,
     DEFAULT_AGENT,
@@ -124,6 +126,8 @@ async def build_core(
         purpose: [_capability(spec, settings) for spec in chain]
         for purpose, chain in profile.capabilities.items()
     }
+    if profile.system_one is not None:
+        capabilities["system_one"] = [model_binding(profile.system_one, settings)]
     bindings = ModelBindings(llm=[model_binding(spec, settings) for spec in specs], **capabilities)
     compactor: LlmCompactor | None = None
     spec = profile.compaction
@@ -163,6 +167,7 @@ async def build_core(
         model_params=dict(profile.model_params),
         context_compactor=compactor,
         name=profile.name,
+        skills=SkillManager(profile.skills) if profile.skills else None,
         **options,
     )
 
@@ -299,6 +304,11 @@ class ConfiguredAgents:
             if not any(ch in name for ch in "*?["):
                 logger.warning("a tool policy names no tool of any agent", extra={"tool": name})
 
+    @property
+    def warm(self) -> frozenset[str]:
+        """The agents whose warm-up run succeeded."""
+        return frozenset(self._warm)
+
     async def warm_up(self, prompt: str) -> bool:
         """One warm-up round: start the MCP clients not started yet (tool discovery), then
         one short run per agent not warmed up yet. Each agent's outcome goes to ``states``
@@ -336,7 +346,7 @@ class ConfiguredAgents:
                 self.states.mark_failed(name, f"{key_path('agents', name, 'mcp_servers')}: {exc}")
                 continue
             try:
-                await self._warm_run(core, prompt)
+                await self._warm_run(name, core, prompt)
             except Exception as exc:
                 self.states.mark_failed(name, _run_reason(name, exc))
                 logger.warning(
@@ -352,17 +362,18 @@ class ConfiguredAgents:
         return self.states.all_ready
 
     @staticmethod
-    async def _warm_run(core: AgentCore, prompt: str) -> None:
-        await core.chat(
+    async def _warm_run(name: str, core: AgentCore, prompt: str) -> None:
+        # the library's warm-up (agent_runtime.integrations.lifespan): the skill catalogue,
+        # then one model call with no tool offered and no skill dispatch
+        await warm_up(
+            core,
             prompt,
             # not a valid HTTP session id: no client's session can collide with it
-            config=AgentRunConfig(session_id=f"#warm-up-{secrets.token_hex(4)}"),
-            conversation=[],
-            max_iterations=1,
+            session_id=f"#warm-up-{secrets.token_hex(4)}",
             run_timeout=60.0,
-            # no tool may run (or wait for a person's approval) during a warm-up
-            tool_filter=lambda _tool: False,
         )
+        if core.skills is not None:
+            logger.info("skills loaded", extra={"agent": name, "skills": len(core.skills.skills)})
 
     @staticmethod
     def _mcp_reason(agent: str, server: str, failures: Mapping[str, BaseException]) -> str:

@@ -41,6 +41,7 @@ from app.runs import RunManager
 from app.services import Services
 from app.settings import Settings
 from app.storage import Store, open_store
+from app.stream_tokens import open_stream_tokens
 
 __all__ = [
     "DrainOnSignal",
@@ -120,6 +121,8 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             debug=settings.debug,
             unavailable=agents.states.unavailable,
             budgets=budgets,
+            disconnect_grace=settings.disconnect_grace,
+            idempotency_ttl=settings.idempotency_ttl,
         )
         stack.push_async_callback(manager.aclose)
         if not bus.shared and settings.workers == 1:
@@ -135,6 +138,15 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             manager=manager,
             media=MediaJobs(agents, admission, queue_timeout=settings.queue_timeout),
         )
+        api_keys = settings.api_keys
+        if api_keys is not None:
+            secret = settings.stream_token_secret
+            services.stream_tokens = await open_stream_tokens(
+                bus,
+                secret=None if secret is None else secret.get_secret_value(),
+                api_keys=api_keys.get_secret_value(),
+                ttl=settings.stream_token_ttl,
+            )
         stack.pop_all()
     return services
 

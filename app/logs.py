@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+import re
 from typing import Any
 
 from app.wire import iso_ms
@@ -22,6 +23,8 @@ _STANDARD = frozenset(
 )
 # uvicorn's own extras, for its coloured console output
 _SKIP = frozenset({"color_message"})
+# a stream token in a URL (uvicorn's access log at debug): masked, never written
+_TOKEN = re.compile(r"([?&]token=)[^&\s\"']+")
 
 
 class JsonFormatter(logging.Formatter):
@@ -32,14 +35,18 @@ class JsonFormatter(logging.Formatter):
             "ts": iso_ms(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": _mask(record.getMessage()),
         }
         for key, value in record.__dict__.items():
             if key not in _STANDARD and key not in _SKIP and not key.startswith("_"):
-                entry[key] = value
+                entry[key] = _mask(value) if isinstance(value, str) else value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def _mask(text: str) -> str:
+    return _TOKEN.sub(r"\1[redacted]", text) if "token=" in text else text
 
 
 def logging_config(level: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
+from app.api import agents as agents_api
 from app.api import capabilities, external_events, health, runs, sessions, usage
 from app.api.docs import DOCS_PATHS, install_docs
 from app.api.errors import CatchAllMiddleware, install_error_handlers
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     install_openapi(app)
 
     app.include_router(runs.router)
+    app.include_router(agents_api.router)
     app.include_router(sessions.router)
     app.include_router(usage.router)
     app.include_router(external_events.router)
@@ -121,12 +123,14 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
                 "Authorization",
                 "Content-Type",
                 "Last-Event-ID",
+                "Idempotency-Key",
                 "A2A-Version",
                 "Mcp-Protocol-Version",
                 "Mcp-Session-Id",
             ],
             expose_headers=[
                 "X-Run-Id",
+                "Idempotent-Replayed",
                 "Retry-After",
                 "Location",
                 "x-vercel-ai-ui-message-stream",

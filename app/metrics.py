@@ -56,6 +56,24 @@ class Metrics:
             "agent_external_events", "External events received, by outcome", ["outcome"], registry=r
         )
         self.sse_streams = Gauge("agent_sse_streams", "Open SSE responses", registry=r)
+        # fencing (app.runs.fencing): what a worker cut off from its runs' leases did
+        self.lease_renewals_failed = Counter(
+            "agent_lease_renewals_failed",
+            "Session lease renewals that were not confirmed (unreachable bus, or taken over)",
+            registry=r,
+        )
+        self.runs_fenced = Counter(
+            "agent_runs_fenced",
+            "Runs fenced off: stopped here because their lease deadline passed or their lease "
+            "was taken over",
+            registry=r,
+        )
+        self.tool_calls_after_lease = Counter(
+            "agent_tool_calls_after_lease",
+            "Tool calls still running when their run was fenced off: they finish after the "
+            "run's lease",
+            registry=r,
+        )
         for outcome in ("completed", "failed", "cancelled"):
             self.runs_total.labels(outcome)
         for reason in (

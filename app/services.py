@@ -20,6 +20,7 @@ from app.storage import Store
 
 if TYPE_CHECKING:
     from app.media import MediaJobs
+    from app.stream_tokens import StreamTokens
 
 __all__ = ["Services", "ServicesDep", "get_services"]
 
@@ -46,6 +47,8 @@ class Services:
     notes: dict[str, str] = field(default_factory=dict)
     media: MediaJobs | None = None
     """The worker's media jobs (``POST /v1/media/...``)."""
+    stream_tokens: StreamTokens | None = None
+    """Signs the ``events_url`` tokens; None when authentication is off."""
 
 
 async def get_services(request: Request) -> Services:

@@ -69,6 +69,18 @@ class Settings(BaseSettings):
     """Path of a TOML file defining agents (see docs/api.md, "Agents")."""
     max_body_bytes: Annotated[int, Field(ge=1)] = 1_048_576
     cors_origins: str = ""
+    idempotency_ttl: Annotated[float, Field(gt=0)] = 86_400.0
+    """Seconds an ``Idempotency-Key`` of a run start is remembered."""
+    disconnect_grace: Annotated[float, Field(ge=0)] = 2.0
+    """Seconds after a client's disconnect before ``on_disconnect=cancel`` cancels its run,
+    unless a reader re-attached meanwhile; 0 cancels at once."""
+    sse_retry_ms: Annotated[int, Field(ge=0)] = 1000
+    """The ``retry:`` field every event stream starts with (an EventSource's reconnect delay)."""
+    stream_token_ttl: Annotated[float, Field(gt=0)] = 300.0
+    """Seconds an ``events_url``'s token is valid (authentication on)."""
+    stream_token_secret: SecretStr | None = Field(default=None, repr=False)
+    """Key of the stream tokens' HMAC; unset: generated once per deployment (shared through
+    Redis when there is one)."""
     frame_ancestors: str = ""
     """Origins allowed to frame the UI (CSP ``frame-ancestors`` sources, space- or
     comma-separated); empty: none may (``frame-ancestors 'none'``, ``X-Frame-Options: DENY``)."""
@@ -161,6 +173,13 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: str | None) -> str | None:
         return value if value and value.strip() else None
 
+    @field_validator("stream_token_secret")
+    @classmethod
+    def _blank_secret_is_unset(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        return value
+
     @field_validator("api_keys")
     @classmethod
     def _blank_keys_are_unset(cls, value: SecretStr | None) -> SecretStr | None:
@@ -184,6 +203,9 @@ class Settings(BaseSettings):
         "keep_alive_timeout",
         "header_timeout",
         "backend_timeout",
+        "idempotency_ttl",
+        "disconnect_grace",
+        "stream_token_ttl",
     )
     @classmethod
     def _finite(cls, value: float) -> float:

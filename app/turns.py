@@ -57,13 +57,18 @@ async def store_stopped_turn(
     prompt: str,
     messages: Sequence[Message],
     reason: str,
+    *,
+    fence: int | None = None,
 ) -> None:
     """Append a stopped run's turn to its session (one transaction; see ``stopped_turn``).
 
     For every way a run is stopped, the run manager's own cancellation and a run superseded
-    by another alike. Raises what ``Store.append_messages`` raises.
+    by another alike. ``fence``: the run's lease token (see ``Store.append_messages``).
+    Raises what ``Store.append_messages`` raises.
     """
-    await store.append_messages(session_id, run_id, stopped_turn(prompt, messages, reason))
+    await store.append_messages(
+        session_id, run_id, stopped_turn(prompt, messages, reason), fence=fence
+    )
 
 
 async def remove_replaced_turn(store: Store, session_id: str, replaces: str) -> None:

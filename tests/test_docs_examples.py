@@ -31,6 +31,30 @@ def test_cancellation_example_output() -> None:
     assert "next run: Second time lucky" in out
 
 
+def _output(stem: str) -> str:
+    path = next(p for p in EXAMPLES if p.stem == stem)
+    return subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+
+
+def test_skills_example_output() -> None:
+    out = _output("skills")
+    assert "skills: code-review (0 file(s)), release-notes (1 file(s))" in out
+    assert "tool publish: error: tool 'publish' is not available while skill(s)" in out
+    assert "advertised while active: current_time, load_skill, read_skill_resource" in out
+    assert "dispatched: [{'skill': 'code-review'}]" in out
+    assert "pipeline output: - Fixed empty lists." in out
+
+
+def test_structured_output_example_output() -> None:
+    out = _output("structured_output")
+    assert "invoice: number='INV-7' total=120.5 paid=True" in out
+    assert "total: Field required" in out
+    assert "weather: {'city': 'Oslo', 'celsius': -3}" in out
+    assert "gave up after 3 attempts: invalid_output" in out
+
+
 JS_EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "docs" / "examples").glob("*.mjs"))
 JS_CLIENTS = Path(__file__).resolve().parent / "js"
 

@@ -283,6 +283,13 @@ class ModelBinding:
         )
 
     @classmethod
+    def system_one(cls, **options: Unpack[BindingOptions]) -> ModelBinding:
+        """A System One binding: a small, fast chat model (protocol ``openai`` or
+        ``anthropic``, the options of ``llm``) for the runtime's quick decisions, such as which
+        skill fits a prompt (``skill_dispatch``)."""
+        return cls(purpose="system_one", **options)
+
+    @classmethod
     def image(cls, **options: Unpack[BindingOptions]) -> ModelBinding:
         """An image generation binding (``images/generations`` of an OpenAI-compatible API).
 

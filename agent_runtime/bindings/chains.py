@@ -22,9 +22,11 @@ BindingLike: TypeAlias = "ModelBinding | Any | Sequence[ModelBinding | Any]"
 class ModelBindings:
     """Bindings by purpose: one failover chain each, primary first, then fallbacks.
 
-    ``llm`` is the chat chain the agent walks; ``image``, ``video``, ``tts``, ``asr``,
-    ``embed`` and ``rerank`` serve the capability calls (``agent_runtime.capabilities``) the
-    same way. Each takes a binding, a provider (wrapped for that purpose) or a list of them.
+    ``llm`` is the chat chain the agent walks; ``system_one`` a small, fast chat model the
+    runtime asks for quick decisions (which skill fits a prompt); ``image``, ``video``,
+    ``tts``, ``asr``, ``embed`` and ``rerank`` serve the capability calls
+    (``agent_runtime.capabilities``) the same way. Each takes a binding, a provider (wrapped
+    for that purpose) or a list of them.
     A call tries the primary every time and moves to the next binding only on a retryable
     ProviderError that happened before any of the call's output reached the consumer.
     """
@@ -33,6 +35,7 @@ class ModelBindings:
         self,
         *,
         llm: BindingLike | None = None,
+        system_one: BindingLike | None = None,
         image: BindingLike | None = None,
         video: BindingLike | None = None,
         tts: BindingLike | None = None,
@@ -42,6 +45,7 @@ class ModelBindings:
     ) -> None:
         given = {
             "llm": llm,
+            "system_one": system_one,
             "image": image,
             "video": video,
             "tts": tts,
@@ -84,6 +88,11 @@ class ModelBindings:
     def llm(self) -> list[ModelBinding]:
         """The chat chain."""
         return self._chains.get("llm", [])
+
+    @property
+    def system_one(self) -> list[ModelBinding]:
+        """The System One chain: a small, fast chat model (skill dispatch)."""
+        return self._chains.get("system_one", [])
 
     @property
     def image(self) -> list[ModelBinding]:
@@ -193,7 +202,8 @@ def _items(value: Any) -> Sequence[Any]:
 
 def _as_binding(item: Any, purpose: str) -> ModelBinding:
     if isinstance(item, ModelBinding):
-        if item.purpose != purpose:
+        # a System One model is a chat model: a chat binding serves as one
+        if item.purpose != purpose and not (purpose == "system_one" and item.purpose == "llm"):
             raise ConfigurationError(
                 f"binding {item.model!r} is a {item.purpose} binding, given as {purpose}: build "
                 f"it with ModelBinding.{purpose}(...)"

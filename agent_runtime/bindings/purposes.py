@@ -7,6 +7,8 @@ method a supplied provider must have, and the function that constructs a definit
     purpose     supplied provider needs     definition protocols
     ---------   ------------------------    ------------------------------------------------
     llm         stream(request)             openai (Chat Completions), anthropic (Messages)
+    system_one  stream(request)             the same: a small, fast chat model for the
+                                            runtime's own quick decisions (skill dispatch)
     image       generate_image(...)         openai (images/generations)
     video       create_video(...)           openai (videos: create, poll, download)
     tts         synthesize_speech(...)      openai (audio/speech)
@@ -137,6 +139,7 @@ PURPOSES: Mapping[str, Purpose] = {
     purpose.name: purpose
     for purpose in (
         Purpose("llm", "chat model", "stream", ("openai", "anthropic"), _build_chat),
+        Purpose("system_one", "System One model", "stream", ("openai", "anthropic"), _build_chat),
         Purpose("image", "image model", "generate_image", ("openai",), _build_capability),
         Purpose("video", "video model", "create_video", ("openai",), _build_capability),
         Purpose("tts", "speech model", "synthesize_speech", ("openai",), _build_capability),

@@ -5,6 +5,10 @@ The raw event stream of ``messages.create(stream=True)`` is folded into ModelEve
 fragments and becomes a tool call at its ``content_block_stop``. Input tokens come from
 ``message_start``, output tokens from the last ``message_delta``.
 
+Structured output (``request.output_schema``) is a tool of the schema's name that the model is
+made to call (``tool_choice``); its input, as JSON text, becomes the answer's text. A schema that
+is not an object is wrapped as the tool's ``value`` property, since a tool's input is an object.
+
 Tool results travel back as ``tool_result`` blocks of a user turn. The Messages API wants user
 and assistant turns to alternate, so consecutive messages of one role are merged into one turn.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -29,7 +34,15 @@ from anthropic.types import (
 
 from ..errors import ProviderError
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ..model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, ToolSpec, Usage
+from ..model import (
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    OutputSchema,
+    RetryOptions,
+    ToolSpec,
+    Usage,
+)
 from .errors import configuration_error, redact, stream_ended_early, translate_errors
 from .openai import parse_arguments
 
@@ -164,12 +177,20 @@ class AnthropicModel:
         max_tokens = int(params.pop("max_tokens", self.max_tokens))
         extra_body.update(params)
         system, messages = _messages(request.system, request.messages)
+        tools = _tools(request.tools)
+        tool_choice: Any = omit
+        output = request.output_schema
+        if output is not None:
+            # with other tools the model may still call them first; the answer is this one
+            tool_choice = {"type": "any"} if tools else {"type": "tool", "name": output.name}
+            tools.append(_output_tool(output))
         return await self._client.messages.create(
             model=self._model,
             max_tokens=max_tokens,
             messages=cast(Any, messages),
             system=system if system else omit,
-            tools=cast(Any, _tools(request.tools)) if request.tools else omit,
+            tools=cast(Any, tools) if tools else omit,
+            tool_choice=tool_choice,
             stream=True,
             extra_body=extra_body or None,
             extra_headers=options.get("extra_headers"),
@@ -216,8 +237,13 @@ class AnthropicModel:
                         finished = open_tools.pop(event.index, None)
                         if finished is not None:
                             call = self._complete(finished)
-                            calls.append(call)
-                            yield ModelEvent.tool_call(call)
+                            answer = _output_text(request.output_schema, call)
+                            if answer is not None:
+                                text.append(answer)
+                                yield ModelEvent.text(answer)
+                            else:
+                                calls.append(call)
+                                yield ModelEvent.tool_call(call)
                     elif isinstance(event, RawMessageStartEvent):
                         usage = event.message.usage
                         input_tokens = (
@@ -298,6 +324,31 @@ def _messages(system: str | None, messages: Sequence[Message]) -> tuple[str, lis
                 result["is_error"] = True
             add("user", [result])
     return "\n\n".join(system_parts), turns
+
+
+def _wrapped(output: OutputSchema) -> bool:
+    return output.schema.get("type") != "object"
+
+
+def _output_tool(output: OutputSchema) -> dict[str, Any]:
+    schema = output.schema
+    if _wrapped(output):
+        schema = {"type": "object", "properties": {"value": schema}, "required": ["value"]}
+    return {
+        "name": output.name,
+        "description": "Give your final answer: call this tool with the answer as its input.",
+        "input_schema": schema,
+    }
+
+
+def _output_text(output: OutputSchema | None, call: ToolCall) -> str | None:
+    """The answer's JSON text when ``call`` is the structured-output tool, else None."""
+    if output is None or call.name != output.name:
+        return None
+    value: Any = call.arguments
+    if _wrapped(output):
+        value = call.arguments.get("value")
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:

@@ -22,7 +22,15 @@ from openai.types.chat import ChatCompletionChunk
 
 from ..errors import ProviderError
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ..model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, ToolSpec, Usage
+from ..model import (
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    OutputSchema,
+    RetryOptions,
+    ToolSpec,
+    Usage,
+)
 from .errors import configuration_error, redact, stream_ended_early, translate_errors
 
 __all__ = ["OpenAIModel"]
@@ -152,6 +160,7 @@ class OpenAIModel:
             stream=True,
             stream_options=stream_options if stream_options is not None else omit,
             tools=cast(Any, _tools(request.tools)) if request.tools else omit,
+            response_format=_response_format(request.output_schema),
             extra_body=extra_body or None,
             extra_headers=options.get("extra_headers"),
             extra_query=options.get("extra_query"),
@@ -299,6 +308,16 @@ def _messages(system: str | None, messages: Sequence[Message]) -> list[dict[str,
                 {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
             )
     return wire
+
+
+def _response_format(output: OutputSchema | None) -> Any:
+    """Structured output, natively: the answer's text is JSON matching the schema."""
+    if output is None:
+        return omit
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": output.name, "schema": output.schema, "strict": output.strict},
+    }
 
 
 def _tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:

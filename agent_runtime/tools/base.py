@@ -19,14 +19,28 @@ import pydantic
 from ..errors import ConfigurationError
 from ..model import ToolSpec
 
-__all__ = ["Tool", "ToolPolicy", "current_tool_call_id", "tool"]
+__all__ = ["Tool", "ToolPolicy", "current_tool_call_id", "run_state", "tool"]
 
 _current_tool_call_id: ContextVar[str | None] = ContextVar("current_tool_call_id", default=None)
+# set by the runtime in each run's own task: what a tool keeps for the rest of its run
+_run_state: ContextVar[dict[str, Any] | None] = ContextVar("run_state", default=None)
 
 
 def current_tool_call_id() -> str | None:
     """The id of the tool call being executed, inside a tool (sync or async); else None."""
     return _current_tool_call_id.get()
+
+
+def run_state() -> dict[str, Any]:
+    """The current run's own store for tools (the built-in Todo list keeps its items here).
+
+    One dict per ``chat()``/``stream()`` call, gone when the run ends; another run, even a
+    concurrent one, never sees it. Outside a run it raises RuntimeError.
+    """
+    state = _run_state.get()
+    if state is None:
+        raise RuntimeError("run_state() is only available inside a tool called by a run")
+    return state
 
 
 class ToolPolicy(enum.StrEnum):

@@ -84,6 +84,41 @@ def _unicode_text(data: Any, *, stored: bool = True) -> Any:
     return data
 
 
+class JsonSchemaFormat(BaseModel):
+    """The ``json_schema`` of a ``response_format`` (the shape OpenAI's API uses)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(
+        "output", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$", description="A label."
+    )
+    description: str | None = Field(None, max_length=1024)
+    json_schema: dict[str, Any] = Field(
+        alias="schema", description="The JSON schema the answer must match."
+    )
+    strict: bool = Field(False, description="Ask the provider for strict schema adherence.")
+
+
+class ResponseFormat(BaseModel):
+    """``{"type": "json_schema", "json_schema": {...}}``: the answer must be JSON matching it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+    def runtime_form(self) -> dict[str, Any]:
+        """The runtime's ``response_format`` option."""
+        return {
+            "type": "json_schema",
+            "json_schema": {
+                "name": self.json_schema.name,
+                "schema": self.json_schema.json_schema,
+                "strict": self.json_schema.strict,
+            },
+        }
+
+
 class RunRequest(BaseModel):
     """``POST /v1/sessions/{session_id}/runs``."""
 
@@ -101,6 +136,18 @@ class RunRequest(BaseModel):
     )
     max_iterations: int | None = Field(None, ge=1, le=1000, description="Model calls at most.")
     metadata: dict[str, Any] | None = Field(None, description="Stored with the run.")
+    skill: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="One of the agent's skills (GET /v1/agents), active from the run's start.",
+    )
+    response_format: ResponseFormat | None = Field(
+        None,
+        description="Structured output: the answer is validated against the schema (the model "
+        "is given the error and retried, twice at most) and is `run.completed`'s "
+        "`output.structured`.",
+    )
     replaces: str | None = Field(
         None,
         min_length=1,
@@ -162,6 +209,9 @@ class Usage(BaseModel):
 
 class Output(BaseModel):
     content: str
+    structured: Any = Field(
+        None, description="The validated answer, when the run asked for a response_format."
+    )
 
 
 class RunError(BaseModel):
@@ -239,7 +289,14 @@ class SessionPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    title: str = Field(min_length=1, max_length=200, description="The session's new title.")
+    # not blank by either side's reckoning (Python's str.split and ECMAScript's \s name
+    # different blanks), and no NUL, which no backend stores: the schema says what is checked
+    title: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\x00]*[^\s\x00\x1c-\x1f\x85\ufeff][^\x00]*$",
+        description="The session's new title.",
+    )
 
     @field_validator("title", mode="after")
     @classmethod
@@ -305,6 +362,27 @@ class MessagesView(BaseModel):
         description="The runs whose messages are listed, oldest first: each turn's agent, "
         "status, model and token usage."
     )
+
+
+class AgentSkill(BaseModel):
+    name: str
+    description: str
+
+
+class AgentView(BaseModel):
+    """One configured agent."""
+
+    name: str
+    description: str | None
+    model: str = Field(description="The agent's primary model.")
+    skills: list[AgentSkill]
+    ready: bool = Field(description="Warmed up, and the server takes runs (not draining).")
+
+
+class AgentList(BaseModel):
+    """``GET /v1/agents``."""
+
+    agents: list[AgentView]
 
 
 class Problem(BaseModel):

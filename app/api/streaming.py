@@ -15,6 +15,7 @@ Each response:
 - bounds each write by ``send_timeout``: a client that stops reading counts as gone, and its
   connection is aborted (``scope["extensions"]["agent.abort"]``, given by
   ``app.http_protocol``), which frees what the transport still buffers for it;
+- starts with a ``retry:`` field (``AGENT_SSE_RETRY_MS``), an EventSource's reconnect delay;
 - sends ``: ping`` after ``ping`` seconds of silence;
 - on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy).
 
@@ -121,6 +122,7 @@ class EventStreamResponse(Response):
         on_gone: Callable[[], object] | None = None,
         manager: RunManager | None = None,
         encoder: FrameEncoder | None = None,
+        retry_ms: int | None = None,
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -132,7 +134,11 @@ class EventStreamResponse(Response):
         self._send_timeout = send_timeout
         self._on_gone = on_gone
         self._manager = manager
-        self._encoder = encoder
+        # ``retry: N`` without the blank line that would end an event: it joins the first
+        # event's block (a block of its own is an empty event to some clients, httpx-sse)
+        self._opening = (
+            b"" if retry_ms is None or encoder is not None else b"retry: %d\n" % retry_ms
+        )
         self.init_headers(
             {"cache-control": "no-store", "x-accel-buffering": "no", **(headers or {})}
         )
@@ -177,6 +183,17 @@ class EventStreamResponse(Response):
             gone = True
             subscription.interrupt()
 
+        # a run held here that gets fenced off (app.runs.fencing) ends its streams without a
+        # terminal event: the client resumes on another worker, which tells the real end
+        fenced = False
+        handle = self._manager.local(self._run_id) if self._manager is not None else None
+        fenced_off = handle.fenced_off if handle is not None else None
+
+        def on_fenced(_: asyncio.Future[None]) -> None:
+            nonlocal fenced
+            fenced = True
+            subscription.interrupt()
+
         def tick() -> None:
             nonlocal ticker
             idle = loop.time() - last_send
@@ -188,18 +205,26 @@ class EventStreamResponse(Response):
 
         watcher = loop.create_task(_wait_disconnect(receive))
         watcher.add_done_callback(on_disconnect)
+        if fenced_off is not None:
+            fenced_off.add_done_callback(on_fenced)
         ticker = loop.call_later(ping, tick)
         try:
             async with asyncio.timeout(send_timeout):
                 await send(
                     {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
                 )
-                opening = encoder.opening() if encoder is not None else b""
+                opening = encoder.opening() if encoder is not None else self._opening
                 if opening:
                     await send({"type": "http.response.body", "body": opening, "more_body": True})
             while True:
                 batch = await subscription.next()
                 if gone:
+                    break
+                if fenced:
+                    logger.warning(
+                        "event stream of run %s ended: this worker lost the run's lease",
+                        self._run_id,
+                    )
                     break
                 if encoder is not None:
                     body, more = await self._translate(encoder, pausing, batch, subscription)
@@ -255,6 +280,8 @@ class EventStreamResponse(Response):
             if ticker is not None:
                 ticker.cancel()
             watcher.remove_done_callback(on_disconnect)
+            if fenced_off is not None:
+                fenced_off.remove_done_callback(on_fenced)
             watcher.cancel()
             await _reap(watcher)
             await subscription.aclose()

@@ -21,6 +21,7 @@ from app.bus.base import (
     LogNotFound,
     Router,
     SessionLocks,
+    SharedValues,
     Subscription,
     WireEvent,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "LogNotFound",
     "Router",
     "SessionLocks",
+    "SharedValues",
     "Subscription",
     "WireEvent",
     "open_bus",

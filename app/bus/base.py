@@ -8,8 +8,10 @@ by a Redis implementation (streams for the logs, leases for the locks, pub/sub f
      │                          (replay, then follow), sealed by the terminal event, kept TTL
      ├── locks: SessionLocks    one active run per session: a renewable lease carrying a
      │                          fencing token that only grows
-     └── router: Router         cancel a run / deliver an external answer on whichever worker
-                                holds it, with that worker's reply
+     ├── router: Router         cancel a run / deliver an external answer on whichever worker
+     │                          holds it, with that worker's reply
+     └── values: SharedValues   small values with a TTL that every worker sees (idempotency
+                                keys, re-attach counters, the stream tokens' secret)
 
 Only the worker that holds a run's lease appends to its log, so ``seq`` is assigned by that
 writer: 1 for the first event, +1 for each next one. The writer passes its lease's fencing
@@ -45,6 +47,7 @@ __all__ = [
     "LogNotFound",
     "Router",
     "SessionLocks",
+    "SharedValues",
     "Subscription",
     "WireEvent",
 ]
@@ -158,6 +161,11 @@ class EventLog(Protocol):
         """The seq of the log's last event (0 if empty); None if there is no such log."""
         ...
 
+    async def terminal_seq(self, run_id: str) -> int | None:
+        """The seq of the run's terminal event once the log is sealed; None before (or
+        without a log)."""
+        ...
+
     async def subscribe(self, run_id: str, after: int = 0) -> Subscription:
         """A reader that replays the events with ``seq > after`` and then follows live.
 
@@ -237,8 +245,32 @@ class Router(Protocol):
         ...
 
 
+class SharedValues(Protocol):
+    """Small string values under names, each with a TTL, seen by every worker."""
+
+    async def put_new(self, key: str, value: str, ttl: float) -> str | None:
+        """Store ``value`` unless ``key`` holds one: None if stored, else the value there."""
+        ...
+
+    async def get(self, key: str) -> str | None:
+        """The value under ``key``, None if there is none (or it expired)."""
+        ...
+
+    async def set(self, key: str, value: str, ttl: float) -> None:
+        """Store ``value`` under ``key`` for ``ttl`` seconds, whatever was there."""
+        ...
+
+    async def replace(self, key: str, old: str, new: str, ttl: float) -> bool:
+        """Set ``new`` (with a new TTL) if ``key`` still holds ``old``; whether it did."""
+        ...
+
+    async def delete(self, key: str, value: str) -> bool:
+        """Remove ``key`` if it still holds ``value``; whether it did."""
+        ...
+
+
 class Bus(Protocol):
-    """The three shared services of one worker, and their lifetime."""
+    """The shared services of one worker, and their lifetime."""
 
     @property
     def events(self) -> EventLog: ...
@@ -248,6 +280,9 @@ class Bus(Protocol):
 
     @property
     def router(self) -> Router: ...
+
+    @property
+    def values(self) -> SharedValues: ...
 
     @property
     def shared(self) -> bool:

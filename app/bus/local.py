@@ -7,6 +7,7 @@ own: a run's events, cancellation and answers are reachable only on the worker t
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from app.bus.base import (
     WireEvent,
 )
 
-__all__ = ["LocalBus", "LocalEventLog", "LocalRouter", "LocalSessionLocks"]
+__all__ = ["LocalBus", "LocalEventLog", "LocalRouter", "LocalSessionLocks", "LocalValues"]
 
 _EMPTY: tuple[WireEvent, ...] = ()
 # the most events one ``next`` hands out: a reader that is far behind (a backlog, a stalled
@@ -200,6 +201,10 @@ class LocalEventLog:
         log = self._logs.get(run_id)
         return None if log is None else log.last_seq
 
+    async def terminal_seq(self, run_id: str) -> int | None:
+        log = self._logs.get(run_id)
+        return log.last_seq if log is not None and log.sealed else None
+
     def _expire(self, run_id: str) -> None:
         log = self._logs.pop(run_id, None)
         if log is not None and log.expiry is not None:
@@ -307,6 +312,63 @@ class LocalRouter:
         return len(self._runs)
 
 
+class LocalValues:
+    """``SharedValues`` in a dict; expired entries go at the next write past a threshold."""
+
+    _SWEEP_AT = 1024
+
+    def __init__(self) -> None:
+        self._values: dict[str, tuple[str, float]] = {}
+        self._sweep_at = self._SWEEP_AT
+
+    def _live(self, key: str) -> str | None:
+        found = self._values.get(key)
+        if found is None:
+            return None
+        if found[1] <= time.monotonic():
+            del self._values[key]
+            return None
+        return found[0]
+
+    def _set(self, key: str, value: str, ttl: float) -> None:
+        self._values[key] = (value, time.monotonic() + ttl)
+        if len(self._values) >= self._sweep_at:
+            moment = time.monotonic()
+            self._values = {k: v for k, v in self._values.items() if v[1] > moment}
+            # amortized: the next sweep waits until the table doubled from what is left
+            self._sweep_at = max(self._SWEEP_AT, 2 * len(self._values))
+
+    async def put_new(self, key: str, value: str, ttl: float) -> str | None:
+        there = self._live(key)
+        if there is not None:
+            return there
+        self._set(key, value, ttl)
+        return None
+
+    async def get(self, key: str) -> str | None:
+        return self._live(key)
+
+    async def replace(self, key: str, old: str, new: str, ttl: float) -> bool:
+        if self._live(key) != old:
+            return False
+        self._set(key, new, ttl)
+        return True
+
+    async def delete(self, key: str, value: str) -> bool:
+        if self._live(key) != value:
+            return False
+        del self._values[key]
+        return True
+
+    async def set(self, key: str, value: str, ttl: float) -> None:
+        self._set(key, value, ttl)
+
+    @property
+    def count(self) -> int:
+        """Entries held, expired ones not yet swept included."""
+        return len(self._values)
+
+
 class LocalBus:
     """The in-process bus of one worker."""
 
@@ -316,6 +378,7 @@ class LocalBus:
         self._events = LocalEventLog(ttl=event_log_ttl, max_events=max_events)
         self._locks = LocalSessionLocks()
         self._router = LocalRouter()
+        self._values = LocalValues()
 
     @property
     def events(self) -> LocalEventLog:
@@ -328,6 +391,10 @@ class LocalBus:
     @property
     def router(self) -> LocalRouter:
         return self._router
+
+    @property
+    def values(self) -> LocalValues:
+        return self._values
 
     def stats(self) -> dict[str, int]:
         return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
@@ -12,11 +13,23 @@ from app.admission import Admission
 from app.agents import AgentProfile
 from app.budgets import Budgets
 from app.bus.base import Bus
+from app.errors import Unavailable
 from app.metrics import Metrics
 from app.runs.handle import RunHandle
 from app.storage import RunRecord, RunStatus, Store
 
-__all__ = ["RunContext"]
+__all__ = ["RunContext", "lease_lapsed"]
+
+_RETRY_AFTER_LAPSED = 2.0
+
+
+def lease_lapsed(run_id: str) -> Unavailable:
+    """The answer about a run this worker held past its lease deadline (503)."""
+    return Unavailable(
+        f"this server lost contact with the session lease of run {run_id!r}: it no longer "
+        "acts for the run; ask again (another server may hold the run now)",
+        retry_after=_RETRY_AFTER_LAPSED,
+    )
 
 
 class RunContext:
@@ -42,6 +55,7 @@ class RunContext:
         debug: bool,
         unavailable: Callable[[str], str | None] | None = None,
         budgets: Budgets | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.agent = agent
         # the token budgets, when any is set (checked at admission, settled at a run's end)
@@ -64,6 +78,8 @@ class RunContext:
         # 2/3 of the way there at the latest, and the sweep, every 1/6, notices it by 5/6.
         self.lease_ttl = lease_seconds * 2 / 3
         self.debug = debug
+        # the monotonic clock the runs' lease deadlines are on (app.runs.fencing)
+        self.clock = clock
         self.draining = False
         self.runs: dict[str, RunHandle] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -87,16 +103,30 @@ class RunContext:
                 return "waiting"
         return status
 
+    def lapsed(self, handle: RunHandle) -> bool:
+        """True once the run's lease may have lapsed: it was fenced off, or its deadline
+        passed (the watchdog fences it off at its next turn). Such a run is no longer
+        this worker's to speak for (``app.runs.fencing``)."""
+        return handle.fenced or self.clock() >= handle.lease_deadline
+
     async def find(self, run_id: str, principal: str) -> RunHandle | RunRecord | None:
-        """The run (held here, else stored) if it exists and belongs to ``principal``."""
+        """The run (held here, else stored) if it exists and belongs to ``principal``.
+
+        A run held here whose lease may have lapsed is answered from the store: this worker
+        no longer knows whether it is live.
+        """
         handle = self.runs.get(run_id)
-        if handle is not None and handle.principal == principal:
+        if handle is not None and handle.principal == principal and not self.lapsed(handle):
             return handle
         # another principal's live run costs the query an unknown id costs: the answer's timing
-        # must not tell that such a run exists
+        # must not tell that such a run exists; a run held here past its lease is answered
+        # from the store (below)
         record = await self.store.get_run(run_id)
         if record is None or record.principal != principal:
             return None
+        if handle is not None and not record.is_finished:
+            # stored as unfinished, held here past its lease: neither may be true any more
+            raise lease_lapsed(run_id)
         return record
 
     def hold(self, handle: RunHandle) -> None:

@@ -18,16 +18,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, cast
 
 from agent_runtime.agent import AgentRunConfig
 from agent_runtime.errors import AgentClosedError, RunError
 from agent_runtime.events import AgentEvent, AgentEventType
-from agent_runtime.messages import Message, message_from_dict
+from agent_runtime.messages import Message, ToolCall, message_from_dict
 from app.admission import AdmissionRejected, QueueTimeout
 from app.bus.base import BusError, BusUnavailable, LeaseLost
 from app.runs.context import RunContext
+from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
 from app.runs.handle import CANCEL_REASONS, Outcome, RunHandle, now
 from app.runs.records import RunRecords
@@ -38,6 +39,7 @@ __all__ = ["Driver"]
 logger = logging.getLogger("app.runs")
 
 _WAITING_EVENT = "confirmation_requested"
+_TOOL_COMPLETED = AgentEventType.TOOL_CALL_COMPLETED
 _TERMINAL_TYPES = frozenset(
     {AgentEventType.RUN_COMPLETED, AgentEventType.RUN_FAILED, AgentEventType.RUN_CANCELLED}
 )
@@ -46,10 +48,13 @@ _TERMINAL_TYPES = frozenset(
 class Driver:
     """Drives this worker's runs."""
 
-    def __init__(self, context: RunContext, records: RunRecords, finalizer: Finalizer) -> None:
+    def __init__(
+        self, context: RunContext, records: RunRecords, finalizer: Finalizer, fencing: Fencing
+    ) -> None:
         self._context = context
         self._records = records
         self._finalizer = finalizer
+        self._fencing = fencing
 
     async def execute(self, handle: RunHandle) -> None:
         """The run's task: wait for its slot, drive it, end it (always through finalize)."""
@@ -108,6 +113,8 @@ class Driver:
         records = self._records
         run_id = handle.run_id
         options = run_options(handle)
+        if context.bus.shared:
+            options["tool_gate"] = self._tool_gate(handle)
         config = AgentRunConfig(
             session_id=handle.session_id,
             request_id=run_id,
@@ -122,6 +129,7 @@ class Driver:
         metrics = context.metrics
         fence = handle.lease.token
         usage = handle.usage
+        running = handle.tools_running
         handle.in_runtime = True
         try:
             stream = cast(
@@ -141,7 +149,17 @@ class Driver:
                         terminal = event
                         continue
                     else:
+                        if event_type is _TOOL_COMPLETED and event.tool_call_id in running:
+                            running.discard(event.tool_call_id)
+                            if handle.fenced:
+                                logger.error(
+                                    "a tool call of a fenced-off run finished after the run's "
+                                    "lease",
+                                    extra={"run_id": run_id, "tool": event.name},
+                                )
                         wire = encode(seq, event_type.value, event.ts, encode_data(event.data()))
+                    if handle.fenced:
+                        continue  # past its lease: nothing of the run goes out from here
                     handle.seq = seq
                     if append_nowait is not None:
                         append_nowait(run_id, wire, fence=fence)
@@ -171,6 +189,21 @@ class Driver:
         if terminal is None:  # pragma: no cover - the runtime always ends with a terminal event
             return Outcome.failed("internal", "the run ended without a result")
         return self.outcome_of(handle, terminal)
+
+    def _tool_gate(self, handle: RunHandle) -> Callable[[ToolCall], str | None]:
+        """The run's last word on each tool call, right before it starts: none starts once the
+        run's lease may have lapsed, even before the watchdog's turn (app.runs.fencing)."""
+        context = self._context
+        fencing = self._fencing
+
+        def gate(call: ToolCall) -> str | None:
+            if not context.lapsed(handle):
+                handle.tools_running.add(call.id)  # until its tool.call.completed
+                return None
+            fencing.fence_off(handle, "its lease deadline passed before a tool call started")
+            return "not run: this worker lost the run's session lease"
+
+        return gate
 
     def outcome_of(self, handle: RunHandle, event: AgentEvent) -> Outcome:
         """The outcome of the runtime's terminal event."""
@@ -212,6 +245,10 @@ def run_options(handle: RunHandle) -> dict[str, Any]:
     max_iterations = handle.options.max_iterations or handle.profile.max_iterations
     if max_iterations is not None:
         options["max_iterations"] = max_iterations
+    if handle.options.skill is not None:
+        options["skill"] = handle.options.skill
+    if handle.options.response_format is not None:
+        options["response_format"] = handle.options.response_format
     return options
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.bus.base import BusError
 from app.runs.context import RunContext
-from app.runs.handle import Outcome, RunHandle, now
+from app.runs.handle import Outcome, RunHandle, lost_outcome, now
 from app.runs.records import RunRecords
 
 __all__ = ["Finalizer"]
@@ -37,6 +37,10 @@ class Finalizer:
         context = self._context
         records = self._records
         run_id = handle.run_id
+        if handle.fenced:
+            # whatever the run got to, it ended past its lease: the sweep's verdict, written
+            # (if at all) only under the lease's token (app.runs.fencing)
+            outcome = lost_outcome()
         stored = await records.stored(handle)
         outcome = await records.messages(handle, outcome, stored)
         handle.status = outcome.status

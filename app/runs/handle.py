@@ -24,6 +24,7 @@ __all__ = [
     "Outcome",
     "RunHandle",
     "RunRequestOptions",
+    "lost_outcome",
     "new_run_id",
     "now",
     "record_view",
@@ -61,6 +62,10 @@ class RunRequestOptions:
     replaces: str | None = None
     system_prompt: str | None = None
     """Replaces the agent's system prompt for this run (OpenAI ``instructions``)."""
+    skill: str | None = None
+    """One of the agent's skills, active from the run's start."""
+    response_format: Mapping[str, Any] | None = None
+    """The runtime's ``response_format`` (structured output), already validated."""
 
 
 @dataclass(slots=True)
@@ -84,8 +89,20 @@ class Outcome:
         return cls("cancelled", "run.cancelled", {"reason": reason})
 
 
+def lost_outcome() -> Outcome:
+    """How a run ends on a worker that lost its session lease (what the sweep writes too)."""
+    return Outcome.failed(
+        "worker_lost", "this worker lost the run's session lease; the run was ended"
+    )
+
+
 class RunHandle:
-    """A run held by this worker, from its request until its terminal event."""
+    """A run held by this worker, from its request until its terminal event.
+
+    ``lease_deadline`` is when, on this worker's monotonic clock, its lease may have lapsed
+    (``app.runs.fencing``); ``fenced`` is set once the run was fenced off at that deadline,
+    and ``fenced_off`` resolves then (the run's streams end on it).
+    """
 
     __slots__ = (
         "agent",
@@ -94,6 +111,8 @@ class RunHandle:
         "created_at",
         "encoder",
         "error",
+        "fenced",
+        "fenced_off",
         "finalizing",
         "finished",
         "finished_at",
@@ -101,6 +120,7 @@ class RunHandle:
         "in_runtime",
         "input",
         "lease",
+        "lease_deadline",
         "metadata",
         "options",
         "output",
@@ -117,6 +137,7 @@ class RunHandle:
         "task",
         "task_cancelled",
         "ticket",
+        "tools_running",
         "usage",
     )
 
@@ -129,6 +150,7 @@ class RunHandle:
         options: RunRequestOptions,
         lease: Lease,
         ticket: Ticket,
+        lease_deadline: float = float("inf"),
     ) -> None:
         self.run_id = run_id
         self.session_id = session_id
@@ -163,6 +185,11 @@ class RunHandle:
         self.history_size = -1
         # the write of the run's record, which runs beside the run's start (see app.runs.records)
         self.recorded: asyncio.Task[None] | None = None
+        self.lease_deadline = lease_deadline
+        self.fenced = False
+        self.fenced_off: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # ids of the tool calls executing now (shared bus: what a fence-off leaves running)
+        self.tools_running: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id} session={self.session_id} status={self.status}>"

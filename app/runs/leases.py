@@ -1,18 +1,29 @@
 """The session leases of this worker's runs: renewed while the runs go on (shared bus only).
 
-Every ``lease_seconds / 6`` the keeper renews each held run's lease (for ``lease_ttl``) and
-then lets the lost-run sweep look for other workers' runs (``app.runs.sweep``). A lease found
-taken over stops its run.
+Three background tasks:
+
+- renewals: every ``lease_ttl / 4`` each held run's lease is renewed (for ``lease_ttl``); a
+  renewal Redis confirmed moves the run's deadline on (``app.runs.fencing``). After a failed
+  round the next comes after ``lease_ttl / 20`` instead, until one succeeds: a worker that
+  loses Redis keeps trying, faster, and never gives its runs up on its own. A lease found
+  taken over fences its run off at once.
+- the watchdog: wakes at the nearest deadline and fences off every run past it, whatever the
+  renewals are doing (a renewal stuck on an unreachable Redis does not delay it).
+- the lost-run sweep (``app.runs.sweep``), every ``lease_ttl / 4``, for other workers' runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from collections.abc import Coroutine
+from typing import Any
 
 from app.bus.base import BusUnavailable, LeaseLost
 from app.runs.context import RunContext
-from app.runs.routing import Routing
+from app.runs.fencing import Fencing
+from app.runs.handle import RunHandle
 from app.runs.sweep import LostRunSweep
 from app.storage import StorageUnavailable
 
@@ -20,35 +31,69 @@ __all__ = ["LeaseKeeper"]
 
 logger = logging.getLogger("app.runs")
 
+# the longest the watchdog sleeps without looking again (new runs, renewals)
+_WATCH_MAX = 1.0
+
 
 class LeaseKeeper:
-    """Renews this worker's leases and runs the sweep, in one background task."""
+    """Renews this worker's leases, fences off the runs past their deadline, runs the sweep."""
 
-    def __init__(self, context: RunContext, routing: Routing, sweep: LostRunSweep) -> None:
+    def __init__(self, context: RunContext, fencing: Fencing, sweep: LostRunSweep) -> None:
         self._context = context
-        self._routing = routing
+        self._fencing = fencing
         self._sweep = sweep
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._failing = False
 
     def start(self) -> None:
-        """Start the background task (once)."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._maintain())
+        """Start the background tasks (once)."""
+        if self._tasks:
+            return
+        loop = asyncio.get_running_loop()
+        coroutines: list[tuple[str, Coroutine[Any, Any, None]]] = [
+            ("lease-renewals", self._renewals()),
+            ("lease-watchdog", self._watch()),
+            ("lost-run-sweep", self._sweeps()),
+        ]
+        self._tasks = [loop.create_task(c, name=name) for name, c in coroutines]
 
     async def aclose(self) -> None:
-        """Stop the background task."""
-        task, self._task = self._task, None
-        if task is not None:
+        """Stop the background tasks."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-            await asyncio.wait([task])
+        if tasks:
+            await asyncio.wait(tasks)
 
-    async def _maintain(self) -> None:
-        """Renew this worker's leases, and fail other workers' lost runs."""
-        interval = self._context.lease_seconds / 6
+    @property
+    def interval(self) -> float:
+        """Seconds between two rounds of renewals while they succeed."""
+        return self._context.lease_ttl / 4
+
+    @property
+    def retry_interval(self) -> float:
+        """Seconds between two rounds of renewals after one failed."""
+        return self._context.lease_ttl / 20
+
+    async def _renewals(self) -> None:
+        ok = True
+        while True:
+            await asyncio.sleep(self.interval if ok else self.retry_interval)
+            ok = await self.renew()
+
+    async def _watch(self) -> None:
+        fencing = self._fencing
+        clock = self._context.clock
+        while True:
+            earliest = fencing.earliest()
+            delay = _WATCH_MAX if math.isinf(earliest) else earliest - clock()
+            await asyncio.sleep(min(max(delay, 0.0), _WATCH_MAX))
+            fencing.enforce()
+
+    async def _sweeps(self) -> None:
         rounds = 0
         while True:
-            await asyncio.sleep(interval)
-            await self.renew()
+            await asyncio.sleep(self.interval)
             rounds += 1
             try:
                 await self._sweep.reap_lost_runs(from_store=rounds % 6 == 0)
@@ -57,22 +102,43 @@ class LeaseKeeper:
             except Exception:
                 logger.warning("could not check for lost runs", exc_info=True)
 
-    async def renew(self) -> None:
-        """One round of renewals of the leases of this worker's unfinished runs."""
+    async def renew(self) -> bool:
+        """One round of renewals of the leases of this worker's unfinished runs, side by
+        side; False if any could not be confirmed (the next round comes sooner)."""
+        handles = [
+            h for h in self._context.runs.values() if not (h.done or h.finalizing or h.fenced)
+        ]
+        if not handles:
+            return True
+        results = await asyncio.gather(*(self._renew(h) for h in handles))
+        ok = all(results)
+        if ok and self._failing:
+            logger.info("session leases renewed again")
+        self._failing = not ok
+        return ok
+
+    async def _renew(self, handle: RunHandle) -> bool:
         context = self._context
-        for handle in list(context.runs.values()):
-            if handle.done or handle.finalizing:
-                continue
-            try:
+        sent = context.clock()
+        try:
+            # bounded by the round's own pace: a renewal stuck on an unreachable Redis must
+            # not hold back the next try (the watchdog does not wait for it either way)
+            async with asyncio.timeout(self.interval):
                 await context.bus.locks.renew(handle.lease, context.lease_ttl)
-            except LeaseLost:
-                logger.error(
-                    "lost the session lease of a run; stopping it", extra={"run_id": handle.run_id}
-                )
-                self._routing.cancel_local(handle.run_id, "shutdown")
-            except Exception:
-                logger.warning(
-                    "could not renew a session lease",
-                    exc_info=True,
-                    extra={"run_id": handle.run_id},
-                )
+        except LeaseLost:
+            context.metrics.lease_renewals_failed.inc()
+            self._fencing.fence_off(handle, "its session lease was taken over")
+            return True  # nothing left to retry
+        except Exception as exc:
+            context.metrics.lease_renewals_failed.inc()
+            remaining = handle.lease_deadline - context.clock()
+            log = logger.warning if self._failing else logger.error
+            log(
+                "could not renew a session lease (%.1f s left before the run is fenced off): %s",
+                max(remaining, 0.0),
+                exc if str(exc) else type(exc).__name__,
+                extra={"run_id": handle.run_id},
+            )
+            return False
+        self._fencing.confirmed(handle, sent)
+        return True

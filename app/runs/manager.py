@@ -7,9 +7,12 @@ It holds no logic of its own beyond the queries; each concept is a module of thi
     records.py    every write of a run's record to the store
     finalize.py   the run's one end: outcome stored, hold released, terminal event appended
     routing.py    cancels and answers, here or through the bus (the CommandHandler side)
-    leases.py     renewing this worker's leases, and running the sweep
+    leases.py     renewing this worker's leases, the deadline watchdog, running the sweep
+    fencing.py    each run's lease deadline, and fencing a run off when it passes
     sweep.py      runs no worker holds any more: the lost-run sweep, recovery at start
     drain.py      shutdown: stop taking runs, let them finish, stop the rest
+    idempotency.py  Idempotency-Key claims: a repeated start attaches to the first run
+    grace.py      the disconnect grace of on_disconnect=cancel; readers that re-attach
     context.py    what they share: the dependencies and the table of held runs
 
 A run is decoupled from the HTTP response that started it: responses only read its log, each
@@ -18,6 +21,7 @@ from its own cursor (``app.api.streaming``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,8 +35,11 @@ from app.metrics import Metrics
 from app.runs.context import RunContext
 from app.runs.drain import Drain
 from app.runs.driver import Driver
+from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
+from app.runs.grace import DisconnectGrace
 from app.runs.handle import RunHandle, RunRequestOptions
+from app.runs.idempotency import IdempotentStarts
 from app.runs.leases import LeaseKeeper
 from app.runs.records import RunRecords
 from app.runs.routing import Routing
@@ -61,7 +68,14 @@ class RunManager:
         debug: bool = False,
         unavailable: Callable[[str], str | None] | None = None,
         budgets: Budgets | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        keep_leases: bool = True,
+        disconnect_grace: float = 0.0,
+        idempotency_ttl: float = 86_400.0,
     ) -> None:
+        """``clock``: the monotonic clock of the runs' lease deadlines; ``keep_leases``:
+        whether a shared bus's leases are renewed and watched in the background (tests
+        that drive the rounds themselves turn it off; see ``leases``)."""
         context = RunContext(
             agent=agent,
             agents=agents or {},
@@ -75,22 +89,33 @@ class RunManager:
             debug=debug,
             unavailable=unavailable,
             budgets=budgets,
+            clock=clock,
         )
         self._context = context
         records = RunRecords(store)
         finalizer = Finalizer(context, records)
-        driver = Driver(context, records, finalizer)
         self._routing = Routing(context)
-        self._starter = Starter(context, records, driver, finalizer, self._routing)
+        self.fencing = Fencing(context, self._routing)
+        driver = Driver(context, records, finalizer, self.fencing)
+        self._starter = Starter(context, records, driver, finalizer, self._routing, self.fencing)
         self._sweep = LostRunSweep(context)
-        self._leases = LeaseKeeper(context, self._routing, self._sweep)
+        self.leases = LeaseKeeper(context, self.fencing, self._sweep)
         self._drain = Drain(context, self._routing)
+        self._grace = DisconnectGrace(context, self._routing, disconnect_grace)
+        # a pending claim outlives the longest admission (the queue's wait, the record's
+        # write), so only a worker that died while admitting leaves one to expire
+        self.idempotency = IdempotentStarts(
+            bus.values,
+            ttl=idempotency_ttl,
+            pending_ttl=queue_timeout + 30.0,
+            in_flight_wait=min(queue_timeout, 5.0) + 1.0,
+        )
         self._open_streams = 0
         # blocking (stream: false) responses waiting for their run; counted by the response
         self.open_waiters = 0
         bus.router.bind(self)
-        if bus.shared:
-            self._leases.start()
+        if bus.shared and keep_leases:
+            self.leases.start()
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -159,6 +184,7 @@ class RunManager:
             "agent_active_sessions": sum(len(a.active_sessions) for a in agents),
             "extensions": extensions,
             "draining": context.draining,
+            "grace_timers": self._grace.pending,
             **context.bus.stats(),
         }
 
@@ -181,6 +207,17 @@ class RunManager:
         """The 429 any new run gets right now, whoever asks (counted as a rejection); else
         None. Cheap enough to ask before a request is even parsed."""
         return self._starter.shed()
+
+    # --- readers ----------------------------------------------------------------------------
+
+    def on_disconnect(self, run_id: str) -> Callable[[], None]:
+        """``on_disconnect=cancel`` of a response of ``run_id``: cancel it after the
+        disconnect grace unless another reader attached meanwhile."""
+        return self._grace.policy(run_id)
+
+    async def reader_attached(self, run_id: str) -> None:
+        """A reader (re-)attached to the live run (the disconnect grace looks for it)."""
+        await self._grace.attached(run_id)
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -232,5 +269,6 @@ class RunManager:
         await self._drain.drain(timeout)
 
     async def aclose(self) -> None:
-        """Stop the lease renewer and sweep (after ``drain``)."""
-        await self._leases.aclose()
+        """Stop the lease renewer, sweep and grace timers (after ``drain``)."""
+        await self._grace.aclose()
+        await self.leases.aclose()

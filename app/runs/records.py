@@ -1,4 +1,9 @@
-"""A run's record in the store: every write that creates, moves or ends it, in one place."""
+"""A run's record in the store: every write that creates, moves or ends it, in one place.
+
+Every write that moves or ends a run carries the fencing token of the run's session lease:
+once the lost-run sweep (or another worker) wrote with a newer token, the store itself refuses
+this worker's writes (``StaleFence``), whatever this worker believes about its lease.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,15 @@ import logging
 
 from agent_runtime.messages import message_to_dict
 from app.errors import NotFound
-from app.runs.handle import Outcome, RunHandle
-from app.storage import RunRecord, RunStatus, SessionNotFound, SessionOwnedByOther, Store
+from app.runs.handle import Outcome, RunHandle, lost_outcome
+from app.storage import (
+    RunRecord,
+    RunStatus,
+    SessionNotFound,
+    SessionOwnedByOther,
+    StaleFence,
+    Store,
+)
 from app.turns import store_stopped_turn
 
 __all__ = ["RunRecords"]
@@ -65,10 +77,16 @@ class RunRecords:
 
     async def status(self, handle: RunHandle, status: RunStatus) -> None:
         """Store the run's new status (running, waiting); a failure is logged, not raised."""
-        if not await self.stored(handle):
+        if handle.fenced or not await self.stored(handle):
             return
         try:
-            await self._store.update_run(handle.run_id, status=status)
+            await self._store.update_run(handle.run_id, status=status, fence=handle.lease.token)
+        except StaleFence as exc:
+            logger.error(
+                "the store refused a stale write of the run's status: %s",
+                exc,
+                extra={"run_id": handle.run_id},
+            )
         except Exception:
             logger.warning(
                 "could not store the run's status",
@@ -89,7 +107,15 @@ class RunRecords:
                 handle.session_id,
                 handle.run_id,
                 [message_to_dict(m) for m in outcome.messages],
+                fence=handle.lease.token,
             )
+        except StaleFence as exc:
+            logger.error(
+                "the store refused a stale write of the run's messages: %s",
+                exc,
+                extra={"run_id": handle.run_id},
+            )
+            return lost_outcome()
         except Exception:
             logger.exception("could not store the run's messages", extra={"run_id": handle.run_id})
             return Outcome.failed(
@@ -106,6 +132,13 @@ class RunRecords:
                 handle.input,
                 outcome.messages,
                 outcome.data["reason"],
+                fence=handle.lease.token,
+            )
+        except StaleFence as exc:
+            logger.error(
+                "the store refused a stale write of the stopped turn: %s",
+                exc,
+                extra={"run_id": handle.run_id},
             )
         except Exception:
             logger.exception("could not store the stopped turn", extra={"run_id": handle.run_id})
@@ -122,6 +155,13 @@ class RunRecords:
                 error=outcome.error,
                 usage=handle.usage.to_dict(),
                 model=handle.usage.model,
+                fence=handle.lease.token,
+            )
+        except StaleFence as exc:
+            logger.error(
+                "the store refused a stale write of the run's outcome: %s",
+                exc,
+                extra={"run_id": handle.run_id},
             )
         except Exception:
             logger.exception("could not store the run's outcome", extra={"run_id": handle.run_id})
@@ -134,4 +174,5 @@ class RunRecords:
                     handle.run_id,
                     status="failed",
                     error={"code": "internal", "message": "the run could not be started"},
+                    fence=handle.lease.token,
                 )

@@ -14,13 +14,25 @@ from typing import Any
 
 from agent_runtime.agent import AgentRunConfig
 from agent_runtime.errors import AgentClosedError
+from agent_runtime.events import AgentPhase
 from agent_runtime.extensions.external import ExternalEvent
+from app.bus.base import BusError
 from app.errors import NotFound
-from app.runs.context import RunContext
+from app.runs.context import RunContext, lease_lapsed
 from app.runs.handle import RunHandle
 from app.storage import RunStatus
 
 __all__ = ["Routing"]
+
+# the runtime's phases after which a cancel changes nothing
+_DECIDED = frozenset({AgentPhase.COMPLETED, AgentPhase.FAILED})
+# seconds a cancel routed to no holder waits for the run's logged end
+_SETTLE = 2.0
+_STATUS_OF: dict[str, RunStatus] = {
+    "run.completed": "completed",
+    "run.failed": "failed",
+    "run.cancelled": "cancelled",
+}
 
 
 class Routing:
@@ -32,18 +44,31 @@ class Routing:
     # --- arriving here (CommandHandler) ------------------------------------------------------
 
     def cancel_local(self, run_id: str, reason: str) -> bool:
-        """Cancel a run held here; False if there is no such unfinished run."""
-        handle = self._context.runs.get(run_id)
-        if handle is None or handle.done:
+        """Cancel a run held here; False if there is no such unfinished run (or it is past
+        its lease: this worker no longer speaks for it, see ``app.runs.fencing``)."""
+        context = self._context
+        handle = context.runs.get(run_id)
+        if handle is None or handle.done or context.lapsed(handle):
             return False
+        return self.stop(handle, reason)
+
+    def stop(self, handle: RunHandle, reason: str) -> bool:
+        """Stop a run held here, for ``reason`` (the first one given wins). False if its
+        outcome was already decided otherwise: it ends as it was going to (so a cancel
+        answered 202 ``cancelling`` does end ``run.cancelled``)."""
+        run_id = handle.run_id
         if handle.finalizing:  # its terminal event is being written: too late to change it
-            return True
+            return False
+        if handle.in_runtime:
+            agent = self._context.agent_for(handle)
+            run = agent.active_runs.get(run_id)
+            if run is None or run.phase in _DECIDED:
+                return False  # the runtime's run has ended: its terminal event is on its way
+            if handle.cancel_reason is None:
+                handle.cancel_reason = reason
+            return agent.cancel_run(run_id, handle.cancel_reason)
         if handle.cancel_reason is None:
             handle.cancel_reason = reason
-        if handle.in_runtime:
-            # False means the runtime's run already ended: its terminal event is on its way
-            self._context.agent_for(handle).cancel_run(run_id, handle.cancel_reason)
-            return True
         task = handle.task
         if task is None:  # still in start(): queued, or storing its record
             handle.ticket.abort()
@@ -63,6 +88,8 @@ class Routing:
         handle = context.runs.get(run_id) if run_id is not None else None
         if handle is None:
             handle = next((h for h in context.runs.values() if h.session_id == session_id), None)
+        if handle is not None and context.lapsed(handle):
+            return []  # past its lease: an answer taken now could start a tool call
         # no run here: any agent's extension may still hold it (they check session and run)
         agents = [context.agent_for(handle)] if handle is not None else context.all_agents()
         for agent in agents:
@@ -82,23 +109,53 @@ class Routing:
         found = await context.find(run_id, principal)
         if found is None:
             return None
-        if isinstance(found, RunHandle):
+        if isinstance(found, RunHandle):  # held here, within its lease (see RunContext.find)
             if found.finalizing and not found.done:
                 # its outcome is being stored: answer with it, not with "running" (shielded: a
                 # client that leaves must not cancel the run's own future)
                 await asyncio.shield(found.finished)
             if found.done or found.finalizing:
                 return "finished", found.status
-            self.cancel_local(run_id, "cancel_requested")
+            if not self.cancel_local(run_id, "cancel_requested"):
+                # its outcome was decided before the cancel could change it: answer with it
+                # once it is stored (its terminal event is on its way)
+                await asyncio.shield(found.finished)
+                return "finished", found.status
             return "cancelling", context.live_status(found)
         if found.is_finished:
             return "finished", found.status
         if not await context.bus.router.cancel(run_id, "cancel_requested"):
-            # no worker holds it: it has just ended, or its worker is lost (the sweep ends it)
+            # no worker holds it unfinished: it is ending as it was going to, or its worker is
+            # lost (the sweep ends it); answer with its end if it comes soon
             record = await context.store.get_run(run_id)
             if record is not None and record.is_finished:
                 return "finished", record.status
+            ended = await self._end_of(run_id)
+            if ended is not None:
+                return "finished", ended
         return "cancelling", found.status
+
+    async def _end_of(self, run_id: str) -> RunStatus | None:
+        """The status the run's log ends with, waiting ``_SETTLE`` seconds at most for it."""
+        events = self._context.events
+        try:
+            last = await events.last_seq(run_id)
+            if last is None:
+                return None
+            subscription = await events.subscribe(run_id, after=max(0, last - 1))
+        except BusError:
+            return None
+        try:
+            async with asyncio.timeout(_SETTLE):
+                while not subscription.finished:
+                    for event in await subscription.next():
+                        if event.terminal:
+                            return _STATUS_OF[event.type]
+        except (TimeoutError, BusError):
+            pass
+        finally:
+            await subscription.aclose()
+        return None
 
     async def external_event(
         self,
@@ -111,12 +168,19 @@ class Routing:
         """Deliver an answer to a waiting run of the caller's session; 404 if not theirs."""
         context = self._context
         local = context.runs.get(run_id) if run_id is not None else None
+        if local is None:
+            local = next((h for h in context.runs.values() if h.session_id == session_id), None)
         if local is not None and local.session_id == session_id:
             # the run is held here: its handle answers the ownership question without a query
             owned = local.principal == principal
             if not owned:
                 # the query an unknown run costs, so that the refusal's timing tells nothing
                 await context.store.get_session(session_id)
+            elif context.lapsed(local):
+                # held here past its lease: never taken (it could start a tool call), and not
+                # looked for elsewhere through a bus this worker may not reach
+                context.metrics.external_events.labels("not_accepted").inc()
+                raise lease_lapsed(local.run_id)
         else:
             session = await context.store.get_session(session_id)
             owned = session is not None and session.principal == principal

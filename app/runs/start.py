@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from agent_runtime.errors import ConfigurationError
+from agent_runtime.structured import output_spec
 from app.admission import AdmissionRejected, Ticket
 from app.agents import AgentProfile
 from app.budgets import BudgetHold
@@ -22,6 +24,7 @@ from app.errors import (
     AgentUnavailable,
     BudgetExceeded,
     Draining,
+    InvalidRequest,
     NotFound,
     Overloaded,
     ServiceError,
@@ -29,6 +32,7 @@ from app.errors import (
 )
 from app.runs.context import RunContext
 from app.runs.driver import Driver
+from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
 from app.runs.handle import RunHandle, RunRequestOptions, new_run_id, now
 from app.runs.records import RunRecords
@@ -56,7 +60,9 @@ class Starter:
         driver: Driver,
         finalizer: Finalizer,
         routing: Routing,
+        fencing: Fencing,
     ) -> None:
+        self._fencing = fencing
         self._context = context
         self._records = records
         self._driver = driver
@@ -71,10 +77,29 @@ class Starter:
             raise NotFound(f"no agent {name!r}; configured: {', '.join(sorted(profiles))}")
         return profile
 
+    async def _check_shape(self, options: RunRequestOptions) -> None:
+        """A request's skill and response format, checked before anything is admitted."""
+        core = self._context.agents.get(options.agent, self._context.agent)
+        if options.skill is not None:
+            if core.skills is None:
+                raise InvalidRequest(f"agent {options.agent!r} has no skills")
+            skills = await core.skills.aload()  # read once, in a thread; cached after
+            if options.skill not in skills:
+                known = ", ".join(skills) or "none"
+                raise InvalidRequest(
+                    f"agent {options.agent!r} has no skill {options.skill!r}; skills: {known}"
+                )
+        if options.response_format is not None:
+            try:
+                output_spec(response_format=options.response_format)
+            except ConfigurationError as exc:
+                raise InvalidRequest(str(exc)) from None
+
     async def start(self, principal: str, session_id: str, options: RunRequestOptions) -> RunHandle:
         """Admit and start a run (see ``RunManager.start``)."""
         context = self._context
         profile = self.profile(options.agent)
+        await self._check_shape(options)
         if context.draining:
             context.reject("draining")
             raise draining_problem()
@@ -160,6 +185,7 @@ class Starter:
         except SessionOwnedByOther:
             raise NotFound(f"no session {session_id!r}") from None
         run_id = new_run_id()
+        sent = context.clock()  # the lease's deadline counts from before the request
         lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
         active = None if lease is not None else await context.bus.locks.holder(session_id)
         if lease is None and active is None:
@@ -183,7 +209,16 @@ class Starter:
             except BaseException:
                 await context.bus.locks.release(lease)
                 raise
-        handle = RunHandle(run_id, session_id, principal, profile, options, lease, ticket)
+        handle = RunHandle(
+            run_id,
+            session_id,
+            principal,
+            profile,
+            options,
+            lease,
+            ticket,
+            lease_deadline=self._fencing.deadline_after(sent),
+        )
         handle.history_size = session.message_count
         return handle
 

@@ -128,11 +128,14 @@ class LostRunSweep:
                         status="completed",
                         output=data.get("output"),
                         usage=data.get("usage"),
+                        fence=fence,
                     )
                 elif logged.type == "run.failed":
-                    await store.update_run(run_id, status="failed", error=data.get("error"))
+                    await store.update_run(
+                        run_id, status="failed", error=data.get("error"), fence=fence
+                    )
                 else:
-                    await store.update_run(run_id, status="cancelled")
+                    await store.update_run(run_id, status="cancelled", fence=fence)
             return False
         if record is not None and record.is_finished:
             if record.status == "completed":
@@ -153,7 +156,7 @@ class LostRunSweep:
         }
         # stored first: a reader that gets the terminal event finds the run ended
         if record is not None:
-            await store.update_run(run_id, status="failed", error=error)
+            await store.update_run(run_id, status="failed", error=error, fence=fence)
         await self._append_end(run_id, session_id, "run.failed", {"error": error}, fence)
         logger.warning("run lost with its worker", extra={"run_id": run_id})
         return True

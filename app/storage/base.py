@@ -8,7 +8,16 @@ Errors form one tree::
      ├── SessionNotFound        a write into a session that does not exist
      ├── SessionOwnedByOther    the session id belongs to another principal (HTTP: 404)
      ├── RunNotFound            an update of a run that does not exist
-     └── RunAlreadyExists       a second run with the same id
+     ├── RunAlreadyExists       a second run with the same id
+     └── StaleFence             a fenced write whose token is older than one already used
+
+Fencing: the writes that change or end a run (``update_run``, ``append_messages``) may carry
+the fencing token of the session lease they are made under (``fence=``). The store keeps the
+highest token that wrote each run and each session's messages, and refuses a write with a
+lower one (``StaleFence``) in the same statement that makes it: a worker that lost its lease,
+once another worker (or the lost-run sweep) wrote with a newer token, can no longer change
+what is stored, whatever it believes. A write without a token is not fenced (tools, recovery
+at start with one worker).
 
 Misuse of the API with bad values (a message without a "role", a value JSON cannot encode,
 a naive datetime) raises the built-in `TypeError` / `ValueError`, as Python code does.
@@ -38,6 +47,7 @@ __all__ = [
     "SessionNotFound",
     "SessionOwnedByOther",
     "SessionRecord",
+    "StaleFence",
     "StorageConfigError",
     "StorageError",
     "StorageUnavailable",
@@ -111,6 +121,19 @@ class RunAlreadyExists(StorageError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} already exists")
         self.run_id = run_id
+
+
+class StaleFence(StorageError):
+    """A fenced write carried a token older than one the run (or the session's messages) was
+    already written with: the writer lost its lease, and the write was refused."""
+
+    def __init__(self, what: str, fence: int, stored: int) -> None:
+        super().__init__(
+            f"{what} was written with fencing token {stored}; a write with the older token "
+            f"{fence} is refused"
+        )
+        self.fence = fence
+        self.stored = stored
 
 
 # --- records ------------------------------------------------------------------------------
@@ -415,11 +438,18 @@ class Store(Protocol):
         ...
 
     async def append_messages(
-        self, session_id: str, run_id: str, messages: Sequence[Mapping[str, Any]]
+        self,
+        session_id: str,
+        run_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        fence: int | None = None,
     ) -> None:
         """Append one run's messages in one transaction: all are stored, or none.
 
-        Also sets the session's `last_run_id`, `message_count` and `updated_at`.
+        Also sets the session's `last_run_id`, `message_count` and `updated_at`. With `fence`,
+        raises `StaleFence` (writing nothing) if the session's messages or the run were
+        already written with a higher token.
         Raises `SessionNotFound`; `TypeError`/`ValueError` for a message without a string
         "role" or one JSON cannot encode (nothing is written then).
         """
@@ -455,8 +485,12 @@ class Store(Protocol):
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
         model: str | None = None,
+        fence: int | None = None,
     ) -> RunRecord:
         """Move a run to `status` and return the run as stored afterwards.
+
+        With `fence`, raises `StaleFence` (changing nothing) if the run was already written
+        with a higher token; otherwise the run keeps `fence` as its highest.
 
         Arguments left as None keep their stored value. `started_at` defaults to now on the
         first move to running/waiting, `finished_at` to now on a terminal status. A finished

@@ -34,6 +34,7 @@ from app.storage.base import (
     SessionNotFound,
     SessionOwnedByOther,
     SessionRecord,
+    StaleFence,
     StorageConfigError,
     StorageError,
     StorageUnavailable,
@@ -111,7 +112,13 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS title text",
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS model text",
     ),
-    # 4: the usage ledger, one row per finished run, kept when its session is deleted;
+    # 4: the highest fencing token that wrote each run and each session's messages (fenced
+    # writes compare it in their WHERE clause; see app.storage.base)
+    (
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0",
+    ),
+    # 5: the usage ledger, one row per finished run, kept when its session is deleted;
     # filled from the runs already finished
     (
         """CREATE TABLE IF NOT EXISTS usage (
@@ -455,7 +462,12 @@ class PostgresStore(BackgroundOperations):
 
     @finish_on_cancel
     async def append_messages(
-        self, session_id: str, run_id: str, messages: Sequence[Mapping[str, Any]]
+        self,
+        session_id: str,
+        run_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        fence: int | None = None,
     ) -> None:
         """Append one run's messages atomically; an empty sequence changes nothing."""
         if not messages:
@@ -463,17 +475,32 @@ class PostgresStore(BackgroundOperations):
         now = utcnow()
         async with self._connection() as conn, conn.transaction():
             # The UPDATE locks the session row, so concurrent appends to one session queue
-            # up instead of colliding on positions.
+            # up instead of colliding on positions. A fenced one changes the row only while
+            # neither the session's messages nor the run were written with a newer token.
             start: int | None = await conn.fetchval(
                 "UPDATE sessions SET message_count = message_count + $2, last_run_id = $3,"
-                " updated_at = $4 WHERE id = $1 RETURNING message_count - $2",
+                " updated_at = $4, fence = GREATEST(fence, COALESCE($5::bigint, 0))"
+                " WHERE id = $1 AND ($5::bigint IS NULL OR (fence <= $5::bigint AND NOT EXISTS"
+                " (SELECT 1 FROM runs WHERE run_id = $3 AND fence > $5::bigint)))"
+                " RETURNING message_count - $2",
                 session_id,
                 len(messages),
                 run_id,
                 now,
+                fence,
             )
             if start is None:
-                raise SessionNotFound(session_id)
+                row = await conn.fetchrow(
+                    "SELECT s.fence, (SELECT r.fence FROM runs r WHERE r.run_id = $2) AS run_fence"
+                    " FROM sessions s WHERE s.id = $1",
+                    session_id,
+                    run_id,
+                )
+                if row is None or fence is None:
+                    raise SessionNotFound(session_id)
+                raise StaleFence(
+                    f"session {session_id!r}", fence, max(row["fence"], row["run_fence"] or 0)
+                )
             # Encoding happens inside the transaction: a bad message rolls back the
             # session update above, leaving nothing half-written.
             rows = [
@@ -581,19 +608,24 @@ class PostgresStore(BackgroundOperations):
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
         model: str | None = None,
+        fence: int | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
         auto_started, auto_finished = run_update_stamps(status, started_at, finished_at)
         async with self._connection() as conn:
             # one statement: the move to a terminal status books the run's usage with it
+            # the fence is compared in the same statement that writes: no write with an older
+            # token can land after one with a newer token, whatever the interleaving
             row = await conn.fetchrow(
                 "WITH updated AS (UPDATE runs SET status = $2,"
                 " output = COALESCE($3::jsonb, output),"
                 " error = COALESCE($4::jsonb, error), usage = COALESCE($5::jsonb, usage),"
                 " started_at = COALESCE($6::timestamptz, started_at, $7::timestamptz),"
                 " finished_at = COALESCE($8::timestamptz, finished_at, $9::timestamptz),"
-                " model = COALESCE($10::text, model)"
+                " model = COALESCE($10::text, model),"
+                " fence = GREATEST(fence, COALESCE($11::bigint, 0))"
                 f" WHERE run_id = $1 AND status NOT IN ({_TERMINAL_SQL})"
+                " AND ($11::bigint IS NULL OR fence <= $11::bigint)"
                 f" RETURNING {_RUN_COLUMNS}),"
                 f" booked AS (INSERT INTO usage {_BOOK_USAGE_COLUMNS}"
                 f" SELECT {_BOOK_USAGE_VALUES} FROM updated"
@@ -610,11 +642,14 @@ class PostgresStore(BackgroundOperations):
                 finished_at,
                 auto_finished,
                 model,
+                fence,
             )
-            if row is None:  # finished already, or unknown
+            if row is None:  # finished already, fenced off, or unknown
                 row = await conn.fetchrow(
-                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = $1", run_id
+                    f"SELECT {_RUN_COLUMNS}, fence FROM runs WHERE run_id = $1", run_id
                 )
+                if row is not None and fence is not None and row["fence"] > fence:
+                    raise StaleFence(f"run {run_id!r}", fence, row["fence"])
         if row is None:
             raise RunNotFound(run_id)
         return _run(row)

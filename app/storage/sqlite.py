@@ -31,6 +31,7 @@ from app.storage.base import (
     SessionNotFound,
     SessionOwnedByOther,
     SessionRecord,
+    StaleFence,
     StorageError,
     StorageUnavailable,
     StoredMessage,
@@ -107,7 +108,13 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE sessions ADD COLUMN title TEXT",
         "ALTER TABLE runs ADD COLUMN model TEXT",
     ),
-    # 4: the usage ledger, one row per finished run, kept when its session is deleted;
+    # 4: the highest fencing token that wrote each run and each session's messages (fenced
+    # writes compare it in their WHERE clause; see app.storage.base)
+    (
+        "ALTER TABLE runs ADD COLUMN fence INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN fence INTEGER NOT NULL DEFAULT 0",
+    ),
+    # 5: the usage ledger, one row per finished run, kept when its session is deleted;
     # filled from the runs already finished
     (
         """CREATE TABLE IF NOT EXISTS usage (
@@ -300,11 +307,16 @@ class SQLiteStore(BackgroundOperations):
 
     @finish_on_cancel
     async def append_messages(
-        self, session_id: str, run_id: str, messages: Sequence[Mapping[str, Any]]
+        self,
+        session_id: str,
+        run_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        fence: int | None = None,
     ) -> None:
         """Append one run's messages atomically; an empty sequence changes nothing."""
         if messages:
-            await self._write(_append_messages, session_id, run_id, messages)
+            await self._write(_append_messages, session_id, run_id, messages, fence)
 
     @finish_on_cancel
     async def remove_last_turn(self, session_id: str, run_id: str) -> bool:
@@ -330,6 +342,7 @@ class SQLiteStore(BackgroundOperations):
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
         model: str | None = None,
+        fence: int | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
         started, finished = run_update_stamps(status, started_at, finished_at)
@@ -343,9 +356,12 @@ class SQLiteStore(BackgroundOperations):
             _optional_ts(started),
             _optional_ts(finished_at),
             _optional_ts(finished),
+            fence,
             run_id,
+            fence,
+            fence,
         )
-        record = await self._write(_update_run, run_id, parameters)
+        record = await self._write(_update_run, run_id, parameters, fence)
         if record is None:
             raise RunNotFound(run_id)
         return record
@@ -593,16 +609,26 @@ def _append_messages(
     session_id: str,
     run_id: str,
     messages: Sequence[Mapping[str, Any]],
+    fence: int | None,
 ) -> None:
-    row = db.execute("SELECT message_count FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    # the write transaction is exclusive: what is read here stays true until it commits
+    row = db.execute(
+        "SELECT message_count, fence, (SELECT fence FROM runs WHERE run_id = ?) AS run_fence"
+        " FROM sessions WHERE id = ?",
+        (run_id, session_id),
+    ).fetchone()
     if row is None:
         raise SessionNotFound(session_id)
+    if fence is not None:
+        stored = max(row["fence"], row["run_fence"] or 0)
+        if stored > fence:
+            raise StaleFence(f"session {session_id!r}", fence, stored)
     start: int = row["message_count"]
     now = _ts(utcnow())
     db.execute(
         "UPDATE sessions SET message_count = message_count + ?, last_run_id = ?,"
-        " updated_at = ? WHERE id = ?",
-        (len(messages), run_id, now, session_id),
+        " updated_at = ?, fence = MAX(fence, COALESCE(?, 0)) WHERE id = ?",
+        (len(messages), run_id, now, fence, session_id),
     )
     # Encoding happens inside the transaction: a bad message rolls back the session update
     # above along with any rows, leaving nothing half-written.
@@ -649,17 +675,22 @@ def _create_run(db: sqlite3.Connection, run: RunRecord) -> None:
 
 
 def _update_run(
-    db: sqlite3.Connection, run_id: str, parameters: tuple[Any, ...]
+    db: sqlite3.Connection, run_id: str, parameters: tuple[Any, ...], fence: int | None
 ) -> RunRecord | None:
-    cursor = db.execute(
+    # the fence is compared in the statement that writes (see app.storage.base)
+    changed = db.execute(
         "UPDATE runs SET status = ?, output = COALESCE(?, output),"
         " error = COALESCE(?, error), usage = COALESCE(?, usage), model = COALESCE(?, model),"
         " started_at = COALESCE(?, started_at, ?),"
-        " finished_at = COALESCE(?, finished_at, ?)"
-        f" WHERE run_id = ? AND status NOT IN ({_TERMINAL_SQL})",
+        " finished_at = COALESCE(?, finished_at, ?), fence = MAX(fence, COALESCE(?, 0))"
+        f" WHERE run_id = ? AND status NOT IN ({_TERMINAL_SQL}) AND (? IS NULL OR fence <= ?)",
         parameters,
-    )
-    if cursor.rowcount == 1 and parameters[0] in TERMINAL_STATUSES:
+    ).rowcount
+    if not changed and fence is not None:
+        row = db.execute("SELECT fence FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is not None and row["fence"] > fence:
+            raise StaleFence(f"run {run_id!r}", fence, row["fence"])
+    if changed == 1 and parameters[0] in TERMINAL_STATUSES:
         # the run's end books its tokens, in the same transaction
         db.execute(
             f"INSERT OR IGNORE INTO usage {_BOOK_USAGE_SELECT}"

@@ -81,19 +81,18 @@ const seg = encodeURIComponent;
 // service under a prefix (https://example.org/agent/ → https://example.org/agent/v1/...).
 
 export const api = {
-  /** Start a run; ``options``: ``agent`` (a configured agent's name) and ``replaces`` (the
-   * id of the session's latest run, whose turn this run takes the place of). */
+  /** Start a run; ``options``: ``agent`` (a configured agent's name), ``replaces`` (the
+   * id of the session's latest run, whose turn this run takes the place of) and ``key`` (the
+   * send's Idempotency-Key: the same POST sent again attaches to the run it started). */
   startRun(sessionId, input, signal, options = {}) {
     // on_disconnect "continue": a reload or a dropped connection must not cancel the run;
     // the page reconnects to its events instead, and Stop cancels explicitly
     const body = { input, stream: true, on_disconnect: "continue" };
     if (options.agent) body.agent = options.agent;
     if (options.replaces) body.replaces = options.replaces;
-    return send("POST", `v1/sessions/${seg(sessionId)}/runs`, {
-      json: body,
-      extraHeaders: { Accept: "text/event-stream" },
-      signal,
-    });
+    const extraHeaders = { Accept: "text/event-stream" };
+    if (options.key) extraHeaders["Idempotency-Key"] = options.key;
+    return send("POST", `v1/sessions/${seg(sessionId)}/runs`, { json: body, extraHeaders, signal });
   },
   followRun(runId, lastSeq, signal) {
     return send("GET", `v1/runs/${seg(runId)}/events`, {

@@ -6,7 +6,7 @@ import { api, ApiError } from "./api.js";
 import { ConfirmDialog } from "./confirm.js";
 import { copyText } from "./markdown.js";
 import { readEventStream } from "./sse.js";
-import { MAX_SESSIONS, newSessionId, store } from "./store.js";
+import { MAX_SESSIONS, newSendKey, newSessionId, store } from "./store.js";
 import { h, newTurn, TurnView, turnOptions, turnsFromMessages } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
@@ -41,6 +41,8 @@ const els = {
 const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
 const STALL_MS = 45_000; // the server pings every 15 s of silence: three missed pings
 const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
+// a send whose POST got no answer at all is sent again (same Idempotency-Key) this often
+const SEND_RETRIES = 4;
 
 let sessionId = store.sessionId();
 let current = null; // the run this tab follows: {runId, sessionId, view, lastSeq, ...}
@@ -345,12 +347,30 @@ function newRun(view) {
   return { runId: null, sessionId, view, lastSeq: 0, done: false, abandoned: false, connection: null, stopRequested: false };
 }
 
+/** POST the run; a network failure (no answer at all) sends the same POST again with the same
+ * Idempotency-Key a few times: the server attaches a repeat to the run the first one may have
+ * started, so a dropped connection never doubles the user's turn. */
+async function startWithKey(run, prompt, options) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await api.startRun(sessionId, prompt, run.connection.signal, options);
+    } catch (error) {
+      const lost = error instanceof ApiError && error.code === "network";
+      if (!lost || run.abandoned || attempt >= SEND_RETRIES) throw error;
+      setConn("warn", "Reconnecting…");
+      await sleep(BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)], run.connection.signal);
+    }
+  }
+}
+
 /**
  * Send ``prompt`` as a new run. With ``replacing`` (a turn's element, for regenerate and edit)
  * the run takes the place of that turn, the session's last: the old turn is hidden while the
- * run starts, removed once it has, and shown again if the start fails.
+ * run starts, removed once it has, and shown again if the start fails. ``key`` is the send's
+ * Idempotency-Key: the Retry of a failed send keeps it, so a retry that reaches a run the
+ * failed attempt did start follows that run instead of starting a second.
  */
-async function send(prompt, replacing = null) {
+async function send(prompt, replacing = null, key = newSendKey()) {
   if (current || !prompt.trim()) return;
   showEmpty(false);
   const replaces = replacing?.dataset.runId || null;
@@ -367,13 +387,13 @@ async function send(prompt, replacing = null) {
   run.connection = new AbortController();
   let response;
   try {
-    response = await api.startRun(sessionId, prompt, run.connection.signal, { agent: chosenAgent(), replaces });
+    response = await startWithKey(run, prompt, { agent: chosenAgent(), replaces, key });
   } catch (error) {
     if (run.abandoned) return;
     current = null;
     setBusy(false);
     if (replacing) replacing.hidden = false;
-    startFailed(view, error, prompt, replacing);
+    startFailed(view, error, prompt, replacing, key);
     return;
   }
   replacing?.remove();
@@ -435,6 +455,12 @@ async function drive(run, response) {
       response = await api.followRun(run.runId, run.lastSeq, run.connection.signal);
       noteServerClock(response);
       attempt = Math.min(attempt, 1);
+      if (response.status === 204) {
+        // the page already has the run's terminal event (it was cut right after it): the
+        // record says how it ended
+        await runGone(run);
+        break;
+      }
     } catch (error) {
       if (run.abandoned) return;
       if (error instanceof ApiError && error.status === 401) {
@@ -564,7 +590,7 @@ const ERROR_TITLES = {
   internal: "The server failed to answer",
 };
 
-function startFailed(view, error, prompt, replacing = null) {
+function startFailed(view, error, prompt, replacing = null, key = undefined) {
   const err = error instanceof ApiError ? error : new ApiError({ detail: describe(error) });
   const title = ERROR_TITLES[err.code] || err.title || `Error ${err.status}`;
   let detail = err.detail ? err.detail.charAt(0).toUpperCase() + err.detail.slice(1) : "";
@@ -573,7 +599,7 @@ function startFailed(view, error, prompt, replacing = null) {
   retry.addEventListener("click", () => {
     if (current) return;
     view.el.remove();
-    send(prompt, replacing?.isConnected ? replacing : null);
+    send(prompt, replacing?.isConnected ? replacing : null, key);
   });
   if (err.retryAfter !== null && err.retryAfter !== undefined) {
     const seconds = err.retryAfter;
@@ -607,7 +633,7 @@ function startFailed(view, error, prompt, replacing = null) {
   if (err.status === 401) {
     needKey(() => {
       view.el.remove();
-      send(prompt, replacing?.isConnected ? replacing : null);
+      send(prompt, replacing?.isConnected ? replacing : null, key);
     });
   }
   scrollToEnd(true);

@@ -39,6 +39,12 @@ export function newSessionId() {
   return "web-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
+/** A new Idempotency-Key for one send: 128 random bits. */
+export function newSendKey() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return "send-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
 export const store = {
   sessionId() {
     let id = read(localStorage, KEYS.session, null);

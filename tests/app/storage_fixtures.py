@@ -101,7 +101,17 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         self.port = 0
+
+    def stall(self) -> None:
+        """Stop forwarding, connections kept open: a black-holed link (packets dropped)."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        """Forward again what was held back, and what comes next."""
+        self._flowing.set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
@@ -144,9 +154,9 @@ class TcpProxy:
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
 
-    @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
             while data := await reader.read(65536):
+                await self._flowing.wait()
                 writer.write(data)
                 await writer.drain()

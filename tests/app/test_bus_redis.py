@@ -25,6 +25,7 @@ from app.settings import Settings
 from app.storage import Store, open_store
 from app.wire import WireEncoder
 from tests.app.managers import check_lost_run_ended, orphan, run_manager
+from tests.app.storage_fixtures import TcpProxy
 from tests.scale.services import REDIS_URL, RedisServer, drop_prefix, new_prefix
 
 pytestmark = pytest.mark.redis
@@ -698,3 +699,39 @@ async def test_a_reader_gives_up_after_the_outage_grace(tmp_path: Path, buses: B
         await subscription.aclose()
     finally:
         server.stop()
+
+
+async def test_interrupt_returns_while_a_read_is_stuck_on_a_black_holed_redis(
+    buses: Buses,
+) -> None:
+    # A read that Redis never answers (packets dropped) lasts its whole call timeout; an SSE
+    # response interrupts its reader to send its pings, and must not wait for that read.
+    proxy = TcpProxy(int(REDIS_URL.rsplit(":", 1)[1].split("/")[0]))
+    await proxy.start()
+    try:
+        bus = await buses.open(f"redis://127.0.0.1:{proxy.port}/0")
+        await bus.events.create("run_1", session_id="s", fence=1)
+        subscription = await bus.events.subscribe("run_1")
+        subscription.interrupt()
+        assert await subscription.next() == ()  # the next call reads the log itself
+        proxy.stall()
+        pending = asyncio.ensure_future(subscription.next())
+        await eventually(lambda: _reading(subscription))
+        subscription.interrupt()
+        async with asyncio.timeout(30):  # a safety net: the read itself is still stuck
+            assert await pending == ()
+        assert await _reading(subscription), "the interrupt waited for the stuck read"
+        # Redis answers again: the same read goes on, and the events come
+        proxy.resume()
+        writer = await buses.open()
+        await writer.events.append("run_1", event(1, "run.completed"), fence=1)
+        assert await read_until_finished(subscription) == [1]
+        await subscription.aclose()
+    finally:
+        proxy.resume()
+        await proxy.cut()
+
+
+async def _reading(subscription: Any) -> bool:
+    reading = subscription._reading
+    return reading is not None and not reading.done()

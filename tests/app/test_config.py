@@ -195,6 +195,9 @@ def test_the_documented_example_file_loads() -> None:
 
     research = config.agents["research"]
     assert research.model == "openai:gpt-4o-mini"
+    assert research.description == "Searches, reads and cites."
+    assert research.skills == (str(EXAMPLE.parent / "skills"),)
+    assert research.system_one == "openai:gpt-4o-mini"
     assert research.fallbacks == ("anthropic:claude-3-5-haiku-latest",)
     assert research.system_prompt is not None and "research assistant" in research.system_prompt
     assert research.run_timeout == 180 and research.max_iterations == 12
@@ -480,6 +483,13 @@ async def test_policies_in_the_file_override_a_tools_own(
         ),
         ("[agents.x.compaction]\nevery = 3\n", "agents.x.compaction.every: unknown key"),
         ("[agents.x]\ncompaction = 1\n", "agents.x.compaction: expected a table"),
+        (
+            "[agents.x]\nskills = ['no/such/dir']\n",
+            "agents.x.skills[0]: 'no/such/dir' is not a folder",
+        ),
+        ("[agents.x]\nskills = 'one'\n", "agents.x.skills: expected an array of strings"),
+        ("[agents.x]\nsystem_one = 'bogus:'\n", "agents.x.system_one: unknown model setting"),
+        ("[agents.x]\ndescription = 3\n", "agents.x.description: expected a non-empty string"),
         ("not toml [", "not valid TOML"),
     ],
 )
@@ -663,10 +673,12 @@ def test_agent_server_hands_its_timeouts_to_uvicorn(
 ) -> None:
     served: dict[str, Any] = {}
 
-    def run(app: str, **options: Any) -> None:
-        served.update(options, app=app)
+    def run(self: uvicorn.Server, sockets: Any = None) -> None:
+        # what agent-server configured, without serving
+        served.update(vars(self.config))
+        self.started = True
 
-    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     monkeypatch.setenv("AGENT_DATABASE_URL", f"sqlite:///{tmp_path}/a.db")
     monkeypatch.setenv("AGENT_KEEP_ALIVE_TIMEOUT", "75")
     monkeypatch.setenv("AGENT_DRAIN_TIMEOUT", "20")
@@ -676,13 +688,28 @@ def test_agent_server_hands_its_timeouts_to_uvicorn(
     assert served["timeout_keep_alive"] == 75
     # the drain, then a stream's last write, then a margin
     assert served["timeout_graceful_shutdown"] > 25
+    assert served["timeout_worker_healthcheck"] == 60
 
 
 def test_agent_server_refuses_unshared_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    served: list[dict[str, Any]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.append(options))
+    served: list[int] = []
+
+    def run(self: uvicorn.Server, sockets: Any = None) -> None:
+        served.append(self.config.workers)
+        self.started = True
+
+    class Supervisor:  # uvicorn's, for several workers: records instead of serving
+        def __init__(self, config: uvicorn.Config, sockets: Any) -> None:
+            self.config = config
+
+        def run(self) -> None:
+            served.append(self.config.workers)
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.setattr(cli, "Supervisor", Supervisor)
+    monkeypatch.setattr(uvicorn.Config, "bind_socket", lambda self: None)
     monkeypatch.setenv("AGENT_DATABASE_URL", f"sqlite:///{tmp_path}/a.db")
     monkeypatch.delenv("AGENT_REDIS_URL", raising=False)
     monkeypatch.delenv("AGENT_ALLOW_UNSHARED_WORKERS", raising=False)
@@ -699,7 +726,7 @@ def test_agent_server_refuses_unshared_workers(
     monkeypatch.setenv("AGENT_ALLOW_UNSHARED_WORKERS", "1")
     assert cli.main(["--port", "0", "--workers", "2"]) == 0
     assert "warning: --workers > 1 without AGENT_REDIS_URL" in capsys.readouterr().err
-    assert [options["workers"] for options in served] == [1, 2]
+    assert served == [1, 2]
 
 
 def test_an_agent_is_required_unless_the_file_says_otherwise(tmp_path: Path) -> None:

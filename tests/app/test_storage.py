@@ -623,6 +623,8 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
     await _execute(old, "ALTER TABLE sessions DROP COLUMN title")
     await _execute(old, "ALTER TABLE runs DROP COLUMN model")
     await _execute(old, "DROP TABLE usage")
+    await _execute(old, "ALTER TABLE runs DROP COLUMN fence")
+    await _execute(old, "ALTER TABLE sessions DROP COLUMN fence")
     await _execute(old, "DELETE FROM schema_version WHERE version > 1")
     await old.close()
 

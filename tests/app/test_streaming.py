@@ -81,7 +81,8 @@ async def test_failed_run_streams_run_failed(serve: Serve) -> None:
 
 
 async def test_disconnect_cancels_the_run(serve: Serve) -> None:
-    async with serve(demo_slow_seconds=0.2) as served:
+    # no grace: the disconnect cancels at once (the grace has tests of its own)
+    async with serve(demo_slow_seconds=0.2, disconnect_grace=0) as served:
         request = stream(served, "gone", "slow one two three four five six")
         await request.wait_for(lambda r: any(f.event == "text.delta" for f in r.events()))
         run_id = request.headers["x-run-id"]
@@ -134,7 +135,7 @@ async def test_a_client_that_stops_reading_counts_as_gone(serve: Serve) -> None:
 
 
 async def test_blocking_client_disconnect_cancels(serve: Serve) -> None:
-    async with serve(demo_slow_seconds=0.2) as served:
+    async with serve(demo_slow_seconds=0.2, disconnect_grace=0) as served:
         request = served.request(
             "POST", "/v1/sessions/blocked/runs", {"input": "slow a b c d e f", "stream": False}
         )

@@ -148,7 +148,9 @@ async def vanish(client: httpx.AsyncClient) -> tuple[str, str]:
 
 
 async def test_two_hundred_clients_vanish_mid_run(start_server: Launch) -> None:
-    server = start_server({"AGENT_MAX_CONCURRENT_RUNS": "256"})
+    # a short disconnect grace: each run is cancelled well before its last word, however
+    # loaded the machine (the grace's own timers are part of what must leave nothing behind)
+    server = start_server({"AGENT_MAX_CONCURRENT_RUNS": "256", "AGENT_DISCONNECT_GRACE": "0.2"})
     async with server.client() as client:
         gone = await asyncio.gather(*(vanish(client) for _ in range(200)))
 

@@ -5,12 +5,14 @@
 - ``call TOOL {json}``: calls ``TOOL`` with those arguments once, then answers
   ``TOOL -> RESULT`` or ``TOOL failed: ERROR``;
 - ``tools``: the names of the tools it was offered, sorted, joined by ``,``;
-- ``system``: the run's system prompt (``none`` without one);
+- ``system`` (or ``system`` and more words): the run's system prompt (``none`` without one);
 - ``history``: ``history N`` (the messages it received), with `` summary`` added when the first
   of them is a compaction summary;
 - anything else: ``OK``.
 
 ``python:tests.fakes.config_models:summarizer`` always answers ``SUMMARY`` (a compaction model).
+``python:tests.fakes.config_models:router`` is a System One model for skill dispatch: it answers
+``NAME`` when the request holds ``route:NAME``, else ``none``.
 ``not_a_model`` and ``clashing`` are mistakes a configuration check must catch.
 """
 
@@ -25,7 +27,7 @@ from agent_runtime.model import ModelRequest
 from agent_runtime.testing import FunctionModel
 from agent_runtime.tools.base import tool
 
-__all__ = ["clashing", "not_a_model", "summarizer", "tool_caller"]
+__all__ = ["clashing", "not_a_model", "router", "summarizer", "tool_caller"]
 
 _CALL = re.compile(r"^\s*call\s+(\S+)\s*(\{.*\})?\s*$", re.DOTALL)
 
@@ -47,7 +49,7 @@ def _answer(request: ModelRequest) -> AssistantMessage:
     command = prompt.strip()
     if command == "tools":
         return AssistantMessage(",".join(sorted(t.name for t in request.tools)))
-    if command == "system":
+    if command == "system" or command.startswith("system "):
         return AssistantMessage(request.system or "none")
     if command == "history":
         first = messages[0] if messages else None
@@ -64,6 +66,17 @@ def tool_caller() -> FunctionModel:
 def summarizer() -> FunctionModel:
     """A compaction model: every summary is ``SUMMARY``."""
     return FunctionModel(lambda request: "SUMMARY", model_name="summarizer")
+
+
+def _route(request: ModelRequest) -> str:
+    text = " ".join(str(m.content) for m in request.messages if isinstance(m, UserMessage))
+    found = re.search(r"route:([a-z0-9-]+)", text)
+    return found.group(1) if found else "none"
+
+
+def router() -> FunctionModel:
+    """The System One router described above."""
+    return FunctionModel(_route, model_name="router")
 
 
 def not_a_model() -> object:

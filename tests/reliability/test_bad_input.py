@@ -15,6 +15,7 @@ import asyncio
 import collections
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,6 +75,18 @@ def fuzzed(
 
 
 # --- schemathesis -------------------------------------------------------------------------------
+
+
+@schemathesis.hook
+def before_call(context: schemathesis.HookContext, case: Any, kwargs: dict[str, Any]) -> None:
+    """An Idempotency-Key names one request: a generated key sent again with another body is
+    rightly refused (422 ``idempotency_key_reused``), so every request sent gets a key of its
+    own, as a client makes one per action (in every phase, replays included). A global hook:
+    schemathesis calls ``before_call`` hooks of that scope only."""
+    headers = case.headers  # a case-insensitive mapping
+    key = headers.get("Idempotency-Key") if headers is not None else None
+    if isinstance(key, str):
+        headers["Idempotency-Key"] = f"{key[:200]}-{uuid.uuid4()}"
 
 
 def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, launch
+from tests.e2e.conftest import Server, launch, wait_for
 
 from .conftest import (
     Event,
@@ -130,7 +130,13 @@ async def test_fifty_starts_on_one_session_admit_exactly_one(server: Server, mod
                 assert problem["code"] == "session_busy"
                 assert problem["active_run_id"] == run_id
             if mode == "stream":
-                # the streamed run's client went away: its run was cancelled
+                # the streamed run's client went away: its run was cancelled once the
+                # disconnect grace passed (reading its events before would re-attach to it)
+                async def cancelled(run_id: str = run_id) -> bool:
+                    view = (await client.get(f"/v1/runs/{run_id}")).json()
+                    return bool(view["status"] == "cancelled")
+
+                await wait_for(cancelled)
                 events = await events_of(client, run_id)
                 assert events[-1].data["data"] == {"reason": "client_disconnected"}
             else:
@@ -180,6 +186,8 @@ async def cancel_against_completion(
         assert body["status"] == STATUS_OF[terminal.type]
     else:
         assert cancel.status_code == 202 and body["status"] == "cancelling"
+        # 202 promises the cancel: a run whose outcome was decided first is answered 200
+        assert terminal.type == "run.cancelled", (cancel.status_code, terminal)
     if terminal.type == "run.cancelled":
         assert terminal.data["data"] == {"reason": "cancel_requested"}
         assert cancel.status_code == 202

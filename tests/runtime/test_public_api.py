@@ -29,6 +29,16 @@ PUBLIC = {
     "agent_runtime.model": ["ModelEvent", "ModelRequest", "ModelResponse", "RetryOptions"],
     "agent_runtime.tools.base": ["tool", "current_tool_call_id"],
     "agent_runtime.testing": ["ScriptedModel", "FunctionModel"],
+    "agent_runtime.tools": ["discover_builtin_tools", "run_state"],
+    "agent_runtime.integrations.lifespan": ["agent_lifespan", "warm_up"],
+    "agent_runtime.tools.builtin": ["discover_builtin_tools", "TodoItem"],
+    "agent_runtime.skills": [
+        "SkillManager",
+        "Skill",
+        "SkillPipeline",
+        "PipelineContext",
+        "PipelineResult",
+    ],
 }
 
 EXPECTED_ALL = {
@@ -62,6 +72,9 @@ EXPECTED_ALL = {
     "RunError",
     "RunTimeoutError",
     "SessionBusyError",
+    "SkillNotFoundError",
+    "StructuredOutputError",
+    "StructuredResponse",
     "Tool",
     "ToolCall",
     "ToolErrorLimitError",

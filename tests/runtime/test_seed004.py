@@ -1,4 +1,4 @@
-"""Seed 004's capability snippets, run with only the package renamed.
+"""Seed 004's capability and server snippets, run with only the package renamed.
 
 The seed's text lost its line breaks; the snippets below are that text with them put back
 (``cliver_core`` renamed to ``agent_runtime``). ``test_the_snippets_are_the_seeds`` checks, when
@@ -28,7 +28,7 @@ import pytest
 from agent_runtime.local import DEFAULT_MODEL, LocalEmbeddingProvider, resolve_model
 from agent_runtime.local import engines as local_engines
 from tests.fakes.tls_proxy import TLSInterceptor
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeToolCall, FakeUpstream, Text, ToolCalls
 from tests.seeds import renamed, seed_text
 
 IMAGE_SNIPPET = """\
@@ -62,6 +62,30 @@ embed_in_thread("world")  # same cached binding — no loop claim, no error
 """
 
 
+SERVER_SNIPPET = """\
+import asyncio
+
+from agent_runtime import AgentCore, ModelBindings, presets
+from agent_runtime.tools import discover_builtin_tools
+
+agent = AgentCore(
+    ModelBindings(llm=[presets.deepseek(api_key="...")]),
+    builtin_tools=discover_builtin_tools(),
+)
+
+async def handle(prompt: str, history: list) -> str:
+    response = await agent.chat(prompt, conversation=history)
+    return response.message.content or ""
+
+# Application-level admission control — AgentCore does not provide one.
+slots = asyncio.Semaphore(100)
+
+async def bounded_handle(prompt: str, history: list) -> str:
+    async with slots:
+        return await handle(prompt, history)
+"""
+
+
 def _squeezed(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
@@ -87,6 +111,42 @@ def test_the_snippets_are_the_seeds() -> None:
     start = text.rindex("import asyncio", 0, imports)
     embed = text[start : text.index("no error", imports) + len("no error")]
     assert _squeezed(renamed(embed)) == _squeezed(EMBED_SNIPPET)
+    marker = text.index("from cliver_core.tools import discover_builtin_tools")
+    begin = text.rindex("import asyncio", 0, marker)
+    last = "return await handle(prompt, history)"
+    server = text[begin : text.index(last, marker) + len(last)]
+    assert _squeezed(renamed(server)) == _squeezed(SERVER_SNIPPET)
+
+
+async def test_seed_server_snippet_runs_with_the_builtin_tools(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with (
+        FakeUpstream() as upstream,
+        TLSInterceptor(upstream, "api.deepseek.com") as proxy,
+    ):
+        for name in ("ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy", "https_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        monkeypatch.setenv("SSL_CERT_FILE", str(proxy.ca_file))
+        upstream.script(
+            ToolCalls([FakeToolCall("TodoWrite", {"todos": [{"content": "greet"}]})]),
+            Text("Hello!"),
+        )
+        namespace: dict[str, Any] = {"__name__": "seed_004_server"}
+        exec(compile(SERVER_SNIPPET, "seed_004_server.py", "exec"), namespace)
+        try:
+            history: list[Any] = []
+            assert await namespace["bounded_handle"]("Say hello", history) == "Hello!"
+        finally:
+            await namespace["agent"].aclose()
+        first, second = upstream.requests
+        assert first.model == "deepseek-chat"
+        assert {t["function"]["name"] for t in first.json["tools"]} == {"TodoWrite", "TodoRead"}
+        result = second.json["messages"][-1]
+        assert result["role"] == "tool"
+        assert '"total": 1' in result["content"]
+        assert set(proxy.connects) == {"api.deepseek.com:443"}
 
 
 async def test_seed_image_snippet_runs_against_the_fake(

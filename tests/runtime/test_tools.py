@@ -232,6 +232,32 @@ async def test_a_tool_not_advertised_cannot_run() -> None:
     assert result.is_error and not ran
 
 
+async def test_a_tool_gate_has_the_last_word_right_before_a_call_starts() -> None:
+    ran: list[str] = []
+
+    @tool
+    def write(text: str) -> str:
+        """Write."""
+        ran.append(text)
+        return "written"
+
+    asked: list[str] = []
+
+    def gate(call: ToolCall) -> str | None:
+        asked.append(call.id)
+        return "not run: fenced" if call.arguments["text"] == "no" else None
+
+    model = ScriptedModel(
+        [calls(("c1", "write", {"text": "yes"}), ("c2", "write", {"text": "no"})), "ok"]
+    )
+    agent = AgentCore(model, tools=[write])
+    await agent.chat("x", tool_gate=gate)
+    first, second = tool_results(model)
+    assert not first.is_error and first.content == "written"
+    assert second.is_error and "not run: fenced" in second.content
+    assert ran == ["yes"] and asked == ["c1", "c2"]
+
+
 async def test_policies_allow_deny_and_glob_patterns() -> None:
     @tool
     def read_file() -> str:

@@ -13,6 +13,7 @@ keys of different slots), on redis-py's asyncio client. Every key is under one p
     cmd:<worker>          pub/sub channel: commands for one worker
     reply:<request>       list: one command's answer (BLPOP), expires on its own
     bell:<worker>         stream: wakes a worker's follower (see ``log``)
+    val:<name>            string, PX: a shared value (idempotency keys, re-attach counts...)
     budget:<day>:<name>   INCRBY counter: a token budget's used and reserved tokens that day
 
 Leases and fencing (``locks``): a session lock is ``SET NX PX`` with a token from ``INCR``;
@@ -58,6 +59,7 @@ from app.bus.redis.connection import (
 from app.bus.redis.locks import RedisSessionLocks
 from app.bus.redis.log import RedisEventLog, RedisSubscription
 from app.bus.redis.router import RedisRouter
+from app.bus.redis.values import RedisValues
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -157,6 +159,7 @@ class RedisBus:
             route_ttl=lease_seconds,
             reply_timeout=reply_timeout,
         )
+        self._values = RedisValues(self._client, self.keys, self.where)
         # a run ends by releasing its lock, then its route: if Redis fails the first, the
         # route's local entry must not outlive the run
         self._locks.on_release = self._router.forget
@@ -190,6 +193,10 @@ class RedisBus:
     @property
     def router(self) -> RedisRouter:
         return self._router
+
+    @property
+    def values(self) -> RedisValues:
+        return self._values
 
     def stats(self) -> dict[str, int]:
         live = self._events.live_logs

@@ -49,6 +49,10 @@ _RETRY_FIRST: Final = 0.1
 _RETRY_MAX: Final = 2.0
 
 
+_INTERRUPTED: Final = object()
+"""What ``RedisSubscription._read`` returns when interrupted before the read ended."""
+
+
 def _decode_entry(entry_id: bytes, fields: Mapping[bytes, bytes]) -> WireEvent:
     seq = int(bytes(entry_id).split(b"-", 1)[0])
     return WireEvent(seq, bytes(fields[b"t"]).decode(), bytes(fields[b"f"]))
@@ -247,6 +251,7 @@ class RedisSubscription:
         "_outage_since",
         "_pause",
         "_prefetched",
+        "_reading",
         "_run_id",
         "_waiter",
     )
@@ -263,6 +268,9 @@ class RedisSubscription:
         self._waiter: _Waiter | None = None
         self._pause: asyncio.Future[None] | None = None
         self._outage_since: float | None = None
+        # a read of the log still going on when ``next`` returned on an interrupt: the next
+        # call waits for the same read (its cursor has not moved meanwhile)
+        self._reading: asyncio.Future[_ReadState | None] | None = None
 
     @property
     def cursor(self) -> int:
@@ -292,11 +300,15 @@ class RedisSubscription:
                 self._prefetched = None
                 if state is None:
                     try:
-                        state = await log.read(self._run_id, self._cursor)
+                        read = await self._read()
                     except BusUnavailable:
                         if not await self._ride_out_outage():
                             return _EMPTY  # interrupted while waiting for Redis
                         continue
+                    if read is _INTERRUPTED:  # while a read waits for Redis
+                        self._take_interrupt()
+                        return _EMPTY
+                    state = read if isinstance(read, _ReadState) else None
                     self._outage_since = None
                 if state is None:  # the log expired or was deleted under us: nothing will come
                     self._finished = True
@@ -329,6 +341,31 @@ class RedisSubscription:
     def _take_interrupt(self) -> bool:
         interrupted, self._interrupted = self._interrupted, False
         return interrupted
+
+    async def _read(self) -> _ReadState | object | None:
+        """The log after the cursor, or ``_INTERRUPTED`` if ``interrupt`` (or ``aclose``) came
+        first: a read stuck on an unreachable Redis (up to its call timeout, retries included)
+        must not hold back the SSE response's pings, nor its noticing a gone client."""
+        reading = self._reading
+        if reading is None:
+            reading = asyncio.ensure_future(self._log.read(self._run_id, self._cursor))
+            if reading.done():  # pragma: no cover - a read always suspends at least once
+                return reading.result()
+            self._reading = reading
+        if not reading.done():
+            if self._interrupted or self._closed:
+                return _INTERRUPTED
+            wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._pause = wake
+            try:
+                waits: list[asyncio.Future[Any]] = [reading, wake]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self._pause = None
+            if not reading.done():
+                return _INTERRUPTED
+        self._reading = None
+        return reading.result()
 
     async def _ride_out_outage(self) -> bool:
         """Wait a little before reading again; False if interrupted, raises past the grace."""
@@ -367,6 +404,12 @@ class RedisSubscription:
             self._closed = True
             self._log.subscription_closed()
             self._wake()
+            reading, self._reading = self._reading, None
+            if reading is not None:
+                reading.cancel()
+                await asyncio.wait([reading])
+                if not reading.cancelled():
+                    reading.exception()  # retrieved: an outage seen by nobody is not an error
 
 
 class RedisEventLog:
@@ -471,6 +514,13 @@ class RedisEventLog:
         async with unavailable(self._where, "reading an event log"):
             last = await self._client.hget(self._keys.meta(run_id), "last")
         return None if last is None else int(last)
+
+    async def terminal_seq(self, run_id: str) -> int | None:
+        async with unavailable(self._where, "reading an event log"):
+            last, sealed = await self._client.hmget(self._keys.meta(run_id), ["last", "sealed"])
+        if last is None or sealed is None or text(sealed) != "1":
+            return None
+        return int(last)
 
     async def subscribe(self, run_id: str, after: int = 0) -> RedisSubscription:
         after = max(0, after)

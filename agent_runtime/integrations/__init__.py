@@ -1,0 +1,1 @@
+"""Glue for hosting an agent in other frameworks: ``lifespan.agent_lifespan`` for ASGI apps."""

@@ -1,0 +1,125 @@
+"""``chat_structured`` and ``run_skill``: runs with a shape, each one run under one clock.
+
+Both are one ``chat`` run: one ``run_id``, one ``run_timeout`` covering the catalogue load,
+every model call (validation retries included) and every tool. Nothing restarts the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from .errors import RunError
+
+if TYPE_CHECKING:
+    from .agent import AgentResponse, AgentRunConfig
+    from .messages import Message
+
+__all__ = ["RunCalls", "StructuredResponse"]
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class StructuredResponse(Generic[T]):
+    """The outcome of ``chat_structured``: the validated ``output`` and the run's response."""
+
+    output: T
+    response: AgentResponse
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.response.run_id
+
+
+class RunCalls:
+    """The structured and skill entry points of ``AgentCore``."""
+
+    if TYPE_CHECKING:
+
+        async def chat(
+            self,
+            prompt: str,
+            *,
+            config: AgentRunConfig | None = None,
+            conversation: Sequence[Message] | None = None,
+            **options: Any,
+        ) -> AgentResponse: ...
+
+    @overload
+    async def chat_structured(
+        self,
+        prompt: str,
+        *,
+        output_type: type[T],
+        output_retries: int | None = None,
+        config: AgentRunConfig | None = None,
+        conversation: Sequence[Message] | None = None,
+        **options: Any,
+    ) -> StructuredResponse[T]: ...
+
+    @overload
+    async def chat_structured(
+        self,
+        prompt: str,
+        *,
+        output_type: Any,
+        output_retries: int | None = None,
+        config: AgentRunConfig | None = None,
+        conversation: Sequence[Message] | None = None,
+        **options: Any,
+    ) -> StructuredResponse[Any]: ...
+
+    async def chat_structured(
+        self,
+        prompt: str,
+        *,
+        output_type: Any,
+        output_retries: int | None = None,
+        config: AgentRunConfig | None = None,
+        conversation: Sequence[Message] | None = None,
+        **options: Any,
+    ) -> StructuredResponse[Any]:
+        """Run to completion with an answer validated against ``output_type``.
+
+        ``output_type`` is a pydantic model or any type a ``TypeAdapter`` accepts. The model is
+        asked for JSON (natively where the provider can); an answer that does not validate is
+        given back with its error, at most ``output_retries`` times (default 2). Still invalid:
+        ``StructuredOutputError``. Other options are ``chat``'s.
+        """
+        response = await self.chat(
+            prompt,
+            config=config,
+            conversation=conversation,
+            output_type=output_type,
+            output_retries=output_retries,
+            **options,
+        )
+        if response.structured is None:  # pragma: no cover - a completed run validated
+            raise RunError("the run completed without a validated answer", run_id=response.run_id)
+        return StructuredResponse(response.structured.value, response)
+
+    async def run_skill(
+        self,
+        name: str,
+        prompt: str,
+        *,
+        config: AgentRunConfig | None = None,
+        conversation: Sequence[Message] | None = None,
+        **options: Any,
+    ) -> AgentResponse:
+        """Run ``prompt`` with the skill ``name`` active from the start (no dispatch).
+
+        An unknown skill raises ``SkillNotFoundError`` (the run fails); ``output_type=`` makes
+        it structured too. Other options are ``chat``'s.
+        """
+        return await self.chat(
+            prompt,
+            config=config,
+            conversation=conversation,
+            skill=name,
+            skill_dispatch=False,
+            **options,
+        )
