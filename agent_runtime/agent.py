@@ -823,6 +823,8 @@ class AgentCore(CapabilityCalls, RunCalls):
                     error_code=getattr(error, "code", "internal"),
                     error=str(error),
                     usage=state.usage,
+                    # a finer class of the failure (ProviderError: "malformed_response")
+                    reason=getattr(error, "reason", None),
                 )
             )
             channel.close()

@@ -201,6 +201,8 @@ class ProviderError(RunError):
     connection errors). ``retry_after`` is the upstream's Retry-After in seconds, when it sent one.
     ``upstream_detail`` is the upstream's own error text, redacted: for the developer, never part
     of the message (which a service shows its clients), since upstreams quote keys and requests.
+    ``reason`` classifies some failures further: ``"malformed_response"`` for a successful
+    (200) answer whose body is not the protocol's JSON or SSE (not retryable, no failover).
     """
 
     code = "provider_error"
@@ -215,9 +217,11 @@ class ProviderError(RunError):
         provider: str | None = None,
         run_id: str | None = None,
         upstream_detail: str | None = None,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message, run_id=run_id)
         self.upstream_detail = upstream_detail
+        self.reason = reason
         self.retryable = retryable
         self.status_code = status_code
         self.retry_after = retry_after

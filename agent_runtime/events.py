@@ -69,8 +69,9 @@ class AgentEvent:
     and ``payload`` for custom events; ``usage`` for usage and terminal events; ``message`` for
     ``run.completed`` (with ``messages``, every message the run added to the conversation, and
     ``structured``, the validated answer of a run asked for structured output);
-    ``error_code`` and ``error`` for ``run.failed``; ``reason`` for
-    ``run.cancelled``. ``run_id`` and ``session_id`` are filled in by the runtime when an
+    ``error_code`` and ``error`` for ``run.failed`` (with ``reason``, a finer class of some
+    failures, e.g. ``malformed_response``); ``reason`` for ``run.cancelled``. ``run_id`` and
+    ``session_id`` are filled in by the runtime when an
     extension emits an event without them.
     """
 
@@ -137,5 +138,8 @@ class AgentEvent:
                 output["structured"] = self.structured.json
             return {"output": output, "usage": (self.usage or Usage()).to_dict()}
         if t is AgentEventType.RUN_FAILED:
-            return {"error": {"code": self.error_code or "internal", "message": self.error or ""}}
+            error = {"code": self.error_code or "internal", "message": self.error or ""}
+            if self.reason is not None:
+                error["reason"] = self.reason
+            return {"error": error}
         return {"reason": self.reason}

@@ -86,6 +86,8 @@ _AGENT_KEYS = (
     "description",
     "skills",
     "system_one",
+    "required",
+    "tokens_per_day",
     *_CAPABILITY_KEYS,
 )
 _COMPACTION_KEYS = (
@@ -160,6 +162,11 @@ class AgentProfile:
     max_history_messages: int | None = None
     capabilities: Mapping[str, tuple[CapabilitySpec, ...]] = field(default_factory=dict)
     """Capability models by purpose (``embed``, ``image``...): primary first."""
+    tokens_per_day: int | None = None
+    """The agent's daily token budget over every principal (``app.budgets``); None: none."""
+    required: bool = True
+    """The worker is ready (``/readyz``) only once this agent warmed up; ``required = false``
+    lets the others serve while it cannot (its runs then get 503 ``agent_unavailable``)."""
 
     def run_options(self) -> dict[str, Any]:
         """Keyword options for ``AgentCore.stream``; the agent's own core holds the rest."""
@@ -593,6 +600,8 @@ def _agent(
         compaction=_compaction(table.child("compaction", _COMPACTION_KEYS)),
         max_history_messages=history,
         capabilities=agent_capabilities(table, sections or {}),
+        required=table.boolean("required") is not False,
+        tokens_per_day=table.integer("tokens_per_day"),
     )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from agent_runtime.agent import AgentCore
 from agent_runtime.bindings import ModelBinding, ModelBindings, binding_from_spec
 from agent_runtime.compaction import LlmCompactor
-from agent_runtime.errors import ConfigurationError
+from agent_runtime.errors import ConfigurationError, ProviderError
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.integrations.lifespan import warm_up
 from agent_runtime.mcp import MCPClient
@@ -49,6 +49,7 @@ from app.agent_config import (
     key_path,
     load_config,
 )
+from app.agent_health import AgentStates
 from app.capability_config import SECTIONS, CapabilitySpec, capability_binding
 from app.errors import NotFound
 from app.settings import Settings
@@ -203,8 +204,11 @@ class ConfiguredAgents:
             purpose: dict(named) for purpose, named in (capabilities or {}).items()
         }
         self._registered: set[tuple[str, str]] = set()
+        self._started: set[str] = set()
         self._warm: set[str] = set()
         self._checked = False
+        self.states = AgentStates((name, p.required) for name, p in config.agents.items())
+        """Each agent's warm-up state (``/readyz``, ``agent_unavailable``)."""
 
     def __repr__(self) -> str:
         return f"<ConfiguredAgents {sorted(self.cores)} mcp={sorted(self.clients)}>"
@@ -305,27 +309,85 @@ class ConfiguredAgents:
         """The agents whose warm-up run succeeded."""
         return frozenset(self._warm)
 
-    async def warm_up(self, prompt: str) -> None:
-        """Start the MCP clients, read the skill catalogues (off the loop), then one short run
-        per agent not warmed up yet."""
-        await self.start_mcp()
+    async def warm_up(self, prompt: str) -> bool:
+        """One warm-up round: start the MCP clients not started yet (tool discovery), then
+        one short run per agent not warmed up yet. Each agent's outcome goes to ``states``
+        (an agent whose MCP server or model fails is ``unavailable``, with a reason naming
+        the server or key, the others are unaffected). True once every agent is warm."""
+        clients = [(name, c) for name, c in self.clients.items() if name not in self._started]
+        outcomes = await asyncio.gather(*(c.start() for _, c in clients), return_exceptions=True)
+        failures: dict[str, BaseException] = {}
+        for (server, _client), outcome in zip(clients, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome  # cancellation: not a failure of the server
+                failures[server] = outcome
+                logger.warning(
+                    "MCP server failed at warm-up",
+                    extra={"server": server, "error": str(outcome)},
+                )
+            else:
+                self._started.add(server)
         for name, core in self.cores.items():
             if name in self._warm:
                 continue
-            # the library's warm-up (agent_runtime.integrations.lifespan): the skill catalogue,
-            # then one model call with no tool offered and no skill dispatch
-            await warm_up(
-                core,
-                prompt,
-                # not a valid HTTP session id: no client's session can collide with it
-                session_id=f"#warm-up-{secrets.token_hex(4)}",
-                run_timeout=60.0,
-            )
-            if core.skills is not None:
-                logger.info(
-                    "skills loaded", extra={"agent": name, "skills": len(core.skills.skills)}
+            profile = self.config.agents[name]
+            broken = [server for server in profile.mcp_servers if server in failures]
+            if broken:
+                self.states.mark_failed(name, self._mcp_reason(name, broken[0], failures))
+                continue
+            try:
+                for server in profile.mcp_servers:
+                    if (name, server) not in self._registered:
+                        await core.add_mcp_client(self.clients[server])
+                        self._registered.add((name, server))
+            except ConfigurationError as exc:
+                # a name collision: ours, safe to show
+                self.states.mark_failed(name, f"{key_path('agents', name, 'mcp_servers')}: {exc}")
+                continue
+            try:
+                await self._warm_run(name, core, prompt)
+            except Exception as exc:
+                self.states.mark_failed(name, _run_reason(name, exc))
+                logger.warning(
+                    "agent warm-up run failed",
+                    extra={"agent": name, "error": str(exc)},
                 )
+                continue
             self._warm.add(name)
+            self.states.mark_ready(name)
+        if not self._checked and not failures:
+            self._checked = True
+            self._warn_unknown_policy_names()
+        return self.states.all_ready
+
+    @staticmethod
+    async def _warm_run(name: str, core: AgentCore, prompt: str) -> None:
+        # the library's warm-up (agent_runtime.integrations.lifespan): the skill catalogue,
+        # then one model call with no tool offered and no skill dispatch
+        await warm_up(
+            core,
+            prompt,
+            # not a valid HTTP session id: no client's session can collide with it
+            session_id=f"#warm-up-{secrets.token_hex(4)}",
+            run_timeout=60.0,
+        )
+        if core.skills is not None:
+            logger.info("skills loaded", extra={"agent": name, "skills": len(core.skills.skills)})
+
+    @staticmethod
+    def _mcp_reason(agent: str, server: str, failures: Mapping[str, BaseException]) -> str:
+        # the server and the keys that name it; the failure's class, not its text (which
+        # may quote a URL with credentials: the log has it)
+        error = failures[server]
+        root = _root(error)
+        what = (
+            "did not list its tools in time"
+            if isinstance(root, TimeoutError)
+            else ("could not be reached")
+        )
+        where = key_path("agents", agent, "mcp_servers")
+        return f"MCP server {server!r} ({where}) {what} ({type(root).__name__})"
 
     async def aclose(self) -> None:
         """Close every core (cancelling runs and media jobs still in flight), then the bindings
@@ -337,6 +399,31 @@ class ConfiguredAgents:
     async def close_mcp(self) -> None:
         """Close every MCP client (after the runs that use them ended)."""
         await _close_all([client.close for client in self.clients.values()])
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The innermost cause of ``exc`` (through exception groups too)."""
+    seen = 0
+    while seen < 16:
+        seen += 1
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        elif exc.__cause__ is not None:
+            exc = exc.__cause__
+        else:
+            return exc
+    return exc
+
+
+def _run_reason(agent: str, exc: Exception) -> str:
+    """Why an agent's warm-up run failed, naming its model key; a provider error's message
+    is built to be shown (no key, no upstream text), any other failure only by class."""
+    where = key_path("agents", agent, "model")
+    if isinstance(exc, ProviderError):
+        return f"{where}: the warm-up run failed: {exc}"
+    code = getattr(exc, "code", None)
+    label = f"{code}, {type(exc).__name__}" if isinstance(code, str) else type(exc).__name__
+    return f"{where}: the warm-up run failed ({label})"
 
 
 async def _close_all(closers: Sequence[Callable[[], Any]]) -> None:

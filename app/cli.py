@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=1,
-        help="worker processes (1); more than one needs AGENT_REDIS_URL to share runs",
+        help="worker processes (1); more than one needs AGENT_REDIS_URL (a shared bus)",
     )
     return parser
 
@@ -93,6 +93,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"agent-server: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
+    if args.workers > 1 and settings.redis_url is None:
+        if not settings.allow_unshared_workers:
+            # Each worker would keep its own runs, event logs and session locks: a run's
+            # events answer 404 on every other worker and two workers each accept a turn
+            # of one session. That is never what a deployment means.
+            print(
+                f"agent-server: cannot start: --workers {args.workers} needs a shared bus: "
+                "set AGENT_REDIS_URL (e.g. redis://127.0.0.1:6379/0), or run --workers 1, "
+                "or set AGENT_ALLOW_UNSHARED_WORKERS=1 to run independent workers anyway",
+                file=sys.stderr,
+            )
+            return 2
+        print(
+            "agent-server: warning: --workers > 1 without AGENT_REDIS_URL "
+            "(AGENT_ALLOW_UNSHARED_WORKERS=1): each worker has its own runs, event logs and "
+            "session locks; a run's events, cancellation and answers reach only the worker "
+            "running it",
+            file=sys.stderr,
+        )
     try:
         asyncio.run(check_configuration(settings))
     except (ValueError, RuntimeError) as exc:
@@ -104,13 +123,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # one line: the deployment's logs (and its restart policy) say what to fix
         print(f"agent-server: cannot start: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    if args.workers > 1 and settings.redis_url is None:
-        print(
-            "agent-server: warning: --workers > 1 without AGENT_REDIS_URL: each worker has its "
-            "own runs, event logs and session locks; a run's events, cancellation and "
-            "answers reach only the worker running it",
-            file=sys.stderr,
-        )
     graceful = settings.drain_timeout + settings.send_timeout + _SHUTDOWN_MARGIN
     # uvicorn raises the signal that stopped it again once it is done, to die of it (exit
     # status 143 for SIGTERM). A drained, orderly shutdown is a success: the handler it

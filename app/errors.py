@@ -13,8 +13,10 @@ contract; the HTTP status belongs to the edge::
      ├── NotAccepted         not_accepted: an answer nobody was waiting for
      ├── Conflict            the request no longer fits the resource's state (turn_not_latest)
      ├── Overloaded          overloaded: no slot and no room in the queue (retry later)
+     ├── BudgetExceeded      budget_exceeded: a daily token budget is used up (retry after reset)
      ├── Draining            draining: this worker is shutting down (retry elsewhere)
      ├── Unavailable         unavailable: a dependency cannot be reached, or not ready yet
+     ├── AgentUnavailable    agent_unavailable: the run's agent failed its warm-up
      └── UpstreamError       provider_error: the model provider behind a call failed
 """
 
@@ -24,6 +26,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 __all__ = [
+    "AgentUnavailable",
+    "BudgetExceeded",
     "Conflict",
     "Draining",
     "InvalidRequest",
@@ -116,6 +120,18 @@ class Unavailable(ServiceError):
     """A dependency (database, bus, the agent's warm-up) cannot serve right now."""
 
     code = "unavailable"
+
+
+class BudgetExceeded(ServiceError):
+    """A run would start over a daily token budget of its principal or agent (429)."""
+
+    code = "budget_exceeded"
+
+
+class AgentUnavailable(ServiceError):
+    """The run's agent failed its warm-up (an MCP server or its model); the others serve."""
+
+    code = "agent_unavailable"
 
 
 class UpstreamError(ServiceError):

@@ -3,8 +3,8 @@
 Startup (in order): the store, the bus, the agents (one ``AgentCore`` per configured agent,
 built on the worker's loop, see ``app.agents``), the run manager; then the bindings' preflight,
 which refuses to start on a bad model configuration. The warm-up follows in the background: MCP
-tool discovery, then one short run per agent; ``/readyz`` turns 200 once it succeeded (it is
-retried while it fails).
+tool discovery, then one short run per agent; ``/readyz`` turns 200 once every required agent
+warmed up (``app.agent_health``; each failed agent is retried until it succeeds).
 
 Shutdown on SIGTERM or SIGINT: the first signal starts the drain at once, while the server
 still accepts connections (``/readyz`` 503, new runs 503 ``draining``); runs get
@@ -22,6 +22,7 @@ import logging
 import signal
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
 
@@ -30,14 +31,16 @@ from fastapi import FastAPI
 from agent_runtime.agent import AgentCore
 from app.admission import Admission
 from app.agents import DEFAULT_AGENT, ServiceConfig, build_agents, build_core, load_config
+from app.budgets import BudgetRules, Budgets, LocalBudgetCounters, parse_budgets
 from app.bus import open_bus
+from app.bus.base import Bus
 from app.media import MediaJobs
 from app.metrics import Metrics
 from app.readiness import DependencyWatch
 from app.runs import RunManager
 from app.services import Services
 from app.settings import Settings
-from app.storage import open_store
+from app.storage import Store, open_store
 from app.stream_tokens import open_stream_tokens
 
 __all__ = [
@@ -98,6 +101,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             metrics.runs_in_flight.set(running)
             metrics.runs_queued.set(queued)
 
+        budgets = await open_budgets(settings, config, store, bus)
         admission = Admission(
             max_running=settings.max_concurrent_runs,
             max_queued=settings.max_queued_runs,
@@ -116,6 +120,8 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             lease_seconds=settings.lease_seconds,
             max_session_queue=settings.max_session_queue,
             debug=settings.debug,
+            unavailable=agents.states.unavailable,
+            budgets=budgets,
             disconnect_grace=settings.disconnect_grace,
             idempotency_ttl=settings.idempotency_ttl,
         )
@@ -146,25 +152,67 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
     return services
 
 
+async def open_budgets(
+    settings: Settings, config: ServiceConfig, store: Store, bus: Bus
+) -> Budgets:
+    """The token budgets (``AGENT_BUDGETS``, the agents' ``tokens_per_day``): counters in
+    Redis with a shared bus, else in memory; seeded from the day's usage in the store."""
+    principals, agent_budgets = parse_budgets(settings.budgets)
+    from_file = {
+        name: profile.tokens_per_day
+        for name, profile in config.agents.items()
+        if profile.tokens_per_day is not None
+    }
+    rules = BudgetRules(
+        principals=principals,
+        agents={**from_file, **agent_budgets},  # the environment's line wins
+        reserve=settings.budget_reserve_tokens,
+    )
+    make_counters = getattr(bus, "budget_counters", None)
+    counters = make_counters() if bus.shared and callable(make_counters) else None
+    budgets = Budgets(rules, counters or LocalBudgetCounters())
+    if rules.enabled:
+        # once at start, never per run: the day's finished runs, by principal and by agent
+        now = datetime.now(UTC)
+        day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        used: dict[str, int] = {}
+        for group in ("principal", "agent"):
+            totals = await store.usage_totals(
+                start=day, end=day + timedelta(days=1), group_by=group
+            )
+            for total in totals:
+                used[f"{group}:{total.key}"] = total.input_tokens + total.output_tokens
+        await budgets.seed(used)
+    return budgets
+
+
 async def warm_up(services: Services) -> None:
-    """One short run outside any session, retried with backoff until it succeeds."""
+    """Warm every agent up (MCP tool discovery, one short run each), retrying the ones that
+    failed with backoff until all succeeded. The worker turns ready as soon as its required
+    agents are (``app.agent_health``); optional ones keep being retried meanwhile."""
+    states = services.agents.states
     delay = 0.5
     while True:
         try:
-            # MCP tool discovery, then one short run per agent
-            await services.agents.warm_up(_WARMUP_PROMPT)
-        except Exception as exc:
-            services.readiness_problem = f"the warm-up run failed ({type(exc).__name__})"
+            done = await services.agents.warm_up(_WARMUP_PROMPT)
+        except Exception as exc:  # not one agent's failure: the round itself failed
+            logger.warning("warm-up failed; retrying", extra={"error": str(exc), "retry_in": delay})
+            services.readiness_problem = f"the warm-up failed ({type(exc).__name__})"
+            done = False
+        else:
+            services.readiness_problem = states.problem
+        if states.ready and not services.ready:
+            services.ready = True
+            logger.info("ready")
+        if done:
+            return
+        if services.ready:
             logger.warning(
-                "warm-up run failed; retrying", extra={"error": str(exc), "retry_in": delay}
+                "an optional agent is unavailable; retrying",
+                extra={"problem": "; ".join(f"{h.name}: {h.reason}" for h in states if h.reason)},
             )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _WARMUP_RETRY_MAX)
-            continue
-        services.ready = True
-        services.readiness_problem = ""
-        logger.info("ready")
-        return
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, _WARMUP_RETRY_MAX)
 
 
 async def stop_services(services: Services) -> None:

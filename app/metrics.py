@@ -82,6 +82,8 @@ class Metrics:
             "queue_timeout",
             "principal_limit",
             "draining",
+            "agent_unavailable",
+            "budget_exceeded",
         ):
             self.runs_rejected.labels(reason)
         for outcome in ("accepted", "not_accepted", "not_found"):

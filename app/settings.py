@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.budgets import parse_budgets
+
 __all__ = ["Settings", "parse_api_keys"]
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -132,6 +134,14 @@ class Settings(BaseSettings):
     """Serve ``GET /debug/state`` (counts of live runs, tasks, locks, subscribers)."""
     workers: Annotated[int, Field(ge=1)] = 1
     """Set by ``agent-server --workers``; the app only reads it."""
+    budgets: str = ""
+    """Daily token budgets: ``principal:NAME=TOKENS`` and ``agent:NAME=TOKENS`` entries,
+    comma-separated (``principal:*`` for every principal); see ``app.budgets``."""
+    budget_reserve_tokens: Annotated[int, Field(ge=0)] = 1000
+    """Tokens a run reserves of its budgets when admitted, replaced by its use at its end."""
+    allow_unshared_workers: bool = False
+    """``AGENT_ALLOW_UNSHARED_WORKERS=1``: let ``agent-server --workers N`` (N > 1) start
+    without ``AGENT_REDIS_URL``, each worker with its own runs, logs and session locks."""
 
     @field_validator("model")
     @classmethod
@@ -153,6 +163,12 @@ class Settings(BaseSettings):
                     "https://portal.example.com, or 'self', separated by spaces)"
                 )
         return " ".join(sources)
+
+    @field_validator("budgets")
+    @classmethod
+    def _budget_entries(cls, value: str) -> str:
+        parse_budgets(value)  # raises ValueError naming the entry
+        return value
 
     @field_validator("redis_url", "config")
     @classmethod

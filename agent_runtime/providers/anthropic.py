@@ -43,7 +43,7 @@ from ..model import (
     ToolSpec,
     Usage,
 )
-from .errors import configuration_error, redact, stream_cut_short, translate_errors
+from .errors import configuration_error, redact, stream_ended_early, translate_errors
 from .openai import parse_arguments
 
 __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicModel"]
@@ -261,8 +261,11 @@ class AnthropicModel:
             finally:
                 await events.close()
         if stop_reason is None:
-            raise stream_cut_short(
-                provider=self.provider_name, model=self._model, marker="stop_reason"
+            raise stream_ended_early(
+                events.response,
+                provider=self.provider_name,
+                model=self._model,
+                marker="stop_reason",
             )
         for index in sorted(open_tools):  # a block the stream never closed
             call = self._complete(open_tools[index])

@@ -17,7 +17,11 @@ through ``translate_errors`` on its way out::
       a dropped stream, TLS failure                      an unsupported URL scheme)
     a stream that ends without its end marker          ProviderConnectionError (retryable), from
       (``stream_cut_short``)                             the provider itself
-    malformed stream data, other SDK errors            ProviderError (not retryable)
+    a 200 whose body is not the protocol's JSON or     ProviderError with reason
+      SSE: an event that is not JSON, data that does     ``malformed_response`` (not retryable: the
+      not match the schema, a stream answered with       upstream answered, and what it answered
+      another content type (``stream_ended_early``)      is broken; no failover)
+    other SDK errors                                   ProviderError (not retryable)
 
 Secrets never travel further than this module. Messages are built here from what is safe to
 show whoever reads a run's failure: the status, and the upstream's error type and code when
@@ -55,6 +59,7 @@ from ..errors import (
 )
 
 __all__ = [
+    "MALFORMED_RESPONSE",
     "REDACTED",
     "RETRYABLE_STATUS",
     "ErrorTranslator",
@@ -65,10 +70,14 @@ __all__ = [
     "redact",
     "scrub_exception",
     "stream_cut_short",
+    "stream_ended_early",
     "translate_errors",
 ]
 
 REDACTED = "[REDACTED]"
+
+#: ``ProviderError.reason`` of a 200 answer whose body is not the protocol's JSON or SSE.
+MALFORMED_RESPONSE = "malformed_response"
 
 #: Statuses another attempt may not repeat: timeout, conflict (lock contention), rate limit.
 #: Every 5xx is retryable too (529 is Anthropic's "overloaded").
@@ -104,6 +113,8 @@ _MASKED_KEY = re.compile(r"[A-Za-z0-9_\-]*(?:\*{3,}|\.{3,}|…)[A-Za-z0-9_\-]*[A
 _MASKED_SK = re.compile(r"\bsk-[A-Za-z0-9_\-]*(?:\*+|\.{3,}|…)[A-Za-z0-9_\-]*")
 # an upstream's error type or code shown in messages: an identifier, never free text
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
+# a media type shown in messages (``application/json``): never free text
+_IDENTIFIER_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_.+\-]{0,63}/[A-Za-z0-9_.+\-]{1,64}")
 
 logger = logging.getLogger("agent_runtime.providers")
 
@@ -393,6 +404,34 @@ def stream_cut_short(*, provider: str, model: str, marker: str) -> ProviderConne
     )
 
 
+def stream_ended_early(
+    response: object, *, provider: str, model: str, marker: str
+) -> ProviderError:
+    """The error for a 200 stream that ended before the model's end ``marker``.
+
+    A body of another content type than ``text/event-stream`` (a JSON or HTML body where a
+    stream was asked for, as a broken proxy or a chaos upstream sends) was never a stream: the
+    SDK's SSE decoder found no event in it, which is not a cut connection but a malformed
+    answer. A real event stream that stopped early is ``stream_cut_short``.
+    """
+    headers = getattr(response, "headers", None)
+    content_type = ""
+    if headers is not None:
+        with contextlib.suppress(Exception):  # a stand-in response without real headers
+            content_type = str(headers.get("content-type") or "")
+    if content_type and not content_type.lower().startswith("text/event-stream"):
+        kind = content_type.split(";")[0].strip()
+        shown = f" ({kind})" if _IDENTIFIER_TYPE.fullmatch(kind) else ""
+        return ProviderError(
+            f"{provider} model {model!r} sent a malformed response: a 200 that is not an event "
+            f"stream{shown}",
+            retryable=False,
+            provider=provider,
+            reason=MALFORMED_RESPONSE,
+        )
+    return stream_cut_short(provider=provider, model=model, marker=marker)
+
+
 # the mapping ------------------------------------------------------------------------------------
 
 
@@ -436,9 +475,10 @@ def _map(
         )
     if isinstance(exc, foreign.validation):
         return ProviderError(
-            f"{subject} sent data that does not match the API schema",
+            f"{subject} sent a malformed response: data that does not match the API schema",
             retryable=False,
             provider=provider,
+            reason=MALFORMED_RESPONSE,
         )
     if isinstance(exc, foreign.api):
         # an error event inside an otherwise successful stream
@@ -451,7 +491,10 @@ def _map(
         )
     if isinstance(exc, json.JSONDecodeError):
         return ProviderError(
-            f"{subject} sent a malformed stream event", retryable=False, provider=provider
+            f"{subject} sent a malformed response: an event that is not JSON",
+            retryable=False,
+            provider=provider,
+            reason=MALFORMED_RESPONSE,
         )
     if isinstance(exc, foreign.sdk):
         return ProviderError(

@@ -31,7 +31,7 @@ from ..model import (
     ToolSpec,
     Usage,
 )
-from .errors import configuration_error, redact, stream_cut_short, translate_errors
+from .errors import configuration_error, redact, stream_ended_early, translate_errors
 
 __all__ = ["OpenAIModel"]
 
@@ -221,8 +221,11 @@ class OpenAIModel:
             finally:
                 await chunks.close()
         if finish_reason is None:
-            raise stream_cut_short(
-                provider=self.provider_name, model=self._model, marker="finish_reason"
+            raise stream_ended_early(
+                chunks.response,
+                provider=self.provider_name,
+                model=self._model,
+                marker="finish_reason",
             )
         if done is None:
             done = self._complete(calls)

@@ -32,11 +32,17 @@ async def healthz() -> dict[str, str]:
     responses={503: {"description": "Starting, draining, or a dependency is unreachable"}},
 )
 async def readyz(services: ServicesDep) -> Response:
-    """200 once preflight and warm-up are done; 503 before that, while draining, and while the
-    store or the bus does not answer (``app.readiness``)."""
+    """200 once preflight is done and every required agent warmed up; 503 before that, while
+    draining, and while the store or the bus does not answer (``app.readiness``). ``agents``
+    reports each agent (``starting``, ``ready`` or ``unavailable`` with its ``reason``)."""
+    agents = {"agents": services.agents.states.to_dict()}
     if services.manager.draining:
         return problem_response(
-            503, "draining", "the server is shutting down", headers={"Retry-After": "5"}
+            503,
+            "draining",
+            "the server is shutting down",
+            headers={"Retry-After": "5"},
+            extra=agents,
         )
     watch = services.dependencies
     if watch is not None and watch.problem:
@@ -45,6 +51,7 @@ async def readyz(services: ServicesDep) -> Response:
             "unavailable",
             f"a dependency is {watch.problem}",
             headers={"Retry-After": "1"},
+            extra=agents,
         )
     if not services.ready:
         return problem_response(
@@ -52,8 +59,9 @@ async def readyz(services: ServicesDep) -> Response:
             "starting",
             f"the server is not ready: {services.readiness_problem}",
             headers={"Retry-After": "1"},
+            extra=agents,
         )
-    return JSONResponse({"status": "ready"})
+    return JSONResponse({"status": "ready", **agents})
 
 
 @router.get("/metrics", summary="Prometheus metrics of this worker")

@@ -47,8 +47,10 @@ _DESCRIPTIONS = {
     409: "Conflict: session_busy, or not_accepted for an external event",
     413: "The request body is too large (code payload_too_large)",
     422: "The request is not valid (code validation_error)",
-    429: "No slot and no queue place (code overloaded)",
-    503: "Draining, starting, or the database is unreachable",
+    429: "No slot and no queue place (code overloaded), or a daily token budget is used up "
+    "(code budget_exceeded)",
+    503: "Draining, starting, the database is unreachable, or the run's agent failed its "
+    "warm-up (code agent_unavailable)",
 }
 # statuses every operation of the service's API may answer, besides its own
 _PROTECTED_PREFIXES = ("/v1/", "/external-events", "/debug/")
@@ -343,7 +345,25 @@ def _special_cases(schema: dict[str, Any]) -> None:
                 "schema": {
                     "type": "object",
                     "required": ["status"],
-                    "properties": {"status": {"type": "string", "enum": ["ready"]}},
+                    "properties": {
+                        "status": {"type": "string", "enum": ["ready"]},
+                        "agents": {
+                            "type": "object",
+                            "description": "each agent's warm-up state, by name",
+                            "additionalProperties": {
+                                "type": "object",
+                                "required": ["status", "required"],
+                                "properties": {
+                                    "status": {
+                                        "type": "string",
+                                        "enum": ["starting", "ready", "unavailable"],
+                                    },
+                                    "required": {"type": "boolean"},
+                                    "reason": {"type": "string"},
+                                },
+                            },
+                        },
+                    },
                 }
             }
         }

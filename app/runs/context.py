@@ -11,6 +11,7 @@ from agent_runtime.agent import AgentCore
 from agent_runtime.events import AgentPhase
 from app.admission import Admission
 from app.agents import AgentProfile
+from app.budgets import Budgets
 from app.bus.base import Bus
 from app.errors import Unavailable
 from app.metrics import Metrics
@@ -52,9 +53,15 @@ class RunContext:
         queue_timeout: float,
         lease_seconds: float,
         debug: bool,
+        unavailable: Callable[[str], str | None] | None = None,
+        budgets: Budgets | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.agent = agent
+        # the token budgets, when any is set (checked at admission, settled at a run's end)
+        self.budgets = budgets if budgets is not None and budgets.enabled else None
+        # why an agent cannot take runs now (its warm-up failed), or None
+        self.unavailable: Callable[[str], str | None] = unavailable or _always_available
         # each configured agent's own core; a profile without one runs on ``agent``
         self.agents = dict(agents)
         self.store = store
@@ -143,3 +150,7 @@ class RunContext:
     def reject(self, reason: str) -> None:
         """Count a refused run start."""
         self.metrics.runs_rejected.labels(reason).inc()
+
+
+def _always_available(_agent: str) -> None:
+    return None

@@ -51,6 +51,8 @@ class Finalizer:
         await records.outcome(handle, outcome, stored)
         handle.ticket.release()
         await withdraw_confirmations(context, handle, outcome)
+        if handle.budget is not None:  # the reservation becomes the tokens the run used
+            await handle.budget.settle(handle.usage.input_tokens + handle.usage.output_tokens)
         # the terminal event before the lock's release: a worker dying in between leaves a
         # sealed log and a lock that lapses, never an unsealed log. Yet a client that starts
         # the next run as soon as it reads this one's end must not find the session busy: a
@@ -90,6 +92,8 @@ class Finalizer:
         context = self._context
         context.forget(handle.run_id)
         handle.ticket.release()
+        if handle.budget is not None:
+            await handle.budget.release()
         with contextlib.suppress(Exception):
             await context.bus.locks.release(handle.lease)
         discard = getattr(context.events, "discard", None)

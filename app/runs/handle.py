@@ -14,6 +14,7 @@ from agent_runtime.messages import Message
 from agent_runtime.model import Usage
 from app.admission import Ticket
 from app.agents import AgentProfile
+from app.budgets import BudgetHold
 from app.bus.base import Lease
 from app.storage import RunRecord, RunStatus
 from app.wire import WireEncoder, iso_ms
@@ -107,6 +108,7 @@ class RunHandle:
 
     __slots__ = (
         "agent",
+        "budget",
         "cancel_reason",
         "created_at",
         "encoder",
@@ -162,6 +164,8 @@ class RunHandle:
         self.metadata = dict(options.metadata)
         self.lease = lease
         self.ticket = ticket
+        # the run's reservation of its token budgets (app.budgets), settled at its end
+        self.budget: BudgetHold | None = None
         self.status: RunStatus = "queued"
         self.created_at = now()
         self.started_at: datetime | None = None

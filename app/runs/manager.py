@@ -30,6 +30,7 @@ from typing import Any
 from agent_runtime.agent import AgentCore
 from app.admission import Admission
 from app.agents import AgentProfile
+from app.budgets import Budgets
 from app.bus.base import Bus
 from app.errors import ServiceError
 from app.metrics import Metrics
@@ -69,6 +70,8 @@ class RunManager:
         lease_seconds: float,
         max_session_queue: int = 8,
         debug: bool = False,
+        unavailable: Callable[[str], str | None] | None = None,
+        budgets: Budgets | None = None,
         clock: Callable[[], float] = time.monotonic,
         keep_leases: bool = True,
         disconnect_grace: float = 0.0,
@@ -88,6 +91,8 @@ class RunManager:
             queue_timeout=queue_timeout,
             lease_seconds=lease_seconds,
             debug=debug,
+            unavailable=unavailable,
+            budgets=budgets,
             clock=clock,
         )
         self._context = context

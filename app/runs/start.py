@@ -20,8 +20,11 @@ from agent_runtime.errors import ConfigurationError
 from agent_runtime.structured import output_spec
 from app.admission import AdmissionRejected, Ticket
 from app.agents import AgentProfile
+from app.budgets import BudgetHold
 from app.bus.base import Lease
 from app.errors import (
+    AgentUnavailable,
+    BudgetExceeded,
     Conflict,
     Draining,
     InvalidRequest,
@@ -53,6 +56,8 @@ logger = logging.getLogger("app.runs")
 
 _RETRY_AFTER_BUSY = 1.0
 _RETRY_AFTER_DRAINING = 5.0
+# the warm-up retries a failed agent with backoff (up to 30 s)
+_RETRY_AFTER_UNAVAILABLE = 5.0
 
 
 class Starter:
@@ -122,12 +127,23 @@ class Starter:
         if context.draining:
             context.reject("draining")
             raise draining_problem()
-        # admission first: it is in memory, so a refused request (429) costs no storage write
-        # and leaves no session behind, which keeps refusals fast under overload
+        reason = context.unavailable(profile.name)
+        if reason is not None:
+            context.reject("agent_unavailable")
+            raise AgentUnavailable(
+                f"agent {profile.name!r} is unavailable: {reason}",
+                retry_after=_RETRY_AFTER_UNAVAILABLE,
+                extra={"agent": profile.name, "reason": reason},
+            )
+        # the budgets and admission first: in memory (or one Redis script), so a refused
+        # request (429) costs no storage write and leaves no session behind, which keeps
+        # refusals fast under overload
+        hold = await self._budget(principal, profile.name)
         try:
             ticket = context.admission.reserve(principal)
         except AdmissionRejected as exc:
             context.reject(exc.reason)
+            await _release(hold)
             raise admission_problem(exc) from None
         try:
             handle = await self._admit(
@@ -135,7 +151,9 @@ class Starter:
             )
         except BaseException:
             ticket.release()
+            await _release(hold)
             raise
+        handle.budget = hold
         context.hold(handle)
         try:
             recorded = await self._launch(handle)
@@ -166,6 +184,17 @@ class Starter:
             },
         )
         return handle
+
+    async def _budget(self, principal: str, agent: str) -> BudgetHold | None:
+        """The run's reservation of its token budgets; ``BudgetExceeded`` when one is used up."""
+        budgets = self._context.budgets
+        if budgets is None:
+            return None
+        try:
+            return await budgets.hold(principal, agent)
+        except BudgetExceeded:
+            self._context.reject("budget_exceeded")
+            raise
 
     async def _admit(
         self,
@@ -288,3 +317,9 @@ def admission_problem(exc: AdmissionRejected) -> ServiceError:
     if exc.reason == "draining":
         return draining_problem()
     return Overloaded(str(exc), retry_after=_RETRY_AFTER_BUSY)
+
+
+async def _release(hold: BudgetHold | None) -> None:
+    """Give a start's reservation back (the start was refused or undone)."""
+    if hold is not None:
+        await hold.release()

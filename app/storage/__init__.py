@@ -20,6 +20,8 @@ from app.storage.base import (
     StorageUnavailable,
     Store,
     StoredMessage,
+    UsageGroup,
+    UsageTotal,
 )
 from app.storage.postgres import PostgresStore, redact_url
 from app.storage.sqlite import SQLiteStore
@@ -44,6 +46,8 @@ __all__ = [
     "StorageUnavailable",
     "Store",
     "StoredMessage",
+    "UsageGroup",
+    "UsageTotal",
     "open_store",
     "redact_url",
     "sqlite_path",

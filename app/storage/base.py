@@ -53,11 +53,16 @@ __all__ = [
     "StorageUnavailable",
     "Store",
     "StoredMessage",
+    "UsageGroup",
+    "UsageTotal",
     "title_of",
 ]
 
 JSONObject = dict[str, Any]
 RunStatus = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
+
+UsageGroup = Literal["agent", "principal", "day"]
+"""What ``Store.usage_totals`` sums by: the run's agent, its principal, or its UTC day."""
 
 RUN_STATUSES: Final[frozenset[str]] = frozenset(get_args(RunStatus))
 TERMINAL_STATUSES: Final[frozenset[RunStatus]] = frozenset({"completed", "failed", "cancelled"})
@@ -247,6 +252,17 @@ class RunRecord:
     def is_finished(self) -> bool:
         """Whether the run reached a terminal status."""
         return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotal:
+    """Tokens of the finished runs of one group (an agent, a principal or a UTC day
+    ``YYYY-MM-DD``), and how many runs they were."""
+
+    key: str
+    input_tokens: int
+    output_tokens: int
+    runs: int
 
 
 # --- JSON ---------------------------------------------------------------------------------
@@ -480,7 +496,23 @@ class Store(Protocol):
         first move to running/waiting, `finished_at` to now on a terminal status. A finished
         run is final: the update is ignored and the stored run returned, so compare the
         returned `status` to learn whether this call won a race. Raises `RunNotFound`.
+
+        The move to a terminal status books the run's `usage` in the usage ledger, in the
+        same step: one row per run (principal, agent, model, UTC day, tokens), kept when the
+        run's session is deleted (see `usage_totals`).
         """
+        ...
+
+    async def usage_totals(
+        self,
+        *,
+        start: datetime,
+        end: datetime,
+        group_by: UsageGroup,
+        principal: str | None = None,
+    ) -> list[UsageTotal]:
+        """Tokens of the runs that finished in ``[start, end)``, summed by ``group_by``
+        (ordered by key); only ``principal``'s runs when given."""
         ...
 
     async def get_run(self, run_id: str) -> RunRecord | None:

@@ -39,6 +39,8 @@ from app.storage.base import (
     StorageError,
     StorageUnavailable,
     StoredMessage,
+    UsageGroup,
+    UsageTotal,
     decode_json,
     decode_optional_json,
     encode_json,
@@ -53,6 +55,15 @@ from app.storage.base import (
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "redact_url"]
 
 # Each entry is one schema version; never edit a shipped entry, append a new one.
+# the usage row of a finished run, from its runs row (``day``: the UTC date of its end)
+_BOOK_USAGE_COLUMNS: Final = (
+    "(run_id, principal, agent, model, day, finished_at, input_tokens, output_tokens)"
+)
+_BOOK_USAGE_VALUES: Final = (
+    "run_id, principal, agent, model, (finished_at AT TIME ZONE 'UTC')::date, finished_at,"
+    " COALESCE((usage->>'input_tokens')::bigint, 0), COALESCE((usage->>'output_tokens')::bigint, 0)"
+)
+
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
         """CREATE TABLE sessions (
@@ -107,6 +118,24 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0",
         "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0",
     ),
+    # 5: the usage ledger, one row per finished run, kept when its session is deleted;
+    # filled from the runs already finished
+    (
+        """CREATE TABLE IF NOT EXISTS usage (
+            run_id text PRIMARY KEY,
+            principal text NOT NULL,
+            agent text NOT NULL,
+            model text,
+            day date NOT NULL,
+            finished_at timestamptz NOT NULL,
+            input_tokens bigint NOT NULL,
+            output_tokens bigint NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS usage_by_time ON usage (finished_at)",
+        "CREATE INDEX IF NOT EXISTS usage_by_principal ON usage (principal, finished_at)",
+        f"""INSERT INTO usage {_BOOK_USAGE_COLUMNS} SELECT {_BOOK_USAGE_VALUES} FROM runs
+            WHERE usage IS NOT NULL AND finished_at IS NOT NULL ON CONFLICT DO NOTHING""",
+    ),
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
@@ -121,6 +150,7 @@ _RUN_COLUMNS: Final = (
     " input, output, error, usage, metadata, model"
 )
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
+_USAGE_KEYS: Final = {"agent": "agent", "principal": "principal", "day": "day"}
 
 # What a lost or refused connection looks like. DataError is an InterfaceError too, but it
 # means a bad argument value (a caller bug), so `_connection` lets it through first.
@@ -583,10 +613,12 @@ class PostgresStore(BackgroundOperations):
         """Move a run to `status`; see `Store.update_run`."""
         auto_started, auto_finished = run_update_stamps(status, started_at, finished_at)
         async with self._connection() as conn:
+            # one statement: the move to a terminal status books the run's usage with it
             # the fence is compared in the same statement that writes: no write with an older
             # token can land after one with a newer token, whatever the interleaving
             row = await conn.fetchrow(
-                "UPDATE runs SET status = $2, output = COALESCE($3::jsonb, output),"
+                "WITH updated AS (UPDATE runs SET status = $2,"
+                " output = COALESCE($3::jsonb, output),"
                 " error = COALESCE($4::jsonb, error), usage = COALESCE($5::jsonb, usage),"
                 " started_at = COALESCE($6::timestamptz, started_at, $7::timestamptz),"
                 " finished_at = COALESCE($8::timestamptz, finished_at, $9::timestamptz),"
@@ -594,7 +626,12 @@ class PostgresStore(BackgroundOperations):
                 " fence = GREATEST(fence, COALESCE($11::bigint, 0))"
                 f" WHERE run_id = $1 AND status NOT IN ({_TERMINAL_SQL})"
                 " AND ($11::bigint IS NULL OR fence <= $11::bigint)"
-                f" RETURNING {_RUN_COLUMNS}",
+                f" RETURNING {_RUN_COLUMNS}),"
+                f" booked AS (INSERT INTO usage {_BOOK_USAGE_COLUMNS}"
+                f" SELECT {_BOOK_USAGE_VALUES} FROM updated"
+                f" WHERE status IN ({_TERMINAL_SQL}) AND usage IS NOT NULL"
+                " AND finished_at IS NOT NULL ON CONFLICT DO NOTHING)"
+                f" SELECT {_RUN_COLUMNS} FROM updated",
                 run_id,
                 status,
                 encode_optional_json(output),
@@ -616,6 +653,29 @@ class PostgresStore(BackgroundOperations):
         if row is None:
             raise RunNotFound(run_id)
         return _run(row)
+
+    @finish_on_cancel
+    async def usage_totals(
+        self,
+        *,
+        start: datetime,
+        end: datetime,
+        group_by: UsageGroup,
+        principal: str | None = None,
+    ) -> list[UsageTotal]:
+        """Tokens of the runs finished in ``[start, end)``; see ``Store.usage_totals``."""
+        column = _USAGE_KEYS[group_by]  # a fixed column name, never the caller's text
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                f"SELECT {column}::text, SUM(input_tokens), SUM(output_tokens), COUNT(*)"
+                " FROM usage WHERE finished_at >= $1 AND finished_at < $2"
+                " AND ($3::text IS NULL OR principal = $3)"
+                f" GROUP BY {column} ORDER BY {column}",
+                start,
+                end,
+                principal,
+            )
+        return [UsageTotal(row[0], int(row[1]), int(row[2]), int(row[3])) for row in rows]
 
     @finish_on_cancel
     async def get_run(self, run_id: str) -> RunRecord | None:

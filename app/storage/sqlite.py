@@ -35,6 +35,8 @@ from app.storage.base import (
     StorageError,
     StorageUnavailable,
     StoredMessage,
+    UsageGroup,
+    UsageTotal,
     decode_json,
     decode_optional_json,
     encode_json,
@@ -53,6 +55,14 @@ T = TypeVar("T")
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 # Each entry is one schema version; never edit a shipped entry, append a new one.
+# the usage row of a finished run, from its runs row (``day``: the UTC date of its end)
+_BOOK_USAGE_SELECT: Final = (
+    "(run_id, principal, agent, model, day, finished_at, input_tokens, output_tokens)"
+    " SELECT run_id, principal, agent, model, substr(finished_at, 1, 10), finished_at,"
+    " COALESCE(json_extract(usage, '$.input_tokens'), 0),"
+    " COALESCE(json_extract(usage, '$.output_tokens'), 0) FROM runs"
+)
+
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
         """CREATE TABLE sessions (
@@ -103,6 +113,24 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
         "ALTER TABLE runs ADD COLUMN fence INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE sessions ADD COLUMN fence INTEGER NOT NULL DEFAULT 0",
+    ),
+    # 5: the usage ledger, one row per finished run, kept when its session is deleted;
+    # filled from the runs already finished
+    (
+        """CREATE TABLE IF NOT EXISTS usage (
+            run_id TEXT PRIMARY KEY,
+            principal TEXT NOT NULL,
+            agent TEXT NOT NULL,
+            model TEXT,
+            day TEXT NOT NULL,
+            finished_at TEXT NOT NULL,
+            input_tokens INTEGER NOT NULL,
+            output_tokens INTEGER NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS usage_by_time ON usage (finished_at)",
+        "CREATE INDEX IF NOT EXISTS usage_by_principal ON usage (principal, finished_at)",
+        f"""INSERT OR IGNORE INTO usage {_BOOK_USAGE_SELECT}
+            WHERE usage IS NOT NULL AND finished_at IS NOT NULL""",
     ),
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
@@ -354,6 +382,18 @@ class SQLiteStore(BackgroundOperations):
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs still queued, running or waiting, oldest first."""
         return await self._read(_list_unfinished_runs)
+
+    @finish_on_cancel
+    async def usage_totals(
+        self,
+        *,
+        start: datetime,
+        end: datetime,
+        group_by: UsageGroup,
+        principal: str | None = None,
+    ) -> list[UsageTotal]:
+        """Tokens of the runs finished in ``[start, end)``; see ``Store.usage_totals``."""
+        return await self._read(_usage_totals, _ts(start), _ts(end), group_by, principal)
 
     # --- plumbing: on the event loop --------------------------------------------------------
 
@@ -650,7 +690,34 @@ def _update_run(
         row = db.execute("SELECT fence FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is not None and row["fence"] > fence:
             raise StaleFence(f"run {run_id!r}", fence, row["fence"])
+    if changed == 1 and parameters[0] in TERMINAL_STATUSES:
+        # the run's end books its tokens, in the same transaction
+        db.execute(
+            f"INSERT OR IGNORE INTO usage {_BOOK_USAGE_SELECT}"
+            " WHERE run_id = ? AND usage IS NOT NULL AND finished_at IS NOT NULL",
+            (run_id,),
+        )
     return _get_run(db, run_id)
+
+
+_USAGE_KEYS: Final = {"agent": "agent", "principal": "principal", "day": "day"}
+
+
+def _usage_totals(
+    db: sqlite3.Connection, start: str, end: str, group_by: str, principal: str | None
+) -> list[UsageTotal]:
+    column = _USAGE_KEYS[group_by]  # a fixed column name, never the caller's text
+    where = "finished_at >= ? AND finished_at < ?"
+    parameters: list[Any] = [start, end]
+    if principal is not None:
+        where += " AND principal = ?"
+        parameters.append(principal)
+    rows = db.execute(
+        f"SELECT {column}, SUM(input_tokens), SUM(output_tokens), COUNT(*) FROM usage"
+        f" WHERE {where} GROUP BY {column} ORDER BY {column}",
+        parameters,
+    ).fetchall()
+    return [UsageTotal(row[0], int(row[1]), int(row[2]), int(row[3])) for row in rows]
 
 
 def _get_run(db: sqlite3.Connection, run_id: str) -> RunRecord | None:

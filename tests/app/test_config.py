@@ -689,3 +689,50 @@ def test_agent_server_hands_its_timeouts_to_uvicorn(
     # the drain, then a stream's last write, then a margin
     assert served["timeout_graceful_shutdown"] > 25
     assert served["timeout_worker_healthcheck"] == 60
+
+
+def test_agent_server_refuses_unshared_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    served: list[int] = []
+
+    def run(self: uvicorn.Server, sockets: Any = None) -> None:
+        served.append(self.config.workers)
+        self.started = True
+
+    class Supervisor:  # uvicorn's, for several workers: records instead of serving
+        def __init__(self, config: uvicorn.Config, sockets: Any) -> None:
+            self.config = config
+
+        def run(self) -> None:
+            served.append(self.config.workers)
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.setattr(cli, "Supervisor", Supervisor)
+    monkeypatch.setattr(uvicorn.Config, "bind_socket", lambda self: None)
+    monkeypatch.setenv("AGENT_DATABASE_URL", f"sqlite:///{tmp_path}/a.db")
+    monkeypatch.delenv("AGENT_REDIS_URL", raising=False)
+    monkeypatch.delenv("AGENT_ALLOW_UNSHARED_WORKERS", raising=False)
+    # cli.main tells the workers their number through AGENT_WORKERS: restored afterwards
+    monkeypatch.setenv("AGENT_WORKERS", "1")
+    assert cli.main(["--port", "0", "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot start: --workers 2 needs a shared bus" in err
+    assert "AGENT_REDIS_URL" in err and "AGENT_ALLOW_UNSHARED_WORKERS=1" in err
+    assert served == []
+    # one worker needs nothing shared
+    assert cli.main(["--port", "0", "--workers", "1"]) == 0
+    # the explicit allowance starts them, with a warning
+    monkeypatch.setenv("AGENT_ALLOW_UNSHARED_WORKERS", "1")
+    assert cli.main(["--port", "0", "--workers", "2"]) == 0
+    assert "warning: --workers > 1 without AGENT_REDIS_URL" in capsys.readouterr().err
+    assert served == [1, 2]
+
+
+def test_an_agent_is_required_unless_the_file_says_otherwise(tmp_path: Path) -> None:
+    path = write(tmp_path, "[agents.a]\n[agents.b]\nrequired = false\n")
+    config = load_config(path)
+    assert [config.agents[name].required for name in ("default", "a", "b")] == [True, True, False]
+    bad = write(tmp_path, '[agents.a]\nrequired = "no"\n')
+    with pytest.raises(ConfigError, match=r"agents\.a\.required"):
+        load_config(bad)

@@ -24,6 +24,7 @@ from app.storage import (
     StorageConfigError,
     StorageUnavailable,
     Store,
+    UsageTotal,
     open_store,
     redact_url,
     sqlite_path,
@@ -46,11 +47,11 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def _run(run_id: str, session_id: str = "s1", principal: str = "alice", **kw: Any) -> RunRecord:
+    kw.setdefault("agent", "default")
     return RunRecord(
         run_id=run_id,
         session_id=session_id,
         principal=principal,
-        agent="default",
         input=f"input of {run_id}",
         **kw,
     )
@@ -424,6 +425,64 @@ async def test_a_run_records_the_model_that_answered(store: Store) -> None:
     assert (await store.list_runs("s1"))[0].model == "fallback-model"
 
 
+# --- usage ---------------------------------------------------------------------------------
+
+
+async def test_a_finished_run_books_its_usage_once_and_keeps_it_past_its_session(
+    store: Store,
+) -> None:
+    day1, day2 = T0, T0 + timedelta(days=1)
+    await store.get_or_create_session("s1", "alice")
+    await store.get_or_create_session("s2", "bob")
+    runs = [
+        ("a1", "s1", "alice", "default", day1, {"input_tokens": 10, "output_tokens": 3}),
+        ("a2", "s1", "alice", "research", day1, {"input_tokens": 20, "output_tokens": 4}),
+        ("a3", "s1", "alice", "default", day2, {"input_tokens": 1, "output_tokens": 1}),
+        ("b1", "s2", "bob", "default", day1, {"input_tokens": 100, "output_tokens": 50}),
+    ]
+    for run_id, session, principal, agent, finished, usage in runs:
+        await store.create_run(_run(run_id, session, principal, agent=agent))
+        await store.update_run(run_id, status="running")
+        assert (
+            await store.usage_totals(
+                start=day1, end=day2 + timedelta(days=1), group_by="agent", principal=principal
+            )
+            is not None
+        )
+        await store.update_run(run_id, status="completed", usage=usage, finished_at=finished)
+        # a finished run is final: a second end books nothing more
+        await store.update_run(run_id, status="failed", usage=usage, finished_at=finished)
+    # a run that ends without usage books nothing; an unfinished one neither
+    await store.create_run(_run("a4", "s1", "alice"))
+    await store.update_run("a4", status="failed", finished_at=day1)
+    await store.create_run(_run("a5", "s1", "alice"))
+
+    end = day2 + timedelta(days=1)
+    assert await store.usage_totals(start=day1, end=end, group_by="agent", principal="alice") == [
+        UsageTotal("default", 11, 4, 2),
+        UsageTotal("research", 20, 4, 1),
+    ]
+    assert await store.usage_totals(start=day1, end=end, group_by="principal") == [
+        UsageTotal("alice", 31, 8, 3),
+        UsageTotal("bob", 100, 50, 1),
+    ]
+    assert await store.usage_totals(start=day1, end=end, group_by="day", principal="alice") == [
+        UsageTotal(day1.date().isoformat(), 30, 7, 2),
+        UsageTotal(day2.date().isoformat(), 1, 1, 1),
+    ]
+    # [start, end): the second day alone
+    only_day2 = await store.usage_totals(
+        start=day2, end=day2 + timedelta(days=1), group_by="principal"
+    )
+    assert only_day2 == [UsageTotal("alice", 1, 1, 1)]
+    # deleting the session deletes its runs, not what they used
+    assert await store.delete_session("s1")
+    assert await store.usage_totals(
+        start=day1, end=end, group_by="principal", principal="alice"
+    ) == [UsageTotal("alice", 31, 8, 3)]
+    assert await store.usage_totals(start=day1, end=end, group_by="agent", principal="carol") == []
+
+
 # --- titles and turns ---------------------------------------------------------------------
 
 
@@ -554,12 +613,16 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
     old = await open_backend()
     assert "sessions_by_principal" in await _index_names(old)
     await old.get_or_create_session("s1", "alice")
+    await old.create_run(_run("r-before"))
+    usage = {"input_tokens": 7, "output_tokens": 5}
+    await old.update_run("r-before", status="completed", usage=usage, finished_at=T0)
     # back to what the first release left: schema 1, without the sessions' index (unless an
     # operator built it beforehand, as docs/deploy.md suggests for a large table)
     if not index_built_beforehand:
         await _execute(old, "DROP INDEX sessions_by_principal")
     await _execute(old, "ALTER TABLE sessions DROP COLUMN title")
     await _execute(old, "ALTER TABLE runs DROP COLUMN model")
+    await _execute(old, "DROP TABLE usage")
     await _execute(old, "ALTER TABLE runs DROP COLUMN fence")
     await _execute(old, "ALTER TABLE sessions DROP COLUMN fence")
     await _execute(old, "DELETE FROM schema_version WHERE version > 1")
@@ -571,6 +634,10 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
         backend = sqlite_backend if isinstance(s, SQLiteStore) else pg_backend
         assert await s.migrate() == backend.SCHEMA_VERSION >= 4
     assert "sessions_by_principal" in await _index_names(stores[0])
+    # the usage ledger was filled from the runs finished before it existed
+    day = timedelta(days=1)
+    booked = await stores[0].usage_totals(start=T0 - day, end=T0 + day, group_by="principal")
+    assert booked == [UsageTotal("alice", 7, 5, 1)]
     assert [s.id for s in await stores[-1].list_sessions("alice")] == ["s1"]
     assert (await stores[0].get_session("s1")) is not None
 

@@ -89,9 +89,11 @@ def launch(
     *,
     workers: int = 1,
     preexec_fn: Callable[[], object] | None = None,
+    until: Callable[[httpx.Response], bool] | None = None,
 ) -> Server:
     """Start ``agent-server`` in ``directory`` and wait until it is ready (``preexec_fn``
-    runs in the child before it starts, e.g. to set resource limits)."""
+    runs in the child before it starts, e.g. to set resource limits; ``until``, a test of the
+    ``/readyz`` answer, replaces "200")."""
     directory.mkdir(parents=True, exist_ok=True)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
     base_env.update(
@@ -117,7 +119,7 @@ def launch(
                 preexec_fn=preexec_fn,
             )
         server = Server(f"http://127.0.0.1:{port}", process, directory, log_path)
-        if _wait_ready(server):
+        if _wait_ready(server, until):
             return server
         server.stop()
         if "address already in use" not in server.log().lower():
@@ -125,14 +127,15 @@ def launch(
     raise RuntimeError(f"agent-server did not become ready:\n{server.log()}")
 
 
-def _wait_ready(server: Server) -> bool:
+def _wait_ready(server: Server, until: Callable[[httpx.Response], bool] | None = None) -> bool:
     deadline = time.monotonic() + START_TIMEOUT
     with httpx.Client(base_url=server.base_url, timeout=2.0) as client:
         while time.monotonic() < deadline:
             if server.process.poll() is not None:
                 return False
             with contextlib.suppress(httpx.TransportError):
-                if client.get("/readyz").status_code == 200:
+                answer = client.get("/readyz")
+                if until(answer) if until is not None else answer.status_code == 200:
                     return True
             time.sleep(0.05)
     return False

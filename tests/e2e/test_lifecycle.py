@@ -105,7 +105,15 @@ async def test_sigterm_drains_fifty_open_streams(start_server: Launch) -> None:
 
 
 async def test_sigterm_with_several_workers(start_server: Launch) -> None:
-    server = start_server({"AGENT_DRAIN_TIMEOUT": "1", "AGENT_DEMO_SLOW_SECONDS": "0.1"}, workers=2)
+    # each worker drains its own runs: no shared bus needed for that
+    server = start_server(
+        {
+            "AGENT_DRAIN_TIMEOUT": "1",
+            "AGENT_DEMO_SLOW_SECONDS": "0.1",
+            "AGENT_ALLOW_UNSHARED_WORKERS": "1",
+        },
+        workers=2,
+    )
     async with server.client() as client:
         streams = [Stream(client, "slow a") for _ in range(4)] + [
             Stream(client, "slow " + " ".join(["w"] * 60)) for _ in range(4)

@@ -51,6 +51,7 @@ __all__ = [
     "FakeVideo",
     "Gate",
     "Hold",
+    "Malformed",
     "RecordedRequest",
     "Respond",
     "Stall",
@@ -283,6 +284,18 @@ class StreamError:
 
 
 @dataclass(frozen=True)
+class Malformed:
+    """A 200 whose body is not the protocol's JSON or SSE, as a broken proxy or aimock's
+    ``malformed`` chaos sends: ``body`` with ``content_type``, the same for a streamed request
+    and a whole one. ``sse=True`` sends it as one SSE ``data:`` event of a
+    ``text/event-stream`` instead (an event whose data is not JSON)."""
+
+    body: bytes = b"{malformed json: <<<chaos>>>"
+    content_type: str = "application/json"
+    sse: bool = False
+
+
+@dataclass(frozen=True)
 class Respond:
     """Choose the behaviour from the request itself (echo servers, routing by content)."""
 
@@ -290,7 +303,7 @@ class Respond:
 
 
 Behaviour: TypeAlias = (
-    Text | ToolCalls | Status | Drop | Stall | Endless | StreamError | Respond | Hold
+    Text | ToolCalls | Status | Drop | Stall | Endless | StreamError | Malformed | Respond | Hold
 )
 
 
@@ -950,6 +963,18 @@ class FakeUpstream:
             return False
         if isinstance(behaviour, Drop):
             return await self._drop(behaviour, wire, request, writer)
+        if isinstance(behaviour, Malformed):
+            request.outcome = "malformed"
+            if behaviour.sse:
+                await self._start_stream(writer)
+                # Anthropic's SDK skips an event without a name: name it as its first
+                named = b"event: message_start\n" if isinstance(wire, _AnthropicWire) else b""
+                await self._write_chunk(writer, named + b"data: " + behaviour.body + b"\n\n")
+                await self._end_stream(writer)
+            else:
+                headers = {"content-type": behaviour.content_type}
+                await self._send(writer, 200, headers, behaviour.body)
+            return True
         if not request.stream:
             return await self._whole(behaviour, wire, request, writer)
         await self._start_stream(writer)

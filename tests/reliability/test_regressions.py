@@ -119,7 +119,7 @@ async def answer_later(client: httpx.AsyncClient, run_id: str, call_id: str) -> 
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_a_clean_drain_exits_0(tmp_path: Path, workers: int) -> None:
     # uvicorn raised SIGTERM again after its shutdown and the process died of it (143)
-    running = launch(tmp_path, {}, workers=workers)
+    running = launch(tmp_path, {"AGENT_ALLOW_UNSHARED_WORKERS": "1"}, workers=workers)
     try:
         async with running.client() as client:
             answer = await client.post(

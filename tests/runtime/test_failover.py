@@ -23,6 +23,7 @@ from tests.fakes.upstream import (
     Endless,
     FakeToolCall,
     FakeUpstream,
+    Malformed,
     Respond,
     Stall,
     StreamError,
@@ -159,6 +160,46 @@ async def test_a_non_retryable_status_does_not_fail_over(
     assert "your request is wrong" not in str(error)  # the upstream's text is not the message
     assert error.upstream_detail == "your request is wrong"
     assert [r.model for r in upstream.requests] == ["primary"]
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+@pytest.mark.parametrize(
+    "answer",
+    [Malformed(), Malformed(sse=True), Malformed(b"<html>502</html>", "text/html")],
+    ids=["json-body", "sse-event", "html-body"],
+)
+async def test_a_malformed_200_is_a_provider_error_and_does_not_fail_over(
+    upstream: FakeUpstream, protocol: str, answer: Malformed
+) -> None:
+    # the upstream answered, and what it answered is broken: not a dropped connection
+    # (which would fail over), a provider_error with reason malformed_response
+    upstream.script(answer, model="primary")
+    upstream.script(Text("never used"), model="fallback")
+
+    async with AgentCore.open(chain(upstream, protocol)) as agent:
+        events, error = await run_to_failure(agent)
+
+    assert type(error) is ProviderError
+    assert (error.retryable, error.reason) == (False, "malformed_response")
+    assert "malformed response" in str(error)
+    failed = events[-1]
+    assert failed.type is AgentEventType.RUN_FAILED
+    assert failed.data()["error"]["code"] == "provider_error"
+    assert failed.data()["error"]["reason"] == "malformed_response"
+    assert [r.model for r in upstream.requests] == ["primary"]
+    assert upstream.remaining == 1
+
+
+async def test_a_stream_cut_cleanly_still_fails_over(upstream: FakeUpstream) -> None:
+    # an event stream that ends before its end marker is a cut connection, not malformed
+    upstream.script(Drop(clean=True), model="primary")
+    upstream.script(Text("from the fallback"), model="fallback")
+
+    async with AgentCore.open(chain(upstream)) as agent:
+        events = await run(agent)
+
+    assert events[-1].type is AgentEventType.RUN_COMPLETED
+    assert [r.model for r in upstream.requests] == ["primary", "fallback"]
 
 
 async def test_when_every_binding_fails_the_run_fails_with_the_last_error(

@@ -28,6 +28,7 @@ from tests.fakes.upstream import (
     Endless,
     FakeToolCall,
     FakeUpstream,
+    Malformed,
     Stall,
     StreamError,
     Text,
@@ -271,6 +272,9 @@ async def test_max_tokens_default_and_override(upstream: FakeUpstream) -> None:
         (StreamError("overloaded_error"), ProviderStatusError, True, None, None),
         (StreamError("api_error"), ProviderStatusError, True, None, None),
         (StreamError("invalid_request_error"), ProviderStatusError, False, None, None),
+        (Malformed(), ProviderError, False, None, None),
+        (Malformed(sse=True), ProviderError, False, None, None),
+        (Malformed(b"<html>bad gateway</html>", "text/html"), ProviderError, False, None, None),
     ],
     ids=lambda value: repr(value)[:40] if not isinstance(value, (type, bool)) else None,
 )
@@ -296,6 +300,7 @@ async def test_failures_map_to_provider_errors(
         retry_after,
     )
     assert error.provider == "anthropic"
+    assert error.reason == ("malformed_response" if isinstance(fault, Malformed) else None)
 
 
 async def test_a_raw_transport_error_mid_stream_is_a_connection_error(

@@ -29,6 +29,7 @@ from tests.fakes.upstream import (
     Drop,
     FakeToolCall,
     FakeUpstream,
+    Malformed,
     Stall,
     StreamError,
     Text,
@@ -286,6 +287,9 @@ async def test_params_go_into_the_body_and_request_params_win(upstream: FakeUpst
         (Drop(reset=True), ProviderConnectionError, True, None, None),
         (StreamError("server_error"), ProviderStatusError, True, None, None),
         (StreamError("invalid_request_error"), ProviderStatusError, False, None, None),
+        (Malformed(), ProviderError, False, None, None),
+        (Malformed(sse=True), ProviderError, False, None, None),
+        (Malformed(b"<html>bad gateway</html>", "text/html"), ProviderError, False, None, None),
     ],
     ids=lambda value: repr(value)[:40] if not isinstance(value, (type, bool)) else None,
 )
@@ -310,7 +314,9 @@ async def test_failures_map_to_provider_errors(
     assert error.retry_after == retry_after
     assert error.provider == "openai"
     assert "gpt-test" in str(error)
-    assert error.__cause__ is not None  # the SDK's exception stays attached, scrubbed
+    assert error.reason == ("malformed_response" if isinstance(fault, Malformed) else None)
+    if not isinstance(fault, Malformed) or fault.sse:
+        assert error.__cause__ is not None  # the SDK's exception stays attached, scrubbed
 
 
 async def test_a_400_keeps_the_upstream_text_beside_its_message(

@@ -14,6 +14,7 @@ keys of different slots), on redis-py's asyncio client. Every key is under one p
     reply:<request>       list: one command's answer (BLPOP), expires on its own
     bell:<worker>         stream: wakes a worker's follower (see ``log``)
     val:<name>            string, PX: a shared value (idempotency keys, re-attach counts...)
+    budget:<day>:<name>   INCRBY counter: a token budget's used and reserved tokens that day
 
 Leases and fencing (``locks``): a session lock is ``SET NX PX`` with a token from ``INCR``;
 renew and release are scripts that compare the whole value. Renewing also extends the run's
@@ -45,6 +46,7 @@ from redis.asyncio import Redis
 
 from app.bus.base import BusUnavailable
 from app.bus.redis import connection
+from app.bus.redis.budgets import RedisBudgetCounters
 from app.bus.redis.connection import (
     BLOCK_MS,
     SOCKET_TIMEOUT,
@@ -182,6 +184,10 @@ class RedisBus:
     @property
     def events(self) -> RedisEventLog:
         return self._events
+
+    def budget_counters(self) -> RedisBudgetCounters:
+        """The token budget counters on this Redis, shared by every worker."""
+        return RedisBudgetCounters(self._client, self.keys, self.where)
 
     @property
     def locks(self) -> RedisSessionLocks:
