@@ -97,11 +97,11 @@ class Starter:
         core = self._context.agents.get(options.agent, self._context.agent)
         if options.skill is not None:
             if core.skills is None:
-                raise InvalidRequest(f"agent {options.agent!r} has no skills")
+                raise NotFound(f"agent {options.agent!r} has no skills")
             skills = await core.skills.aload()  # read once, in a thread; cached after
             if options.skill not in skills:
                 known = ", ".join(skills) or "none"
-                raise InvalidRequest(
+                raise NotFound(
                     f"agent {options.agent!r} has no skill {options.skill!r}; skills: {known}"
                 )
         if options.response_format is not None:

@@ -159,8 +159,6 @@ async def test_the_model_loads_a_skill_with_its_tool(server: Server) -> None:
 @pytest.mark.parametrize(
     ("body", "detail"),
     [
-        ({"input": "x", "agent": "helper", "skill": "absent"}, "no skill 'absent'"),
-        ({"input": "x", "agent": "writer", "skill": "forms"}, "has no skills"),
         ({"input": "x", "agent": "helper", "skill": "Bad Name" * 10}, "skill"),
         (
             {
@@ -182,6 +180,24 @@ async def test_bad_skill_or_format_is_a_422_problem(
     problem = answer.json()
     assert problem["code"] == "validation_error"
     assert detail in json.dumps(problem)
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"input": "x", "agent": "helper", "skill": "absent"}, "no skill 'absent'"),
+        ({"input": "x", "agent": "writer", "skill": "forms"}, "has no skills"),
+    ],
+)
+async def test_an_unknown_skill_is_a_404_like_an_unknown_agent(
+    server: Server, body: dict[str, Any], detail: str
+) -> None:
+    async with server.client() as client:
+        answer = await client.post("/v1/sessions/skill-unknown/runs", json=body)
+    assert answer.status_code == 404
+    problem = answer.json()
+    assert problem["code"] == "not_found"
+    assert detail in problem["detail"]
 
 
 async def test_response_format_end_to_end_over_the_openai_wire(

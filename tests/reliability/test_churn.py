@@ -520,10 +520,13 @@ async def test_churn_leaves_nothing_behind(
     assert after.state["loop_tasks"] <= baseline.state["loop_tasks"]
     # every open Redis connection holds one pending future (asyncio's StreamReaderProtocol
     # waits for its close) and redis-py's pool keeps its high-water mark of connections:
-    # those are bounded below with the sockets, not counted as leaked futures
+    # those are bounded below with the sockets, not counted as leaked futures. The worker's
+    # own loops (lease renewals, the deadline watchdog, the sweep) each hold a sleep's future
+    # at some moments and not at others: a few either way; a leak would grow with the runs
+    # (thousands here)
     assert (
         after.state["pending_futures"] - after.redis_sockets
-        <= baseline.state["pending_futures"] - baseline.redis_sockets
+        <= baseline.state["pending_futures"] - baseline.redis_sockets + 3
     )
     # the upstream connections kept are the SDK's idle pool, bounded by the concurrency
     assert after.upstream_sockets <= max(baseline.upstream_sockets, CONCURRENCY)
