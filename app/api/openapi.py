@@ -139,6 +139,19 @@ def _storable(components: dict[str, Any]) -> None:
             },
         ],
     }
+    json_schema = components.get("JsonSchemaFormat")
+    if isinstance(json_schema, dict):
+        # a response format's schema goes to the provider and into the run's options: the
+        # same values as metadata (``description`` is text like any other)
+        fields = json_schema.get("properties", {})
+        if "schema" in fields:
+            fields["schema"].update(
+                propertyNames=text,
+                additionalProperties={"$ref": "#/components/schemas/StorableValue"},
+            )
+        for branch in fields.get("description", {}).get("anyOf", []):
+            if branch.get("type") == "string":
+                branch["pattern"] = _NO_NUL
     run = components.get("RunRequest")
     if not isinstance(run, dict):
         return
