@@ -299,7 +299,8 @@ async def test_drain_lets_short_runs_finish_and_cancels_the_rest(serve: Serve) -
 
 
 async def test_many_disconnects_leave_nothing_behind(serve: Serve) -> None:
-    async with serve(demo_slow_seconds=0.05) as served:
+    # no grace: each disconnect cancels at once (with one, a run may finish first)
+    async with serve(demo_slow_seconds=0.05, disconnect_grace=0) as served:
         requests = [stream(served, f"many-{i}", "slow " + "w " * 40) for i in range(50)]
         for request in requests:
             await request.wait_for(lambda r: any(f.event == "text.delta" for f in r.events()))
