@@ -203,11 +203,13 @@ async def test_aclose_cancels_and_drains_jobs_before_closing_providers(
     bindings = ModelBindings(llm=ScriptedModel([]), image=_image(upstream), video=_video(upstream))
     agent = AgentCore(bindings)
     try:
+        # one after the other: the image's request is the one the scripted hold answers
+        # (generous limits: a safety net for a loaded machine, not a synchronisation delay)
         image_job = agent.submit_image("a red panda")
+        await upstream.wait_until(lambda: gate.waiting == 1, limit=60)
         video_job = agent.submit_video("a long film")
         assert set(agent.media_jobs) == {image_job, video_job}
-        # (generous limits: a safety net for a loaded machine, not a synchronisation delay)
-        await upstream.wait_until(lambda: gate.waiting == 1 and len(upstream.videos) == 1, limit=60)
+        await upstream.wait_until(lambda: len(upstream.videos) == 1, limit=60)
         await upstream.wait_until(
             lambda: any(r.method == "GET" for r in upstream.requests), limit=60
         )
