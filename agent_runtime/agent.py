@@ -55,6 +55,7 @@ from .structured import OutputSpec, StructuredOutput, output_spec
 from .tools.base import Tool, ToolPolicy, _run_state, tool
 from .tools.execution import ToolExecutor
 from .tools.registry import ToolRegistry
+from .tracing import NO_TRACER, RunTracer
 
 if TYPE_CHECKING:
     from .extensions.external import ExternalEvent
@@ -287,6 +288,8 @@ class AgentRunContext:
             event.run_id = self.run_id
         if event.session_id is None:
             event.session_id = self.session_id
+        if event.type is AgentEventType.CUSTOM:
+            self.agent.tracer.event(self, event)
         await self._channel.put(event)
 
     def register_tool(self, new_tool: Tool | Callable[..., Any]) -> Tool:
@@ -371,8 +374,11 @@ class AgentCore(CapabilityCalls, RunCalls):
         max_history_messages: int | None = DEFAULT_MAX_HISTORY_MESSAGES,
         skills: SkillManager | Iterable[str | os.PathLike[str]] | None = None,
         builtin_tools: Iterable[Tool] = (),
+        tracer: RunTracer | None = None,
     ) -> None:
         self.bindings = _as_bindings(model)
+        # told of every run, model call and tool call (agent_runtime.tracing); off by default
+        self.tracer = tracer if tracer is not None else NO_TRACER
         if skills is None or isinstance(skills, SkillManager):
             self.skills: SkillManager | None = skills
         elif isinstance(skills, str | os.PathLike):
@@ -784,15 +790,16 @@ class AgentCore(CapabilityCalls, RunCalls):
         # the run's task has its own context: tools of this run see this dict, no other run does
         _run_state.set({})
         try:
-            try:
-                async with asyncio.timeout(options.run_timeout) as deadline:
-                    await self._run_loop(context, prompt)
-            except TimeoutError as exc:
-                if deadline.expired():
-                    raise RunTimeoutError(
-                        options.run_timeout or 0.0, run_id=context.run_id
-                    ) from exc
-                raise
+            with self.tracer.run(context, prompt):
+                try:
+                    async with asyncio.timeout(options.run_timeout) as deadline:
+                        await self._run_loop(context, prompt)
+                except TimeoutError as exc:
+                    if deadline.expired():
+                        raise RunTimeoutError(
+                            options.run_timeout or 0.0, run_id=context.run_id
+                        ) from exc
+                    raise
         except asyncio.CancelledError:
             state.phase = AgentPhase.CANCELLED
             reason = context._cancel_reason or "cancelled"
@@ -976,6 +983,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         session_id = context.session_id
         last_error: ProviderError | None = None
         partial = context.state.partial
+        tracer = self.tracer
         for binding in self.bindings.llm:
             attempt = 0
             while True:
@@ -985,35 +993,38 @@ class AgentCore(CapabilityCalls, RunCalls):
                 response: ModelResponse | None = None
                 retry = _DEFAULT_RETRY
                 try:
-                    async with binding.lease_provider() as provider:
-                        retry = getattr(provider, "retry", None) or _DEFAULT_RETRY
-                        stream = provider.stream(request)
-                        try:
-                            async for item in stream:
-                                kind = item.kind
-                                if kind is ModelEventKind.TEXT:
-                                    if item.delta:
-                                        emitted = True
-                                        partial.append(item.delta)
-                                        await channel.put(
-                                            AgentEvent(
-                                                AgentEventType.TEXT_DELTA,
-                                                run_id,
-                                                session_id,
-                                                model_call_id,
-                                                delta=item.delta,
+                    with tracer.model_call(context, binding, request) as trace:
+                        async with binding.lease_provider() as provider:
+                            retry = getattr(provider, "retry", None) or _DEFAULT_RETRY
+                            stream = provider.stream(request)
+                            try:
+                                async for item in stream:
+                                    kind = item.kind
+                                    if kind is ModelEventKind.TEXT:
+                                        if item.delta:
+                                            emitted = True
+                                            partial.append(item.delta)
+                                            await channel.put(
+                                                AgentEvent(
+                                                    AgentEventType.TEXT_DELTA,
+                                                    run_id,
+                                                    session_id,
+                                                    model_call_id,
+                                                    delta=item.delta,
+                                                )
                                             )
-                                        )
-                                elif kind is ModelEventKind.COMPLETED:
-                                    response = item.response
-                        finally:
-                            aclose = getattr(stream, "aclose", None)
-                            if aclose is not None:
-                                await aclose()
-                    if response is None:
-                        raise ProviderError(
-                            f"model {binding.model} ended its stream without a completed event"
-                        )
+                                    elif kind is ModelEventKind.COMPLETED:
+                                        response = item.response
+                            finally:
+                                aclose = getattr(stream, "aclose", None)
+                                if aclose is not None:
+                                    await aclose()
+                        if response is None:
+                            raise ProviderError(
+                                f"model {binding.model} ended its stream without a completed "
+                                "event"
+                            )
+                        trace.response(response)
                 except ProviderError as exc:
                     exc.run_id = run_id
                     if emitted or not exc.retryable:
@@ -1141,15 +1152,19 @@ class AgentCore(CapabilityCalls, RunCalls):
         if gate is not None and not isinstance(ready, str):
             # asked here, with nothing awaited before the call starts: what it says holds
             ready = gate(call) or ready
-        if isinstance(ready, str):
-            outcome_error: str | None = ready
-            result: Any = None
-        else:
-            timeout = ready.timeout if ready.timeout is not None else context._options.tool_timeout
-            result, outcome_error = await self._executor.execute(ready, call, timeout)
-        outcome = ToolOutcome(result, outcome_error)
-        for extension in self._extensions:
-            await extension.after_tool(context, call, outcome)
+        with self.tracer.tool_call(context, call) as trace:
+            if isinstance(ready, str):
+                outcome_error: str | None = ready
+                result: Any = None
+            else:
+                timeout = (
+                    ready.timeout if ready.timeout is not None else context._options.tool_timeout
+                )
+                result, outcome_error = await self._executor.execute(ready, call, timeout)
+            outcome = ToolOutcome(result, outcome_error)
+            trace.outcome(outcome, refused=isinstance(ready, str))
+            for extension in self._extensions:
+                await extension.after_tool(context, call, outcome)
         is_error = outcome_error is not None
         await context._channel.put(
             AgentEvent(

@@ -387,6 +387,15 @@ class ModelBinding:
         return self._definition.protocol if self._definition is not None else None
 
     @property
+    def provider_name(self) -> str:
+        """Who serves the model (``"openai"``, ``"anthropic"``, a configured ``provider_name``);
+        for a supplied provider its ``provider_name`` attribute, else its class name."""
+        if self._definition is not None:
+            return self._definition.provider_name
+        named = getattr(self._supplied, "provider_name", None)
+        return named if isinstance(named, str) and named else type(self._supplied).__name__
+
+    @property
     def base_url(self) -> str | None:
         """The configured endpoint, or None for the SDK default or a supplied provider."""
         return self._definition.base_url if self._definition is not None else None
