@@ -1021,8 +1021,7 @@ class AgentCore(CapabilityCalls, RunCalls):
                                     await aclose()
                         if response is None:
                             raise ProviderError(
-                                f"model {binding.model} ended its stream without a completed "
-                                "event"
+                                f"model {binding.model} ended its stream without a completed event"
                             )
                         trace.response(response)
                 except ProviderError as exc:

@@ -36,6 +36,7 @@ from agent_runtime.integrations.lifespan import warm_up
 from agent_runtime.mcp import MCPClient
 from agent_runtime.providers.demo import DemoModel
 from agent_runtime.skills import SkillManager
+from agent_runtime.tracing import RunTracer
 from app.agent_config import (
     BUILTIN_TOOLS,
     DEFAULT_AGENT,
@@ -112,7 +113,10 @@ def model_binding(spec: str, settings: Settings) -> ModelBinding:
 
 
 async def build_core(
-    settings: Settings, profile: AgentProfile, owned: list[ModelBinding] | None = None
+    settings: Settings,
+    profile: AgentProfile,
+    owned: list[ModelBinding] | None = None,
+    tracer: RunTracer | None = None,
 ) -> AgentCore:
     """The ``AgentCore`` of one agent, on the running loop; its MCP tools come at warm-up.
 
@@ -168,6 +172,7 @@ async def build_core(
         context_compactor=compactor,
         name=profile.name,
         skills=SkillManager(profile.skills) if profile.skills else None,
+        tracer=tracer,
         **options,
     )
 
@@ -434,7 +439,9 @@ async def _close_all(closers: Sequence[Callable[[], Any]]) -> None:
             raise outcome
 
 
-async def build_agents(settings: Settings, config: ServiceConfig) -> ConfiguredAgents:
+async def build_agents(
+    settings: Settings, config: ServiceConfig, tracer: RunTracer | None = None
+) -> ConfiguredAgents:
     """Every agent's ``AgentCore`` on the running loop, and an MCP client per server.
 
     Nothing is started: ``preflight`` and ``warm_up`` do that.
@@ -445,7 +452,7 @@ async def build_agents(settings: Settings, config: ServiceConfig) -> ConfiguredA
         for name, profile in config.agents.items():
             own: list[ModelBinding] = []
             try:
-                cores[name] = await build_core(settings, profile, own)
+                cores[name] = await build_core(settings, profile, own, tracer)
             except ConfigurationError as exc:
                 if config.path is not None:
                     raise ConfigError(config.path, key_path("agents", name), str(exc)) from exc

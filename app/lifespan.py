@@ -42,6 +42,7 @@ from app.services import Services
 from app.settings import Settings
 from app.storage import Store, open_store
 from app.stream_tokens import open_stream_tokens
+from app.tracing import Tracing, check_tracing_environment
 
 __all__ = [
     "DrainOnSignal",
@@ -74,6 +75,7 @@ async def check_configuration(settings: Settings) -> None:
     """
     config = load_config(settings.config)
     settings.api_key_map  # noqa: B018 - parsing is the check
+    check_tracing_environment()
     agents = await build_agents(settings, config)
     try:
         await agents.preflight()
@@ -90,7 +92,10 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
         stack.push_async_callback(store.close)
         bus = await open_bus(settings)
         stack.push_async_callback(bus.aclose)
-        agents = await build_agents(settings, config)
+        tracing = Tracing.from_environment(capture_content=settings.trace_content)
+        if tracing is not None:
+            stack.push_async_callback(tracing.aclose)
+        agents = await build_agents(settings, config, tracing.tracer if tracing else None)
         # LIFO: the MCP clients close after the agents that use them
         stack.push_async_callback(agents.close_mcp)
         stack.push_async_callback(agents.aclose)
@@ -124,6 +129,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             budgets=budgets,
             disconnect_grace=settings.disconnect_grace,
             idempotency_ttl=settings.idempotency_ttl,
+            tracing=tracing,
         )
         stack.push_async_callback(manager.aclose)
         if not bus.shared and settings.workers == 1:
@@ -138,6 +144,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             admission=admission,
             manager=manager,
             media=MediaJobs(agents, admission, queue_timeout=settings.queue_timeout),
+            tracing=tracing,
         )
         api_keys = settings.api_keys
         if api_keys is not None:
@@ -232,7 +239,11 @@ async def stop_services(services: Services) -> None:
             try:
                 await services.bus.aclose()
             finally:
-                await services.store.close()
+                try:
+                    await services.store.close()
+                finally:
+                    if services.tracing is not None:  # last: the spans of the drain go out
+                        await services.tracing.aclose()
 
 
 class DrainOnSignal:

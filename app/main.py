@@ -36,6 +36,7 @@ from app.protocols.a2a import install_a2a
 from app.protocols.mcp_server import McpEndpoint
 from app.security import SecurityHeadersMiddleware
 from app.settings import Settings
+from app.tracing import TraceContextMiddleware, tracing_requested
 
 __all__ = ["UI_DIR", "create_app"]
 
@@ -143,6 +144,9 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         frame_ancestors=settings.frame_ancestors,
         docs_paths=DOCS_PATHS,
     )
+    if tracing_requested():
+        # around everything: a run started by the request joins the caller's trace
+        app.add_middleware(TraceContextMiddleware)
     return app
 
 

@@ -17,6 +17,7 @@ from app.readiness import DependencyWatch
 from app.runs import RunManager
 from app.settings import Settings
 from app.storage import Store
+from app.tracing import Tracing
 
 if TYPE_CHECKING:
     from app.media import MediaJobs
@@ -49,6 +50,8 @@ class Services:
     """The worker's media jobs (``POST /v1/media/...``)."""
     stream_tokens: StreamTokens | None = None
     """Signs the ``events_url`` tokens; None when authentication is off."""
+    tracing: Tracing | None = None
+    """The worker's trace pipeline (``app.tracing``); None when ``OTEL_*`` asks for none."""
 
 
 async def get_services(request: Request) -> Services:

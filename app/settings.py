@@ -139,6 +139,9 @@ class Settings(BaseSettings):
     comma-separated (``principal:*`` for every principal); see ``app.budgets``."""
     budget_reserve_tokens: Annotated[int, Field(ge=0)] = 1000
     """Tokens a run reserves of its budgets when admitted, replaced by its use at its end."""
+    trace_content: bool = False
+    """``AGENT_TRACE_CONTENT=1``: traces (when ``OTEL_*`` turns them on) also record prompts,
+    answers, system instructions and tool arguments and results."""
     allow_unshared_workers: bool = False
     """``AGENT_ALLOW_UNSHARED_WORKERS=1``: let ``agent-server --workers N`` (N > 1) start
     without ``AGENT_REDIS_URL``, each worker with its own runs, logs and session locks."""

@@ -38,8 +38,7 @@ try:
     from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - the dependency ships with the project
     raise ConfigurationError(
-        "agent_runtime.integrations.otel needs the OpenTelemetry API: pip install "
-        "opentelemetry-api"
+        "agent_runtime.integrations.otel needs the OpenTelemetry API: pip install opentelemetry-api"
     ) from exc
 
 if TYPE_CHECKING:

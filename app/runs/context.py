@@ -17,6 +17,7 @@ from app.errors import Unavailable
 from app.metrics import Metrics
 from app.runs.handle import RunHandle
 from app.storage import RunRecord, RunStatus, Store
+from app.tracing import Tracing
 
 __all__ = ["RunContext", "lease_lapsed"]
 
@@ -56,8 +57,11 @@ class RunContext:
         unavailable: Callable[[str], str | None] | None = None,
         budgets: Budgets | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tracing: Tracing | None = None,
     ) -> None:
         self.agent = agent
+        # the worker's trace pipeline when OTEL_* asks for one (app.tracing), else None
+        self.tracing = tracing
         # the token budgets, when any is set (checked at admission, settled at a run's end)
         self.budgets = budgets if budgets is not None and budgets.enabled else None
         # why an agent cannot take runs now (its warm-up failed), or None

@@ -130,6 +130,7 @@ class Driver:
         fence = handle.lease.token
         usage = handle.usage
         running = handle.tools_running
+        tracing = context.tracing if context.bus.shared else None
         handle.in_runtime = True
         try:
             stream = cast(
@@ -172,6 +173,16 @@ class Driver:
                         )
                     if event_type is AgentEventType.USAGE:
                         usage.add(event.usage)
+                    elif event_type is AgentEventType.RUN_STARTED and tracing is not None:
+                        # where a worker answering this run's confirmation finds its trace
+                        try:
+                            await tracing.remember(context.bus.values, handle.session_id, run_id)
+                        except BusError as exc:  # a trace never fails a run
+                            logger.warning(
+                                "could not share the run's trace context: %s",
+                                exc,
+                                extra={"run_id": run_id},
+                            )
                     elif event_type is AgentEventType.CUSTOM and event.name == _WAITING_EVENT:
                         handle.status = "waiting"
                         await records.status(handle, "waiting")

@@ -49,6 +49,7 @@ from app.runs.routing import Routing
 from app.runs.start import Starter
 from app.runs.sweep import LostRunSweep
 from app.storage import RunRecord, RunStatus, Store
+from app.tracing import Tracing
 
 __all__ = ["RunManager"]
 
@@ -76,6 +77,7 @@ class RunManager:
         keep_leases: bool = True,
         disconnect_grace: float = 0.0,
         idempotency_ttl: float = 86_400.0,
+        tracing: Tracing | None = None,
     ) -> None:
         """``clock``: the monotonic clock of the runs' lease deadlines; ``keep_leases``:
         whether a shared bus's leases are renewed and watched in the background (tests
@@ -94,6 +96,7 @@ class RunManager:
             unavailable=unavailable,
             budgets=budgets,
             clock=clock,
+            tracing=tracing,
         )
         self._context = context
         records = RunRecords(store)

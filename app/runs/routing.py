@@ -165,7 +165,38 @@ class Routing:
         name: str,
         payload: Mapping[str, Any],
     ) -> list[str]:
-        """Deliver an answer to a waiting run of the caller's session; 404 if not theirs."""
+        """Deliver an answer to a waiting run of the caller's session; 404 if not theirs.
+
+        With tracing on, the delivery is a span linked to the run's (found through the bus
+        when another worker holds the run), in the run's trace unless the request brought its
+        own ``traceparent``.
+        """
+        context = self._context
+        tracing = context.tracing
+        if tracing is None:
+            return await self._external_event(principal, session_id, run_id, name, payload)
+        known = run_id
+        if known is None:
+            known = next(
+                (h.run_id for h in context.runs.values() if h.session_id == session_id), None
+            )
+        try:
+            run = await tracing.run_context(context.bus.values, session_id, known)
+        except BusError:
+            run = None  # the answer still goes through; only its link is lost
+        with tracing.answer_span(name, session_id, run_id, run) as span:
+            accepted = await self._external_event(principal, session_id, run_id, name, payload)
+            span.set_attribute("agent_runtime.external_event.accepted", bool(accepted))
+            return accepted
+
+    async def _external_event(
+        self,
+        principal: str,
+        session_id: str,
+        run_id: str | None,
+        name: str,
+        payload: Mapping[str, Any],
+    ) -> list[str]:
         context = self._context
         local = context.runs.get(run_id) if run_id is not None else None
         if local is None:
