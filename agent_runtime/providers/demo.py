@@ -51,6 +51,7 @@ class DemoModel:
     """The offline, deterministic model of the service's default configuration."""
 
     model_name = "demo"
+    provider_name = "demo"
     retry = RetryOptions(max_retries=0)
 
     def __init__(self, *, token_delay: float = 0.02, slow_seconds: float = 5.0) -> None:
