@@ -95,7 +95,9 @@ async def test_a_run_joins_the_trace_of_its_request(
     serve: Serve, exporter: InMemorySpanExporter
 ) -> None:
     async with serve() as served:
-        assert any(getattr(m, "cls", None) is TraceContextMiddleware for m in served.app.user_middleware)
+        assert any(
+            getattr(m, "cls", None) is TraceContextMiddleware for m in served.app.user_middleware
+        )
         answer = await served.client.post(
             "/v1/sessions/traced/runs",
             json={"input": "hello there"},
