@@ -181,7 +181,9 @@ class OTelTracer(RunTracer):
         )
         self._runs[context.run_id] = span
         try:
-            with trace.use_span(span, end_on_exit=False, record_exception=False):
+            with trace.use_span(
+                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+            ):
                 yield
         except asyncio.CancelledError:
             reason = context._cancel_reason or "cancelled"

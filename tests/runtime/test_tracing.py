@@ -20,6 +20,8 @@ from agent_runtime import (
     AgentRunConfig,
     ProviderError,
     RunCancelledError,
+    RunTimeoutError,
+    ToolCall,
     ToolPolicy,
     tool,
 )
@@ -307,3 +309,40 @@ async def test_without_a_tracer_nothing_is_recorded(exporter: InMemorySpanExport
     agent = AgentCore(tool_turn_model(), tools=[lookup])
     await run_to_end(agent, "hi", AgentRunConfig(session_id="s1"))
     assert exporter.get_finished_spans() == ()
+
+
+async def test_parallel_tool_calls_are_sibling_spans_of_the_run(
+    exporter: InMemorySpanExporter,
+) -> None:
+    turn = AssistantMessage(
+        None, [ToolCall("c1", "lookup", {"key": "a"}), ToolCall("c2", "lookup", {"key": "b"})]
+    )
+    agent = AgentCore(
+        ScriptedModel([turn, "both"]),
+        tools=[lookup],
+        parallel_tool_calls=True,
+        tracer=tracer_for(exporter),
+    )
+    await run_to_end(agent, "hi", AgentRunConfig(session_id="s1"))
+    spans = exporter.get_finished_spans()
+    [run] = by_name(spans, "invoke_agent ")
+    calls = by_name(spans, "execute_tool ")
+    assert sorted(str((c.attributes or {})["gen_ai.tool.call.id"]) for c in calls) == ["c1", "c2"]
+    assert all(c.parent is not None and c.parent.span_id == run.context.span_id for c in calls)
+
+
+async def test_a_run_past_its_deadline_is_an_error_span(exporter: InMemorySpanExporter) -> None:
+    async def never(request: object) -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    agent = AgentCore(ScriptedModel([never]), run_timeout=0.05, tracer=tracer_for(exporter))
+    with pytest.raises(RunTimeoutError):
+        await run_to_end(agent, "hi", AgentRunConfig(session_id="s1"))
+    spans = exporter.get_finished_spans()
+    [run] = by_name(spans, "invoke_agent ")
+    [chat] = by_name(spans, "chat ")
+    assert run.status.status_code is StatusCode.ERROR
+    assert (run.attributes or {})["error.type"] == "run_timeout"
+    # the call was cut by the deadline's cancellation: ended, not marked as its own failure
+    assert chat.end_time is not None and chat.status.status_code is StatusCode.UNSET
