@@ -37,6 +37,7 @@ from app.errors import (
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.fencing import Fencing
+from app.runs.final_write import FinalWrites
 from app.runs.finalize import Finalizer
 from app.runs.handle import RunHandle, RunRequestOptions, new_run_id, now
 from app.runs.records import RunRecords
@@ -72,8 +73,10 @@ class Starter:
         finalizer: Finalizer,
         routing: Routing,
         fencing: Fencing,
+        writes: FinalWrites,
     ) -> None:
         self._fencing = fencing
+        self._writes = writes
         self._context = context
         self._records = records
         self._driver = driver
@@ -222,6 +225,15 @@ class Starter:
         else:
             sent = self.lease_sent(run_id)
         active = None if lease is not None else await context.bus.locks.holder(session_id)
+        # held by a run that ended while the store was out, until its end is stored: store
+        # it now (the store answered above), and the lock is free
+        if (
+            lease is None
+            and active is not None
+            and active in self._writes
+            and await self._writes.flush(active)
+        ):
+            active = None
         if lease is None and active is None:
             # the holder let go between the two calls (its run just ended): try once more, so
             # that the answer is the session's new state, not a 409 naming no run
