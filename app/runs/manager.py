@@ -133,6 +133,11 @@ class RunManager:
     # --- queries ----------------------------------------------------------------------------
 
     @property
+    def unwritten_ends(self) -> int:
+        """Runs ended here whose final write waits for the store (``app.runs.final_write``)."""
+        return len(self._writes)
+
+    @property
     def agent(self) -> AgentCore:
         """The worker's agent."""
         return self._context.agent
