@@ -203,6 +203,8 @@ class RunManager:
             "extensions": extensions,
             "draining": context.draining,
             "grace_timers": self._grace.pending,
+            # runs ended while the store was out, their final write still retried
+            "unwritten_ends": len(self._writes),
             "session_queued": self._multitask.waiting,
             **context.bus.stats(),
         }

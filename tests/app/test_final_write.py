@@ -101,7 +101,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     agent = AgentCore(
         ScriptedModel([tool_call_turn("wait_here", {}), "answered"] * 10), tools=[wait_here]
     )
-    manager = run_manager(agent, store, bus)  # type: ignore[arg-type]
+    manager = run_manager(agent, store, bus)
     try:
         yield World(manager, store, bus, release, calls)
     finally:
