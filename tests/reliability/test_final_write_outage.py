@@ -12,6 +12,7 @@ stayed ``running`` for good and became ``worker_lost`` at the next start.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,9 +101,11 @@ async def test_a_run_ended_during_an_outage_stores_its_real_outcome(
         proxy.restore()
 
         async def stored() -> bool:
-            return (await state(client))["unwritten_ends"] == 0
+            return bool((await state(client))["unwritten_ends"] == 0)
 
+        restored = time.monotonic()
         await wait_for(stored, within=30)
+        print(f"the run's end was stored {time.monotonic() - restored:.2f} s after the restore")
         assert await _stored(url, schema, run_id) == ("completed", 2)
         view = (await client.get(f"/v1/runs/{run_id}")).json()
         assert view["status"] == "completed" and view["usage"]["output_tokens"] > 0
