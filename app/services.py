@@ -21,6 +21,7 @@ from app.storage import Store
 if TYPE_CHECKING:
     from app.media import MediaJobs
     from app.stream_tokens import StreamTokens
+    from app.webhooks.hooks import RunWebhooks
 
 __all__ = ["Services", "ServicesDep", "get_services"]
 
@@ -49,6 +50,8 @@ class Services:
     """The worker's media jobs (``POST /v1/media/...``)."""
     stream_tokens: StreamTokens | None = None
     """Signs the ``events_url`` tokens; None when authentication is off."""
+    webhooks: RunWebhooks | None = None
+    """The runs' webhooks and this worker's sender; None when no signing secret is set."""
 
 
 async def get_services(request: Request) -> Services:

@@ -17,6 +17,7 @@ from app.runs.context import RunContext
 from app.runs.handle import Outcome, RunHandle, lost_outcome, now
 from app.runs.multitask import withdraw_confirmations
 from app.runs.records import RunRecords
+from app.storage import WebhookMessage
 
 __all__ = ["Finalizer"]
 
@@ -48,7 +49,10 @@ class Finalizer:
         handle.output = outcome.output
         handle.error = outcome.error
         handle.finished_at = now()
-        await records.outcome(handle, outcome, stored)
+        webhook = self._webhook(handle, outcome) if stored else None
+        await records.outcome(handle, outcome, stored, webhook)
+        if webhook is not None and context.webhooks is not None:
+            context.webhooks.wake()
         handle.ticket.release()
         await withdraw_confirmations(context, handle, outcome)
         if handle.budget is not None:  # the reservation becomes the tokens the run used
@@ -86,6 +90,25 @@ class Finalizer:
         if outcome.status == "cancelled":
             details["reason"] = outcome.data.get("reason")
         logger.info("run finished", extra=details)
+
+    def _webhook(self, handle: RunHandle, outcome: Outcome) -> WebhookMessage | None:
+        """The message of the run's end, when the run has a webhook."""
+        webhooks = self._context.webhooks
+        url = self._context.webhook_url(handle)
+        if webhooks is None or url is None:
+            return None
+        data = dict(outcome.data)
+        if outcome.status == "completed" and "usage" not in data:
+            data["usage"] = handle.usage.to_dict()
+        return webhooks.end(
+            url,
+            run_id=handle.run_id,
+            session_id=handle.session_id,
+            agent=handle.agent,
+            status=outcome.status,
+            event_type=outcome.event_type,
+            data=data,
+        )
 
     async def abandon(self, handle: RunHandle) -> None:
         """Undo a start that failed before the run's task existed."""

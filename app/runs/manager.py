@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_runtime.agent import AgentCore
 from app.admission import Admission
@@ -43,6 +43,9 @@ from app.runs.grace import DisconnectGrace
 from app.runs.handle import RunHandle, RunRequestOptions
 from app.runs.idempotency import IdempotentStarts
 from app.runs.leases import LeaseKeeper
+
+if TYPE_CHECKING:
+    from app.webhooks.hooks import RunWebhooks
 from app.runs.multitask import Multitask, QueuedRun, session_queue
 from app.runs.records import RunRecords
 from app.runs.routing import Routing
@@ -76,6 +79,7 @@ class RunManager:
         keep_leases: bool = True,
         disconnect_grace: float = 0.0,
         idempotency_ttl: float = 86_400.0,
+        webhooks: RunWebhooks | None = None,
     ) -> None:
         """``clock``: the monotonic clock of the runs' lease deadlines; ``keep_leases``:
         whether a shared bus's leases are renewed and watched in the background (tests
@@ -94,6 +98,7 @@ class RunManager:
             unavailable=unavailable,
             budgets=budgets,
             clock=clock,
+            webhooks=webhooks,
         )
         self._context = context
         records = RunRecords(store)

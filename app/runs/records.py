@@ -21,6 +21,7 @@ from app.storage import (
     SessionOwnedByOther,
     StaleFence,
     Store,
+    WebhookMessage,
 )
 from app.turns import store_stopped_turn
 
@@ -75,12 +76,17 @@ class RunRecords:
             await asyncio.wait([recorded])
         return not recorded.cancelled() and recorded.exception() is None
 
-    async def status(self, handle: RunHandle, status: RunStatus) -> None:
-        """Store the run's new status (running, waiting); a failure is logged, not raised."""
+    async def status(
+        self, handle: RunHandle, status: RunStatus, webhook: WebhookMessage | None = None
+    ) -> None:
+        """Store the run's new status (running, waiting), with the ``webhook`` message it
+        sends, if any; a failure is logged, not raised."""
         if handle.fenced or not await self.stored(handle):
             return
         try:
-            await self._store.update_run(handle.run_id, status=status, fence=handle.lease.token)
+            await self._store.update_run(
+                handle.run_id, status=status, fence=handle.lease.token, webhook=webhook
+            )
         except StaleFence as exc:
             logger.error(
                 "the store refused a stale write of the run's status: %s",
@@ -143,8 +149,15 @@ class RunRecords:
         except Exception:
             logger.exception("could not store the stopped turn", extra={"run_id": handle.run_id})
 
-    async def outcome(self, handle: RunHandle, outcome: Outcome, stored: bool) -> None:
-        """Store how the run ended; a failure is logged, not raised."""
+    async def outcome(
+        self,
+        handle: RunHandle,
+        outcome: Outcome,
+        stored: bool,
+        webhook: WebhookMessage | None = None,
+    ) -> None:
+        """Store how the run ended, with the ``webhook`` message of its end in the same
+        write; a failure is logged, not raised."""
         if not stored:
             return
         try:
@@ -156,6 +169,7 @@ class RunRecords:
                 usage=handle.usage.to_dict(),
                 model=handle.usage.model,
                 fence=handle.lease.token,
+                webhook=webhook,
             )
         except StaleFence as exc:
             logger.error(
