@@ -92,8 +92,8 @@ def refusal(address: Address) -> str | None:
         ("loopback", address.is_loopback),
         ("link-local", address.is_link_local),
         ("multicast", address.is_multicast),
-        ("private", address.is_private),
         ("reserved", address.is_reserved),
+        ("private", address.is_private),
     ):
         if hit:
             return name

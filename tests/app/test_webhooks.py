@@ -42,15 +42,19 @@ async def receiver() -> AsyncIterator[WebhookReceiver]:
         await receiver.aclose()
 
 
-def sender(store: Store, *, allow_private: bool = True, **options: float) -> WebhookSender:
-    settings = {"backoff": 0.01, "backoff_max": 0.05, "timeout": 5.0, "poll_interval": 0.05}
-    settings.update(options)
+def sender(
+    store: Store, *, allow_private: bool = True, max_attempts: int = 8, timeout: float = 5.0
+) -> WebhookSender:
+    """A sender with short backoffs (0.01 s doubling to 0.05 s) and a quick poll."""
     return WebhookSender(
         store,
         WebhookTargets(allow_private=allow_private),
         keys(),
-        max_attempts=int(settings.pop("max_attempts", 8)),
-        **settings,
+        max_attempts=max_attempts,
+        backoff=0.01,
+        backoff_max=0.05,
+        timeout=timeout,
+        poll_interval=0.05,
     )
 
 
