@@ -105,9 +105,8 @@ class WebhookReceiver:
             self._changed.set()
             if self.delays:
                 await asyncio.sleep(self.delays.pop(0))  # a receiver slow to answer
-            writer.write(
-                f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n".encode()
-            )
+            head_out = f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n{extra}Connection: close"
+            writer.write(f"{head_out}\r\n\r\n".encode())
             await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
