@@ -32,7 +32,7 @@ from app.admission import Admission
 from app.agents import AgentProfile
 from app.budgets import Budgets
 from app.bus.base import Bus
-from app.errors import ServiceError
+from app.errors import ServiceError, WebhookRefused
 from app.metrics import Metrics
 from app.runs.context import RunContext
 from app.runs.drain import Drain
@@ -224,7 +224,17 @@ class RunManager:
         self, principal: str, session_id: str, options: RunRequestOptions
     ) -> RunHandle | QueuedRun:
         """``start``, with every ``multitask_strategy`` (``app.runs.multitask``): a
-        background run that waits in its session's queue is answered as a ``QueuedRun``."""
+        background run that waits in its session's queue is answered as a ``QueuedRun``.
+
+        A ``webhook_url`` is checked first (before a run may be queued): ``WebhookRefused``.
+        """
+        if options.webhook_url is not None:
+            webhooks = self._context.webhooks
+            if webhooks is None:
+                raise WebhookRefused(
+                    "webhooks are off on this server: set AGENT_WEBHOOK_SECRET to send them"
+                )
+            await webhooks.check(options.webhook_url)  # resolves the host, off the loop
         return await self._multitask.start(principal, session_id, options)
 
     async def queued_view(self, run_id: str, principal: str) -> dict[str, Any] | None:

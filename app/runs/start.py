@@ -32,7 +32,6 @@ from app.errors import (
     Overloaded,
     ServiceError,
     SessionBusy,
-    WebhookRefused,
 )
 from app.runs.context import RunContext
 from app.runs.driver import Driver
@@ -110,13 +109,6 @@ class Starter:
                 output_spec(response_format=options.response_format)
             except ConfigurationError as exc:
                 raise InvalidRequest(str(exc)) from None
-        if options.webhook_url is not None:
-            webhooks = self._context.webhooks
-            if webhooks is None:
-                raise WebhookRefused(
-                    "webhooks are off on this server: set AGENT_WEBHOOK_SECRET to send them"
-                )
-            await webhooks.check(options.webhook_url)  # resolves the host, off the loop
 
     async def start(
         self,

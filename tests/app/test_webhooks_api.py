@@ -156,3 +156,23 @@ def test_an_agents_webhook_url_is_checked(tmp_path: Path) -> None:
     config.write_text('[agents.hooked]\nwebhook_url = "ftp://h.example.com/"\n', "utf-8")
     with pytest.raises(ConfigError, match=r"agents\.hooked\.webhook_url"):
         load_config(str(config))
+
+
+async def test_a_queued_runs_url_is_refused_before_it_queues(serve: Serve) -> None:
+    async with serve(webhook_secret=SECRET) as served:
+        first = await served.client.post(
+            "/v1/sessions/w7/runs", json={"input": "slow one two", "background": True}
+        )
+        assert first.status_code == 202
+        queued = await served.client.post(
+            "/v1/sessions/w7/runs",
+            json={
+                "input": "next",
+                "background": True,
+                "multitask_strategy": "enqueue",
+                "webhook_url": "http://localhost:1/hooks",
+            },
+        )
+        assert "loopback" in _problem(queued, "webhook_url_refused")
+        await served.client.post(f"/v1/runs/{first.json()['run_id']}/cancel")
+        await served.wait_idle()
