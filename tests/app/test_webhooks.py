@@ -9,9 +9,12 @@ import asyncio
 import base64
 import json
 import secrets
+import ssl
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 
+import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
@@ -20,6 +23,7 @@ from app.webhooks.delivery import WebhookSecrets, WebhookSender, backoff_delay
 from app.webhooks.messages import end_message
 from app.webhooks.signing import parse_secret, sign
 from app.webhooks.targets import WebhookTargets
+from tests.fakes.tls_proxy import server_context
 from tests.fakes.webhook_receiver import WebhookReceiver
 
 from .storage_fixtures import OpenStore, open_backend_fixture, store_fixture
@@ -232,6 +236,41 @@ async def test_a_redirect_is_not_followed(store: Store, receiver: WebhookReceive
         assert target.requests == []
     finally:
         await target.aclose()
+
+
+async def test_https_goes_to_the_checked_address_with_the_hosts_name(
+    store: Store, tmp_path: Path
+) -> None:
+    # the name resolves (through the hook) to the receiver's loopback address; TLS is
+    # verified against the URL's host, which the connection to the bare address carries
+    receiver = await WebhookReceiver(SECRET).start(
+        tls=server_context(frozenset({"hooks.example.test"}), tmp_path)
+    )
+    resolved: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        resolved.append(host)
+        return ["127.0.0.1"]
+
+    trust = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    webhooks = WebhookSender(
+        store,
+        WebhookTargets(allow_private=True, resolver=resolver),
+        keys(),
+        timeout=5.0,
+        transport=httpx.AsyncHTTPTransport(verify=trust),
+    )
+    try:
+        message = await finished_run(store, f"https://hooks.example.test:{receiver.port}/in")
+        assert await webhooks.deliver_due() == 1
+    finally:
+        await webhooks.aclose()
+        await receiver.aclose()
+    (state,) = await store.webhook_states(message.run_id)
+    assert [(a.status_code, a.error) for a in state.attempts] == [(200, None)]
+    (request,) = receiver.requests
+    assert request.verified and request.headers["host"] == f"hooks.example.test:{receiver.port}"
+    assert resolved == ["hooks.example.test"]
 
 
 async def test_the_message_is_written_with_the_runs_fenced_write(store: Store) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,8 +53,8 @@ class WebhookReceiver:
     _server: asyncio.Server | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def start(self, port: int = 0) -> WebhookReceiver:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", port)
+    async def start(self, port: int = 0, tls: ssl.SSLContext | None = None) -> WebhookReceiver:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", port, ssl=tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
