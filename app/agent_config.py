@@ -41,6 +41,7 @@ from app.capability_config import (
     agent_capabilities,
     capability_sections,
 )
+from app.webhooks.targets import TargetRefused, check_url
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -88,6 +89,7 @@ _AGENT_KEYS = (
     "system_one",
     "required",
     "tokens_per_day",
+    "webhook_url",
     *_CAPABILITY_KEYS,
 )
 _COMPACTION_KEYS = (
@@ -167,6 +169,9 @@ class AgentProfile:
     required: bool = True
     """The worker is ready (``/readyz``) only once this agent warmed up; ``required = false``
     lets the others serve while it cannot (its runs then get 503 ``agent_unavailable``)."""
+    webhook_url: str | None = None
+    """Where the agent's runs post their end and confirmation requests (``app.webhooks``),
+    unless a run's request names its own."""
 
     def run_options(self) -> dict[str, Any]:
         """Keyword options for ``AgentCore.stream``; the agent's own core holds the rest."""
@@ -602,7 +607,20 @@ def _agent(
         capabilities=agent_capabilities(table, sections or {}),
         required=table.boolean("required") is not False,
         tokens_per_day=table.integer("tokens_per_day"),
+        webhook_url=_webhook_url(table),
     )
+
+
+def _webhook_url(table: _Table) -> str | None:
+    """An agent's ``webhook_url``: its form is checked here, its host when a run ends."""
+    url = table.string("webhook_url")
+    if url is None:
+        return None
+    try:
+        check_url(url)
+    except TargetRefused as exc:
+        raise table.error("webhook_url", str(exc)) from None
+    return url
 
 
 def load_config(path: str | None) -> ServiceConfig:

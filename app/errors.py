@@ -134,6 +134,13 @@ class AgentUnavailable(ServiceError):
     code = "agent_unavailable"
 
 
+class WebhookRefused(ServiceError):
+    """A run's ``webhook_url`` cannot be called: malformed, no signing secret for it, or its
+    host resolves to a refused (non-public) address (422)."""
+
+    code = "webhook_url_refused"
+
+
 class UpstreamError(ServiceError):
     """A capability call's model provider failed (an upstream error, timeout or refusal)."""
 

@@ -30,6 +30,7 @@ from fastapi import FastAPI
 
 from agent_runtime.agent import AgentCore
 from app.admission import Admission
+from app.agent_config import ConfigError
 from app.agents import DEFAULT_AGENT, ServiceConfig, build_agents, build_core, load_config
 from app.budgets import BudgetRules, Budgets, LocalBudgetCounters, parse_budgets
 from app.bus import open_bus
@@ -43,6 +44,10 @@ from app.settings import Settings
 from app.storage import Store, open_store
 from app.stream_tokens import open_stream_tokens
 from app.tracing import Tracing, check_tracing_environment
+from app.webhooks.delivery import WebhookSecrets, WebhookSender
+from app.webhooks.hooks import RunWebhooks
+from app.webhooks.signing import parse_endpoint_secrets, parse_secret
+from app.webhooks.targets import WebhookTargets
 
 __all__ = [
     "DrainOnSignal",
@@ -107,6 +112,9 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             metrics.runs_queued.set(queued)
 
         budgets = await open_budgets(settings, config, store, bus)
+        webhooks = open_webhooks(settings, config, store)
+        if webhooks is not None and webhooks.sender is not None:
+            stack.push_async_callback(webhooks.sender.aclose)
         admission = Admission(
             max_running=settings.max_concurrent_runs,
             max_queued=settings.max_queued_runs,
@@ -130,6 +138,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             disconnect_grace=settings.disconnect_grace,
             idempotency_ttl=settings.idempotency_ttl,
             tracing=tracing,
+            webhooks=webhooks,
         )
         stack.push_async_callback(manager.aclose)
         if not bus.shared and settings.workers == 1:
@@ -145,6 +154,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             manager=manager,
             media=MediaJobs(agents, admission, queue_timeout=settings.queue_timeout),
             tracing=tracing,
+            webhooks=webhooks,
         )
         api_keys = settings.api_keys
         if api_keys is not None:
@@ -155,8 +165,46 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
                 api_keys=api_keys.get_secret_value(),
                 ttl=settings.stream_token_ttl,
             )
+        if webhooks is not None and webhooks.sender is not None:
+            webhooks.sender.start()  # after recovery: the outbox's messages of before go out
         stack.pop_all()
     return services
+
+
+def open_webhooks(settings: Settings, config: ServiceConfig, store: Store) -> RunWebhooks | None:
+    """The runs' webhooks and this worker's sender; None when no signing secret is set.
+
+    Raises ``ConfigError`` for an agent whose ``webhook_url`` no secret signs."""
+    secret = settings.webhook_secret
+    by_origin = settings.webhook_secrets
+    keys = WebhookSecrets(
+        default=None if secret is None else parse_secret(secret.get_secret_value()),
+        by_origin=None
+        if by_origin is None
+        else parse_endpoint_secrets(by_origin.get_secret_value()),
+    )
+    for profile in config.agents.values():
+        if profile.webhook_url is not None and keys.key_for(profile.webhook_url) is None:
+            raise ConfigError(
+                config.path or "AGENT_CONFIG",
+                f"agents.{profile.name}.webhook_url",
+                "no signing secret for this endpoint: set AGENT_WEBHOOK_SECRET (or its "
+                "entry in AGENT_WEBHOOK_SECRETS)",
+            )
+    if not keys.any:
+        return None
+    targets = WebhookTargets(allow_private=settings.webhook_allow_private)
+    sender = WebhookSender(
+        store,
+        targets,
+        keys,
+        max_attempts=settings.webhook_max_attempts,
+        backoff=settings.webhook_backoff,
+        backoff_max=settings.webhook_backoff_max,
+        timeout=settings.webhook_timeout,
+        poll_interval=settings.webhook_poll_interval,
+    )
+    return RunWebhooks(targets, keys, sender)
 
 
 async def open_budgets(
@@ -237,6 +285,8 @@ async def stop_services(services: Services) -> None:
                 await services.agents.close_mcp()
         finally:
             try:
+                if services.webhooks is not None and services.webhooks.sender is not None:
+                    await services.webhooks.sender.aclose()  # its messages wait in the outbox
                 await services.bus.aclose()
             finally:
                 try:

@@ -22,6 +22,7 @@ from app.tracing import Tracing
 if TYPE_CHECKING:
     from app.media import MediaJobs
     from app.stream_tokens import StreamTokens
+    from app.webhooks.hooks import RunWebhooks
 
 __all__ = ["Services", "ServicesDep", "get_services"]
 
@@ -52,6 +53,8 @@ class Services:
     """Signs the ``events_url`` tokens; None when authentication is off."""
     tracing: Tracing | None = None
     """The worker's trace pipeline (``app.tracing``); None when ``OTEL_*`` asks for none."""
+    webhooks: RunWebhooks | None = None
+    """The runs' webhooks and this worker's sender; None when no signing secret is set."""
 
 
 async def get_services(request: Request) -> Services:

@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.budgets import parse_budgets
+from app.webhooks.signing import parse_endpoint_secrets, parse_secret
 
 __all__ = ["Settings", "parse_api_keys"]
 
@@ -145,6 +146,27 @@ class Settings(BaseSettings):
     allow_unshared_workers: bool = False
     """``AGENT_ALLOW_UNSHARED_WORKERS=1``: let ``agent-server --workers N`` (N > 1) start
     without ``AGENT_REDIS_URL``, each worker with its own runs, logs and session locks."""
+    webhook_secret: SecretStr | None = Field(default=None, repr=False)
+    """The Standard Webhooks signing secret (``whsec_`` and base64) of every webhook endpoint
+    without its own in ``AGENT_WEBHOOK_SECRETS``; unset (and no per-endpoint one): a run's
+    ``webhook_url`` is refused (422 ``webhook_url_refused``)."""
+    webhook_secrets: SecretStr | None = Field(default=None, repr=False)
+    """Per-endpoint secrets: ``ORIGIN=whsec_...`` pairs, comma-separated (``ORIGIN`` as in
+    ``https://hooks.example.com`` or ``http://10.0.0.5:8080``)."""
+    webhook_allow_private: bool = False
+    """``AGENT_WEBHOOK_ALLOW_PRIVATE=1``: deliver to loopback, private, link-local and other
+    non-public addresses too (tests, or receivers inside the deployment's own network)."""
+    webhook_max_attempts: Annotated[int, Field(ge=1, le=100)] = 8
+    """Attempts of one webhook message before it counts as failed."""
+    webhook_backoff: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds before the first retry; each further one waits twice as long (with jitter)."""
+    webhook_backoff_max: Annotated[float, Field(gt=0)] = 3600.0
+    """The longest wait between two attempts, in seconds."""
+    webhook_timeout: Annotated[float, Field(gt=0)] = 10.0
+    """Seconds one delivery attempt may take (connect, send, the receiver's answer)."""
+    webhook_poll_interval: Annotated[float, Field(gt=0)] = 2.0
+    """Seconds between two looks at the outbox for due messages (a worker's own new ones
+    go out at once)."""
 
     @field_validator("model")
     @classmethod
@@ -171,6 +193,22 @@ class Settings(BaseSettings):
     @classmethod
     def _budget_entries(cls, value: str) -> str:
         parse_budgets(value)  # raises ValueError naming the entry
+        return value
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        parse_secret(value.get_secret_value().strip())  # a ValueError never quotes it
+        return SecretStr(value.get_secret_value().strip())
+
+    @field_validator("webhook_secrets")
+    @classmethod
+    def _webhook_secrets(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        parse_endpoint_secrets(value.get_secret_value())
         return value
 
     @field_validator("redis_url", "config")
@@ -211,6 +249,10 @@ class Settings(BaseSettings):
         "idempotency_ttl",
         "disconnect_grace",
         "stream_token_ttl",
+        "webhook_backoff",
+        "webhook_backoff_max",
+        "webhook_timeout",
+        "webhook_poll_interval",
     )
     @classmethod
     def _finite(cls, value: float) -> float:

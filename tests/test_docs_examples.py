@@ -88,3 +88,34 @@ def test_js_example_runs(path: Path, tmp_path: Path) -> None:
         server.stop()
     assert completed.returncode == 0, completed.stderr
     assert "Deleted draft.txt" in completed.stdout, completed.stdout
+
+
+def test_verify_webhook_example_output() -> None:
+    out = _output("verify_webhook")
+    assert "first delivery: run.completed for run_0123" in out
+    assert "its retry: duplicate, ignored" in out
+    assert "tampered body: no matching signature" in out
+
+
+def test_verify_webhook_example_accepts_the_reference_signature() -> None:
+    # the docs' verifier agrees with the Standard Webhooks reference library
+    import base64
+    import importlib.util
+    from datetime import UTC, datetime
+
+    from standardwebhooks.webhooks import Webhook
+
+    path = next(p for p in EXAMPLES if p.stem == "verify_webhook")
+    spec = importlib.util.spec_from_file_location("verify_webhook", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    secret = "whsec_" + base64.b64encode(b"x" * 32).decode()
+    body = '{"type":"run.failed","data":{"run_id":"run_1"}}'
+    now = datetime.now(UTC)
+    headers = {
+        "webhook-id": "msg_2",
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(secret).sign("msg_2", now, body),
+    }
+    assert module.verify(secret, headers, body.encode())["type"] == "run.failed"

@@ -75,6 +75,7 @@ _STATUS_BY_CODE: dict[str, int] = {
     "not_found": 404,
     "validation_error": 422,
     "idempotency_key_reused": 422,
+    "webhook_url_refused": 422,
     "unauthorized": 401,
     "session_busy": 409,
     "not_accepted": 409,

@@ -165,6 +165,7 @@ async def start_run(
         skill=body.skill,
         response_format=body.response_format.runtime_form() if body.response_format else None,
         multitask_strategy=body.multitask_strategy,
+        webhook_url=body.webhook_url,
     )
     try:
         handle = await manager.submit(principal, session_id, options)

@@ -157,6 +157,15 @@ class RunRequest(BaseModel):
         "this run reads it; 409 `turn_not_latest` when the run is not the session's latest "
         "(the conversation moved on), 404 when it is no run of the session.",
     )
+    webhook_url: str | None = Field(
+        None,
+        min_length=1,
+        max_length=2048,
+        description="An http(s) URL the run's end (`run.completed`, `run.failed`, "
+        "`run.cancelled`) and its confirmation requests (`run.confirmation_requested`) are "
+        "posted to, signed as Standard Webhooks do; replaces the agent's own. A host that "
+        "resolves to a non-public address is refused: 422 `webhook_url_refused`.",
+    )
     multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = Field(
         "reject",
         description="What the start does while the session has an active run: `reject` "

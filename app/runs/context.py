@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_runtime.agent import AgentCore
 from agent_runtime.events import AgentPhase
@@ -18,6 +18,9 @@ from app.metrics import Metrics
 from app.runs.handle import RunHandle
 from app.storage import RunRecord, RunStatus, Store
 from app.tracing import Tracing
+
+if TYPE_CHECKING:
+    from app.webhooks.hooks import RunWebhooks
 
 __all__ = ["RunContext", "lease_lapsed"]
 
@@ -58,10 +61,13 @@ class RunContext:
         budgets: Budgets | None = None,
         clock: Callable[[], float] = time.monotonic,
         tracing: Tracing | None = None,
+        webhooks: RunWebhooks | None = None,
     ) -> None:
         self.agent = agent
         # the worker's trace pipeline when OTEL_* asks for one (app.tracing), else None
         self.tracing = tracing
+        # the runs' webhooks (app.webhooks); None: a run start's webhook_url is refused
+        self.webhooks = webhooks
         # the token budgets, when any is set (checked at admission, settled at a run's end)
         self.budgets = budgets if budgets is not None and budgets.enabled else None
         # why an agent cannot take runs now (its warm-up failed), or None
@@ -89,6 +95,13 @@ class RunContext:
         self.tasks: set[asyncio.Task[None]] = set()
         self.idle = asyncio.Event()
         self.idle.set()
+
+    def webhook_url(self, handle: RunHandle) -> str | None:
+        """Where the run's notifications go: the request's URL, else its agent's, else
+        None (and None while webhooks are off)."""
+        if self.webhooks is None:
+            return None
+        return handle.options.webhook_url or handle.profile.webhook_url
 
     def agent_for(self, handle: RunHandle) -> AgentCore:
         """The core that runs the handle's agent."""

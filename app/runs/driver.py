@@ -32,6 +32,7 @@ from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
 from app.runs.handle import CANCEL_REASONS, Outcome, RunHandle, now
 from app.runs.records import RunRecords
+from app.storage import WebhookMessage
 from app.wire import delta_json, encode_data
 
 __all__ = ["Driver"]
@@ -185,7 +186,7 @@ class Driver:
                             )
                     elif event_type is AgentEventType.CUSTOM and event.name == _WAITING_EVENT:
                         handle.status = "waiting"
-                        await records.status(handle, "waiting")
+                        await records.status(handle, "waiting", self._webhook(handle, event))
                     elif handle.status == "waiting":
                         handle.status = "running"
                         await records.status(handle, "running")
@@ -215,6 +216,21 @@ class Driver:
             return "not run: this worker lost the run's session lease"
 
         return gate
+
+    def _webhook(self, handle: RunHandle, event: AgentEvent) -> WebhookMessage | None:
+        """The message of a confirmation request, when the run has a webhook."""
+        context = self._context
+        url = context.webhook_url(handle)
+        if context.webhooks is None or url is None:
+            return None
+        payload = event.data().get("payload")
+        return context.webhooks.confirmation(
+            url,
+            run_id=handle.run_id,
+            session_id=handle.session_id,
+            agent=handle.agent,
+            payload=payload if isinstance(payload, dict) else {},
+        )
 
     def outcome_of(self, handle: RunHandle, event: AgentEvent) -> Outcome:
         """The outcome of the runtime's terminal event."""

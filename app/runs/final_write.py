@@ -31,7 +31,7 @@ from agent_runtime.messages import message_to_dict
 from app.bus.base import BusError
 from app.runs.context import RunContext
 from app.runs.handle import Outcome, RunHandle, lost_outcome
-from app.storage import RunNotFound, StaleFence, StorageUnavailable, Store
+from app.storage import RunNotFound, StaleFence, StorageUnavailable, Store, WebhookMessage
 from app.turns import stopped_turn
 
 __all__ = ["FinalWrite", "FinalWrites", "write_final"]
@@ -57,6 +57,8 @@ class FinalWrite:
     attempts: int = 0
     # an earlier attempt at the turn failed without saying whether it was committed
     turn_uncertain: bool = False
+    # the webhook message of the run's end, queued in the same write (app.webhooks)
+    webhook: WebhookMessage | None = None
 
     @classmethod
     def of(cls, handle: RunHandle, outcome: Outcome) -> FinalWrite:
@@ -92,6 +94,7 @@ async def write_final(store: Store, write: FinalWrite) -> bool:
             usage=handle.usage.to_dict(),
             model=handle.usage.model,
             fence=handle.lease.token,
+            webhook=write.webhook,
         )
     except StaleFence as exc:
         logger.error(

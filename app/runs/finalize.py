@@ -18,6 +18,7 @@ from app.runs.final_write import FinalWrite, FinalWrites, write_final
 from app.runs.handle import Outcome, RunHandle, lost_outcome, now
 from app.runs.multitask import withdraw_confirmations
 from app.runs.records import RunRecords
+from app.storage import WebhookMessage
 
 __all__ = ["Finalizer"]
 
@@ -47,7 +48,10 @@ class Finalizer:
         write: FinalWrite | None = None
         if await records.stored(handle):
             write = FinalWrite.of(handle, outcome)
+            write.webhook = self._webhook(handle, outcome)
             settled = await write_final(context.store, write)
+            if write.webhook is not None and context.webhooks is not None:
+                context.webhooks.wake()
             outcome = write.outcome  # a refusal of the turn changes it
             if settled:
                 write = None
@@ -97,6 +101,25 @@ class Finalizer:
         if outcome.status == "cancelled":
             details["reason"] = outcome.data.get("reason")
         logger.info("run finished", extra=details)
+
+    def _webhook(self, handle: RunHandle, outcome: Outcome) -> WebhookMessage | None:
+        """The message of the run's end, when the run has a webhook."""
+        webhooks = self._context.webhooks
+        url = self._context.webhook_url(handle)
+        if webhooks is None or url is None:
+            return None
+        data = dict(outcome.data)
+        if outcome.status == "completed" and "usage" not in data:
+            data["usage"] = handle.usage.to_dict()
+        return webhooks.end(
+            url,
+            run_id=handle.run_id,
+            session_id=handle.session_id,
+            agent=handle.agent,
+            status=outcome.status,
+            event_type=outcome.event_type,
+            data=data,
+        )
 
     async def abandon(self, handle: RunHandle) -> None:
         """Undo a start that failed before the run's task existed."""

@@ -68,6 +68,9 @@ class RunRequestOptions:
     """The runtime's ``response_format`` (structured output), already validated."""
     multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
     """What the start does while the session has an active run (``app.runs.multitask``)."""
+    webhook_url: str | None = None
+    """Where the run's end and confirmation requests are posted (``app.webhooks``); None:
+    the agent's own ``webhook_url``, if any."""
 
 
 @dataclass(slots=True)

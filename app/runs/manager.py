@@ -25,14 +25,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_runtime.agent import AgentCore
 from app.admission import Admission
 from app.agents import AgentProfile
 from app.budgets import Budgets
 from app.bus.base import Bus
-from app.errors import ServiceError
+from app.errors import ServiceError, WebhookRefused
 from app.metrics import Metrics
 from app.runs.context import RunContext
 from app.runs.drain import Drain
@@ -44,6 +44,9 @@ from app.runs.grace import DisconnectGrace
 from app.runs.handle import RunHandle, RunRequestOptions
 from app.runs.idempotency import IdempotentStarts
 from app.runs.leases import LeaseKeeper
+
+if TYPE_CHECKING:
+    from app.webhooks.hooks import RunWebhooks
 from app.runs.multitask import Multitask, QueuedRun, session_queue
 from app.runs.records import RunRecords
 from app.runs.routing import Routing
@@ -79,6 +82,7 @@ class RunManager:
         disconnect_grace: float = 0.0,
         idempotency_ttl: float = 86_400.0,
         tracing: Tracing | None = None,
+        webhooks: RunWebhooks | None = None,
     ) -> None:
         """``clock``: the monotonic clock of the runs' lease deadlines; ``keep_leases``:
         whether a shared bus's leases are renewed and watched in the background (tests
@@ -98,6 +102,7 @@ class RunManager:
             budgets=budgets,
             clock=clock,
             tracing=tracing,
+            webhooks=webhooks,
         )
         self._context = context
         records = RunRecords(store)
@@ -233,7 +238,17 @@ class RunManager:
         self, principal: str, session_id: str, options: RunRequestOptions
     ) -> RunHandle | QueuedRun:
         """``start``, with every ``multitask_strategy`` (``app.runs.multitask``): a
-        background run that waits in its session's queue is answered as a ``QueuedRun``."""
+        background run that waits in its session's queue is answered as a ``QueuedRun``.
+
+        A ``webhook_url`` is checked first (before a run may be queued): ``WebhookRefused``.
+        """
+        if options.webhook_url is not None:
+            webhooks = self._context.webhooks
+            if webhooks is None:
+                raise WebhookRefused(
+                    "webhooks are off on this server: set AGENT_WEBHOOK_SECRET to send them"
+                )
+            await webhooks.check(options.webhook_url)  # resolves the host, off the loop
         return await self._multitask.start(principal, session_id, options)
 
     async def queued_view(self, run_id: str, principal: str) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ from app.storage import (
     SessionOwnedByOther,
     StaleFence,
     Store,
+    WebhookMessage,
 )
 
 __all__ = ["RunRecords"]
@@ -74,12 +75,17 @@ class RunRecords:
             await asyncio.wait([recorded])
         return not recorded.cancelled() and recorded.exception() is None
 
-    async def status(self, handle: RunHandle, status: RunStatus) -> None:
-        """Store the run's new status (running, waiting); a failure is logged, not raised."""
+    async def status(
+        self, handle: RunHandle, status: RunStatus, webhook: WebhookMessage | None = None
+    ) -> None:
+        """Store the run's new status (running, waiting), with the ``webhook`` message it
+        sends, if any; a failure is logged, not raised."""
         if handle.fenced or not await self.stored(handle):
             return
         try:
-            await self._store.update_run(handle.run_id, status=status, fence=handle.lease.token)
+            await self._store.update_run(
+                handle.run_id, status=status, fence=handle.lease.token, webhook=webhook
+            )
         except StaleFence as exc:
             logger.error(
                 "the store refused a stale write of the run's status: %s",

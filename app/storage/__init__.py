@@ -23,12 +23,20 @@ from app.storage.base import (
     UsageGroup,
     UsageTotal,
 )
+from app.storage.outbox import (
+    ClaimedWebhook,
+    WebhookAttempt,
+    WebhookMessage,
+    WebhookState,
+    WebhookStatus,
+)
 from app.storage.postgres import PostgresStore, redact_url
 from app.storage.sqlite import SQLiteStore
 
 __all__ = [
     "TERMINAL_STATUSES",
     "UNFINISHED_STATUSES",
+    "ClaimedWebhook",
     "JSONObject",
     "PostgresStore",
     "RunAlreadyExists",
@@ -48,6 +56,10 @@ __all__ = [
     "StoredMessage",
     "UsageGroup",
     "UsageTotal",
+    "WebhookAttempt",
+    "WebhookMessage",
+    "WebhookState",
+    "WebhookStatus",
     "open_store",
     "redact_url",
     "sqlite_path",

@@ -34,6 +34,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol, TypeVar, get_args
 
+from app.storage.outbox import (
+    ClaimedWebhook,
+    WebhookAttempt,
+    WebhookMessage,
+    WebhookState,
+    WebhookStatus,
+)
+
 __all__ = [
     "TERMINAL_STATUSES",
     "TITLE_MAX_CHARS",
@@ -486,6 +494,7 @@ class Store(Protocol):
         finished_at: datetime | None = None,
         model: str | None = None,
         fence: int | None = None,
+        webhook: WebhookMessage | None = None,
     ) -> RunRecord:
         """Move a run to `status` and return the run as stored afterwards.
 
@@ -500,7 +509,33 @@ class Store(Protocol):
         The move to a terminal status books the run's `usage` in the usage ledger, in the
         same step: one row per run (principal, agent, model, UTC day, tokens), kept when the
         run's session is deleted (see `usage_totals`).
+
+        `webhook` is queued in the webhook outbox in the same transaction, if and only if
+        this call changed the run (its id once: a repeat adds nothing).
         """
+        ...
+
+    async def claim_webhooks(
+        self, claim: str, *, now: float, until: float, limit: int
+    ) -> list[ClaimedWebhook]:
+        """Claim up to ``limit`` pending messages due at ``now`` and not claimed by anyone
+        (or whose claim ran out), until ``until``: one claimer per message at a time."""
+        ...
+
+    async def record_webhook_attempt(
+        self,
+        claimed: ClaimedWebhook,
+        attempt: WebhookAttempt,
+        *,
+        state: WebhookStatus,
+        next_attempt_at: float,
+    ) -> bool:
+        """Record one attempt and the message's new state, releasing the claim; False (and
+        nothing written) when the claim is no longer this one (it ran out, another took it)."""
+        ...
+
+    async def webhook_states(self, run_id: str) -> list[WebhookState]:
+        """The run's webhook messages, oldest first, with their attempts."""
         ...
 
     async def usage_totals(

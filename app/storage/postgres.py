@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
+from app.storage import outbox
 from app.storage.base import (
     TERMINAL_STATUSES,
     BackgroundOperations,
@@ -136,6 +137,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         f"""INSERT INTO usage {_BOOK_USAGE_COLUMNS} SELECT {_BOOK_USAGE_VALUES} FROM runs
             WHERE usage IS NOT NULL AND finished_at IS NOT NULL ON CONFLICT DO NOTHING""",
     ),
+    # 8: the webhook outbox and its delivery attempts (app.storage.outbox)
+    outbox.POSTGRES_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
@@ -609,10 +612,13 @@ class PostgresStore(BackgroundOperations):
         finished_at: datetime | None = None,
         model: str | None = None,
         fence: int | None = None,
+        webhook: outbox.WebhookMessage | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
         auto_started, auto_finished = run_update_stamps(status, started_at, finished_at)
-        async with self._connection() as conn:
+        async with self._connection() as conn, contextlib.AsyncExitStack() as stack:
+            if webhook is not None:  # the run's write and its notification: one commit
+                await stack.enter_async_context(conn.transaction())
             # one statement: the move to a terminal status books the run's usage with it
             # the fence is compared in the same statement that writes: no write with an older
             # token can land after one with a newer token, whatever the interleaving
@@ -644,6 +650,8 @@ class PostgresStore(BackgroundOperations):
                 model,
                 fence,
             )
+            if row is not None and webhook is not None:
+                await outbox.postgres_enqueue(conn, webhook)
             if row is None:  # finished already, fenced off, or unknown
                 row = await conn.fetchrow(
                     f"SELECT {_RUN_COLUMNS}, fence FROM runs WHERE run_id = $1", run_id
@@ -707,6 +715,35 @@ class PostgresStore(BackgroundOperations):
                 " WHERE status IN ('queued', 'running', 'waiting') ORDER BY created_at, run_id"
             )
         return [_run(row) for row in rows]
+
+    # --- the webhook outbox (app.storage.outbox) -------------------------------------------
+
+    @finish_on_cancel
+    async def claim_webhooks(
+        self, claim: str, *, now: float, until: float, limit: int
+    ) -> list[outbox.ClaimedWebhook]:
+        """Claim up to ``limit`` due messages until ``until``; see ``Store.claim_webhooks``."""
+        async with self._connection() as conn:
+            return await outbox.postgres_claim(conn, claim, now, until, limit)
+
+    @finish_on_cancel
+    async def record_webhook_attempt(
+        self,
+        claimed: outbox.ClaimedWebhook,
+        attempt: outbox.WebhookAttempt,
+        *,
+        state: outbox.WebhookStatus,
+        next_attempt_at: float,
+    ) -> bool:
+        """Record an attempt under its claim; see ``Store.record_webhook_attempt``."""
+        async with self._connection() as conn:
+            return await outbox.postgres_record(conn, claimed, attempt, state, next_attempt_at)
+
+    @finish_on_cancel
+    async def webhook_states(self, run_id: str) -> list[outbox.WebhookState]:
+        """The run's webhook messages and their attempts."""
+        async with self._connection() as conn:
+            return await outbox.postgres_states(conn, run_id)
 
     # --- plumbing -------------------------------------------------------------------------
 

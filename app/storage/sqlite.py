@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from app.storage import outbox
 from app.storage.base import (
     TERMINAL_STATUSES,
     BackgroundOperations,
@@ -132,6 +133,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         f"""INSERT OR IGNORE INTO usage {_BOOK_USAGE_SELECT}
             WHERE usage IS NOT NULL AND finished_at IS NOT NULL""",
     ),
+    # 8: the webhook outbox and its delivery attempts (app.storage.outbox)
+    outbox.SQLITE_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
@@ -343,6 +346,7 @@ class SQLiteStore(BackgroundOperations):
         finished_at: datetime | None = None,
         model: str | None = None,
         fence: int | None = None,
+        webhook: outbox.WebhookMessage | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
         started, finished = run_update_stamps(status, started_at, finished_at)
@@ -361,7 +365,7 @@ class SQLiteStore(BackgroundOperations):
             fence,
             fence,
         )
-        record = await self._write(_update_run, run_id, parameters, fence)
+        record = await self._write(_update_run, run_id, parameters, fence, webhook)
         if record is None:
             raise RunNotFound(run_id)
         return record
@@ -394,6 +398,32 @@ class SQLiteStore(BackgroundOperations):
     ) -> list[UsageTotal]:
         """Tokens of the runs finished in ``[start, end)``; see ``Store.usage_totals``."""
         return await self._read(_usage_totals, _ts(start), _ts(end), group_by, principal)
+
+    # --- the webhook outbox (app.storage.outbox) -------------------------------------------
+
+    @finish_on_cancel
+    async def claim_webhooks(
+        self, claim: str, *, now: float, until: float, limit: int
+    ) -> list[outbox.ClaimedWebhook]:
+        """Claim up to ``limit`` due messages until ``until``; see ``Store.claim_webhooks``."""
+        return await self._write(outbox.sqlite_claim, claim, now, until, limit)
+
+    @finish_on_cancel
+    async def record_webhook_attempt(
+        self,
+        claimed: outbox.ClaimedWebhook,
+        attempt: outbox.WebhookAttempt,
+        *,
+        state: outbox.WebhookStatus,
+        next_attempt_at: float,
+    ) -> bool:
+        """Record an attempt under its claim; see ``Store.record_webhook_attempt``."""
+        return await self._write(outbox.sqlite_record, claimed, attempt, state, next_attempt_at)
+
+    @finish_on_cancel
+    async def webhook_states(self, run_id: str) -> list[outbox.WebhookState]:
+        """The run's webhook messages and their attempts."""
+        return await self._read(outbox.sqlite_states, run_id)
 
     # --- plumbing: on the event loop --------------------------------------------------------
 
@@ -675,7 +705,11 @@ def _create_run(db: sqlite3.Connection, run: RunRecord) -> None:
 
 
 def _update_run(
-    db: sqlite3.Connection, run_id: str, parameters: tuple[Any, ...], fence: int | None
+    db: sqlite3.Connection,
+    run_id: str,
+    parameters: tuple[Any, ...],
+    fence: int | None,
+    webhook: outbox.WebhookMessage | None,
 ) -> RunRecord | None:
     # the fence is compared in the statement that writes (see app.storage.base)
     changed = db.execute(
@@ -697,6 +731,8 @@ def _update_run(
             " WHERE run_id = ? AND usage IS NOT NULL AND finished_at IS NOT NULL",
             (run_id,),
         )
+    if changed == 1 and webhook is not None:
+        outbox.sqlite_enqueue(db, webhook)  # the run's write and its notification: one commit
     return _get_run(db, run_id)
 
 

@@ -29,11 +29,83 @@ from cryptography.x509.oid import NameOID
 
 from .upstream import FakeUpstream
 
-__all__ = ["TLSInterceptor"]
+__all__ = ["TLSInterceptor", "server_context"]
 
 
 def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def server_context(hosts: frozenset[str], directory: Path) -> ssl.SSLContext:
+    """A server TLS context for ``hosts``, its certificate signed by a new test CA, whose
+    certificate is written to ``directory / "ca.pem"``."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(_name("agent-runtime test CA"))
+        .issuer_name(_name("agent-runtime test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    leaf_key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(_name(sorted(hosts)[0]))
+        .issuer_name(ca.subject)
+        .public_key(leaf_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(host) for host in sorted(hosts)]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    chain = directory / "leaf.pem"
+    key = directory / "leaf.key"
+    chain.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    key.write_bytes(
+        leaf_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(chain, key)
+    return context
 
 
 class TLSInterceptor:
@@ -55,73 +127,7 @@ class TLSInterceptor:
         return f"http://127.0.0.1:{self.port}"
 
     def _certificates(self) -> ssl.SSLContext:
-        now = datetime.datetime.now(datetime.UTC)
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca = (
-            x509.CertificateBuilder()
-            .subject_name(_name("agent-runtime test CA"))
-            .issuer_name(_name("agent-runtime test CA"))
-            .public_key(ca_key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
-            )
-            .sign(ca_key, hashes.SHA256())
-        )
-        leaf_key = ec.generate_private_key(ec.SECP256R1())
-        leaf = (
-            x509.CertificateBuilder()
-            .subject_name(_name(sorted(self.hosts)[0]))
-            .issuer_name(ca.subject)
-            .public_key(leaf_key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(
-                x509.SubjectAlternativeName([x509.DNSName(host) for host in sorted(self.hosts)]),
-                critical=False,
-            )
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                critical=False,
-            )
-            .sign(ca_key, hashes.SHA256())
-        )
-        self.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-        chain = Path(self._dir.name) / "leaf.pem"
-        key = Path(self._dir.name) / "leaf.key"
-        chain.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-        key.write_bytes(
-            leaf_key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(chain, key)
-        return context
+        return server_context(self.hosts, Path(self._dir.name))
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
