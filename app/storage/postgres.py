@@ -25,7 +25,6 @@ import asyncpg
 
 from app.storage.base import (
     TERMINAL_STATUSES,
-    BackgroundOperations,
     RunAlreadyExists,
     RunNotFound,
     RunRecord,
@@ -51,6 +50,7 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
+from app.storage.postgres_schedules import SCHEDULES_MIGRATION, PostgresSchedules
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "redact_url"]
 
@@ -136,6 +136,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         f"""INSERT INTO usage {_BOOK_USAGE_COLUMNS} SELECT {_BOOK_USAGE_VALUES} FROM runs
             WHERE usage IS NOT NULL AND finished_at IS NOT NULL ON CONFLICT DO NOTHING""",
     ),
+    # 7: schedules and their firings (app.storage.postgres_schedules)
+    SCHEDULES_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
@@ -247,7 +249,7 @@ def _run(row: asyncpg.Record) -> RunRecord:
     )
 
 
-class PostgresStore(BackgroundOperations):
+class PostgresStore(PostgresSchedules):
     """A `Store` in PostgreSQL. Open it with `await PostgresStore.connect(url)`."""
 
     def __init__(self, pool: asyncpg.Pool, safe_url: str, *, timeout: float) -> None:

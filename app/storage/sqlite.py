@@ -22,7 +22,6 @@ from typing import Any, Final, TypeVar
 
 from app.storage.base import (
     TERMINAL_STATUSES,
-    BackgroundOperations,
     RunAlreadyExists,
     RunNotFound,
     RunRecord,
@@ -47,6 +46,7 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
+from app.storage.sqlite_schedules import SCHEDULES_MIGRATION, SQLiteSchedules
 
 logger = logging.getLogger("app.storage")
 
@@ -132,6 +132,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         f"""INSERT OR IGNORE INTO usage {_BOOK_USAGE_SELECT}
             WHERE usage IS NOT NULL AND finished_at IS NOT NULL""",
     ),
+    # 7: schedules and their firings (app.storage.sqlite_schedules)
+    SCHEDULES_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
@@ -210,7 +212,7 @@ def _make_parent_dirs(path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-class SQLiteStore(BackgroundOperations):
+class SQLiteStore(SQLiteSchedules):
     """A `Store` in one SQLite file (or in memory). Open it with `await SQLiteStore.connect()`."""
 
     def __init__(self, path: str) -> None:
