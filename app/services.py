@@ -20,6 +20,7 @@ from app.storage import Store
 
 if TYPE_CHECKING:
     from app.media import MediaJobs
+    from app.schedules import Scheduler, Schedules
     from app.stream_tokens import StreamTokens
 
 __all__ = ["Services", "ServicesDep", "get_services"]
@@ -49,6 +50,11 @@ class Services:
     """The worker's media jobs (``POST /v1/media/...``)."""
     stream_tokens: StreamTokens | None = None
     """Signs the ``events_url`` tokens; None when authentication is off."""
+    schedules: Schedules | None = None
+    """The principals' schedules (``/v1/schedules``)."""
+    scheduler: Scheduler | None = None
+    """This worker's scheduler (started by the lifespan); None with
+    ``AGENT_SCHEDULER_ENABLED=0``."""
 
 
 async def get_services(request: Request) -> Services:

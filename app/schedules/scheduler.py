@@ -94,38 +94,49 @@ class Scheduler:
         self._max_attempts = max_attempts
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     def start(self) -> None:
         """Start polling on the running loop (idempotent)."""
-        if self._task is None:
+        if self._task is None and not self._stopping.is_set():
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="scheduler")
 
     async def aclose(self) -> None:
-        """Stop polling; a firing being started is cancelled with it (its lease lets another
-        worker take it over). Idempotent."""
+        """Stop polling, after the firing being started (a start is short: its runs are
+        background ones); cancelled meanwhile, it stops at once. Idempotent."""
+        self._stopping.set()
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        try:
+            await asyncio.wait([task])
+        except BaseException:
+            # cut short: a firing cut off keeps its lease, and another worker takes it over
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            raise
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self.tick()
             except (StorageError, BusError) as exc:
                 logger.warning("scheduler tick failed; retrying", extra={"error": str(exc)})
             except Exception:
                 logger.exception("scheduler tick failed")
-            await asyncio.sleep(self._poll)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._poll)
 
     async def tick(self) -> int:
         """One pass: take over what is due to be, claim what is due; how many it fired."""
         now = self._clock()
         fired = 0
         for firing in await self._store.reclaim_firings(now, now + self._lease, _BATCH):
+            if self._stopping.is_set():
+                break  # taken over, not fired: its new lease runs out for another worker
             fired += await self._fire(firing, None)
         for schedule in await self._store.due_schedules(now, _BATCH):
+            if self._stopping.is_set():
+                break
             fired += await self._claim(schedule, now)
         return fired
 
