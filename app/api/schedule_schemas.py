@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from app.api.schemas import SESSION_ID_PATTERN, _unicode_text
 
@@ -21,7 +21,17 @@ _NO_NUL = r"^[^\x00]*$"
 _TEXT = r"^[^\x00]*$"
 
 Count = Annotated[int, Field(strict=True, ge=1, le=1_000_000_000)]
-EndAfter = Count | datetime
+
+
+def _text_moment(value: Any) -> Any:
+    # a moment is RFC 3339 text, never a number (which pydantic would read as a Unix time)
+    if not isinstance(value, str | datetime):
+        raise ValueError("a date-time is RFC 3339 text, such as 2030-01-01T09:00:00Z")
+    return value
+
+
+Moment = Annotated[datetime, BeforeValidator(_text_moment)]
+EndAfter = Count | Moment
 
 _CRON_DESCRIPTION = (
     "A cron expression on the wall clock of `timezone`: 5 fields (minute hour day month "
@@ -58,7 +68,7 @@ class ScheduleCreate(_Body):
     )
     input: str = Field(pattern=_TEXT, description="The message each firing's run is given.")
     cron: str | None = Field(None, max_length=256, pattern=_NO_NUL, description=_CRON_DESCRIPTION)
-    at: datetime | None = Field(None, description=_AT_DESCRIPTION)
+    at: Moment | None = Field(None, description=_AT_DESCRIPTION)
     timezone: str = Field(
         "UTC", min_length=1, max_length=64, pattern=_NO_NUL, description="An IANA zone name."
     )
@@ -80,7 +90,7 @@ class SchedulePatch(_Body):
     cron: str | None = Field(
         None, max_length=256, pattern=_NO_NUL, description="A new cron timing (drops `at`)."
     )
-    at: datetime | None = Field(None, description="A new one-time timing (drops `cron`).")
+    at: Moment | None = Field(None, description="A new one-time timing (drops `cron`).")
     timezone: str | None = Field(
         None, min_length=1, max_length=64, pattern=_NO_NUL, description="An IANA zone name."
     )
