@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from annotated_types import Interval
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from app.api.schemas import SESSION_ID_PATTERN, _unicode_text
@@ -20,7 +21,23 @@ __all__ = [
 _NO_NUL = r"^[^\x00]*$"
 _TEXT = r"^[^\x00]*$"
 
-Count = Annotated[int, Field(strict=True, ge=1, le=1_000_000_000)]
+
+def _not_bool(value: Any) -> Any:
+    # JSON's true is no count (Python would read it as 1)
+    if isinstance(value, bool):
+        raise ValueError("a count of firings is an integer, not a boolean")
+    return value
+
+
+def _no_null(schema: dict[str, Any]) -> None:
+    # PATCH: leaving a field out keeps it; null is not a value of these fields
+    branches = schema.pop("anyOf", None)
+    if branches is not None:
+        schema.update(next(b for b in branches if b.get("type") != "null"))
+    schema.pop("default", None)
+
+
+Count = Annotated[int, Interval(ge=1, le=1_000_000_000), BeforeValidator(_not_bool)]
 
 
 def _text_moment(value: Any) -> Any:
@@ -86,18 +103,32 @@ class SchedulePatch(_Body):
     """``PATCH /v1/schedules/{schedule_id}``: the fields given change; the agent and the
     session do not (create another schedule)."""
 
-    input: str | None = Field(None, pattern=_TEXT, description="The message of each firing's run.")
+    input: str | None = Field(
+        None,
+        pattern=_TEXT,
+        json_schema_extra=_no_null,
+        description="The message of each firing's run.",
+    )
     cron: str | None = Field(
         None, max_length=256, pattern=_NO_NUL, description="A new cron timing (drops `at`)."
     )
     at: Moment | None = Field(None, description="A new one-time timing (drops `cron`).")
     timezone: str | None = Field(
-        None, min_length=1, max_length=64, pattern=_NO_NUL, description="An IANA zone name."
+        None,
+        json_schema_extra=_no_null,
+        min_length=1,
+        max_length=64,
+        pattern=_NO_NUL,
+        description="An IANA zone name.",
     )
     end_after: EndAfter | None = Field(None, description=_END_DESCRIPTION)
-    misfire: Literal["skip", "run_once"] | None = Field(None, description=_MISFIRE_DESCRIPTION)
+    misfire: Literal["skip", "run_once"] | None = Field(
+        None, json_schema_extra=_no_null, description=_MISFIRE_DESCRIPTION
+    )
     paused: bool | None = Field(
-        None, description="Pause, or resume (from now: missed times don't fire)."
+        None,
+        json_schema_extra=_no_null,
+        description="Pause, or resume (from now: missed times don't fire).",
     )
 
     @model_validator(mode="after")

@@ -103,7 +103,10 @@ class Timing:
         if self.at is not None:
             due: datetime | None = self.at if self.at > moment else None
         else:
-            due = self._next_cron(moment)
+            try:
+                due = self._next_cron(moment)
+            except (OverflowError, ValueError):  # past the year 9999: never again
+                due = None
         if due is not None and self.end_at is not None and due > self.end_at:
             return None
         return due
@@ -139,11 +142,18 @@ class Timing:
         return count, latest
 
 
-def _aware(value: datetime, zone: ZoneInfo) -> datetime:
+def _aware(value: datetime, zone: ZoneInfo, name: str) -> datetime:
     """``value`` as UTC; a naive one is read on the zone's wall clock."""
-    if value.utcoffset() is None:
-        return _local_instant(value, zone)
-    return value.astimezone(UTC)
+    try:
+        if value.utcoffset() is None:
+            return _local_instant(value, zone)
+        return value.astimezone(UTC)
+    except (OverflowError, ValueError):  # year 1 or 9999 shifted past the calendar's ends
+        raise InvalidRequest(
+            f"{name!r} ({value.isoformat()}) is out of range; give a moment between the years"
+            " 1 and 9999 in UTC",
+            code="validation_error",
+        ) from None
 
 
 def parse_timing(
@@ -164,13 +174,13 @@ def parse_timing(
             code="schedule_timing",
         )
     checked_cron = None if cron is None else _check_cron(cron)
-    moment = None if at is None else _aware(at, zone)
+    moment = None if at is None else _aware(at, zone, "at")
     if moment is not None and moment <= now:
         raise InvalidRequest(
             f"'at' ({moment.isoformat()}) is in the past; give a future moment",
             code="schedule_in_past",
         )
-    end = None if end_at is None else _aware(end_at, zone)
+    end = None if end_at is None else _aware(end_at, zone, "end_after")
     if end is not None and end <= now:
         raise InvalidRequest(
             f"'end_after' ({end.isoformat()}) is in the past; give a future date or a count",

@@ -33,9 +33,7 @@ async def _create(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
 async def test_create_read_change_delete(serve: Serve) -> None:
     async with serve(api_keys=KEYS, scheduler_enabled=False) as served:
         client = served.client
-        created = await _create(
-            client, timezone="Europe/Berlin", end_after=3, misfire="run_once"
-        )
+        created = await _create(client, timezone="Europe/Berlin", end_after=3, misfire="run_once")
         assert created["schedule_id"].startswith("sch_")
         assert (created["cron"], created["timezone"], created["end_after"]) == (
             "0 9 * * *",
@@ -115,9 +113,7 @@ async def test_another_principal_gets_404(serve: Serve) -> None:
         ({"cron": "0 9 * * *", "input": "nul\u0000"}, "validation_error"),
     ],
 )
-async def test_bad_input_is_422_with_a_code(
-    serve: Serve, body: dict[str, Any], code: str
-) -> None:
+async def test_bad_input_is_422_with_a_code(serve: Serve, body: dict[str, Any], code: str) -> None:
     async with serve(scheduler_enabled=False) as served:
         response = await served.client.post("/v1/schedules", json={"input": "x", **body})
         assert_problem(response, 422, code)

@@ -72,9 +72,9 @@ async def test_three_workers_one_run_per_due_time_and_one_killed(tmp_path: Path)
         # one after another: started together on a busy machine, one may miss the
         # start-up timeout
         servers: list[Server] = []
-        for i in range(3):
-            servers.append(await asyncio.to_thread(launch, tmp_path / f"worker-{i}", env))
         try:
+            for i in range(3):
+                servers.append(await asyncio.to_thread(launch, tmp_path / f"worker-{i}", env))
             async with servers[1].client() as client:
                 created = await client.post(
                     "/v1/schedules",
