@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from app.storage import Store
@@ -50,9 +51,7 @@ async def test_crud_and_ownership(store: Store) -> None:
     await store.create_schedule(theirs)
     assert await store.get_schedule(mine.id) == mine
     assert [s.id for s in await store.list_schedules("alice")] == [mine.id]
-    changed = ScheduleRecord(
-        **{**{f: getattr(mine, f) for f in mine.__slots__}, "input": "again", "paused": True}  # type: ignore[arg-type]
-    )
+    changed = dataclasses.replace(mine, input="again", paused=True)
     assert await store.update_schedule(changed)
     got = await store.get_schedule(mine.id)
     assert got is not None

@@ -25,8 +25,11 @@ def _walk(timing: Timing, start: datetime, count: int) -> list[datetime]:
     return found
 
 
-def _berlin(*parts: int, fold: int = 0) -> datetime:
-    return datetime(*parts, tzinfo=BERLIN, fold=fold).astimezone(UTC)  # type: ignore[misc]
+def _berlin(
+    year: int, month: int, day: int, hour: int, minute: int = 0, *, fold: int = 0
+) -> datetime:
+    """A Berlin wall-clock time as a UTC instant (``fold=1``: a repeated time's second)."""
+    return datetime(year, month, day, hour, minute, tzinfo=BERLIN, fold=fold).astimezone(UTC)
 
 
 def test_daily_cron_keeps_the_local_hour_across_the_change() -> None:
