@@ -164,3 +164,23 @@ async def test_a_schedule_fires_on_a_running_server(serve: Serve) -> None:
         for firing in view["firings"]:
             run = (await client.get(f"/v1/runs/{firing['run_id']}")).json()
             assert run["status"] in ("queued", "running", "completed")
+
+
+async def test_the_openapi_document_describes_the_schedules(serve: Serve) -> None:
+    async with serve(scheduler_enabled=False) as served:
+        document = (await served.client.get("/openapi.json")).json()
+    paths = document["paths"]
+    assert {"201", "404", "422"} <= set(paths["/v1/schedules"]["post"]["responses"])
+    assert "200" in paths["/v1/schedules"]["get"]["responses"]
+    one = paths["/v1/schedules/{schedule_id}"]
+    assert {"200", "404"} <= set(one["get"]["responses"])
+    assert {"200", "404", "422"} <= set(one["patch"]["responses"])
+    assert {"204", "404"} <= set(one["delete"]["responses"])
+    patch = document["components"]["schemas"]["SchedulePatch"]["properties"]
+    assert patch["misfire"].get("type") == "string"  # null is not a value (leave it out)
+    create = document["components"]["schemas"]["ScheduleCreate"]["properties"]
+    assert create["end_after"]["anyOf"][0] == {
+        "maximum": 1_000_000_000,
+        "minimum": 1,
+        "type": "integer",
+    }
