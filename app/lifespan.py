@@ -336,8 +336,6 @@ def make_lifespan(
         watch.start()
         loop = asyncio.get_running_loop()
         warmup = loop.create_task(warm_up(services))
-        if services.scheduler is not None:
-            services.scheduler.start()
 
         async def drain() -> None:
             if services.scheduler is not None:  # a draining worker claims no more firings
@@ -348,6 +346,8 @@ def make_lifespan(
         hook = DrainOnSignal(loop, drain)
         hook.install()
         try:
+            if services.scheduler is not None:  # stopped by stop_services, on every path
+                services.scheduler.start()
             yield
         finally:
             hook.uninstall()
