@@ -39,6 +39,8 @@ from app.media import MediaJobs
 from app.metrics import Metrics
 from app.readiness import DependencyWatch
 from app.runs import RunManager
+from app.runs.handle import RunRequestOptions
+from app.schedules import Scheduler, Schedules
 from app.services import Services
 from app.settings import Settings
 from app.storage import Store, open_store
@@ -156,6 +158,9 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             tracing=tracing,
             webhooks=webhooks,
         )
+        services.schedules = Schedules(store, tuple(config.agents))
+        if settings.scheduler_enabled:
+            services.scheduler = build_scheduler(settings, store, manager)
         api_keys = settings.api_keys
         if api_keys is not None:
             secret = settings.stream_token_secret
@@ -205,6 +210,22 @@ def open_webhooks(settings: Settings, config: ServiceConfig, store: Store) -> Ru
         poll_interval=settings.webhook_poll_interval,
     )
     return RunWebhooks(targets, keys, sender)
+
+
+def build_scheduler(settings: Settings, store: Store, manager: RunManager) -> Scheduler:
+    """This worker's scheduler, firing through the run manager's admission."""
+
+    async def start_run(principal: str, session_id: str, options: RunRequestOptions) -> str:
+        return (await manager.submit(principal, session_id, options)).run_id
+
+    return Scheduler(
+        store,
+        start_run,
+        poll_interval=settings.scheduler_poll_interval,
+        lease_seconds=settings.scheduler_lease_seconds,
+        misfire_grace=settings.scheduler_misfire_grace,
+        max_attempts=settings.scheduler_max_attempts,
+    )
 
 
 async def open_budgets(
@@ -271,8 +292,10 @@ async def warm_up(services: Services) -> None:
 
 
 async def stop_services(services: Services) -> None:
-    """Drain (if not done yet), then close the agent, bus and store."""
+    """Stop the scheduler, drain (if not done yet), then close the agent, bus and store."""
     try:
+        if services.scheduler is not None:
+            await services.scheduler.aclose()
         await services.manager.drain(services.settings.drain_timeout)
     finally:
         await services.manager.aclose()
@@ -376,12 +399,16 @@ def make_lifespan(
         warmup = loop.create_task(warm_up(services))
 
         async def drain() -> None:
+            if services.scheduler is not None:  # a draining worker claims no more firings
+                await services.scheduler.aclose()
             services.manager.begin_drain()
             await services.manager.drain(settings.drain_timeout)
 
         hook = DrainOnSignal(loop, drain)
         hook.install()
         try:
+            if services.scheduler is not None:  # stopped by stop_services, on every path
+                services.scheduler.start()
             yield
         finally:
             hook.uninstall()

@@ -20,7 +20,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from app.api import agents as agents_api
-from app.api import capabilities, external_events, health, runs, sessions, usage
+from app.api import capabilities, external_events, health, runs, schedules, sessions, usage
 from app.api.docs import DOCS_PATHS, install_docs
 from app.api.errors import CatchAllMiddleware, install_error_handlers
 from app.api.openapi import install_openapi
@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.include_router(agents_api.router)
     app.include_router(sessions.router)
     app.include_router(usage.router)
+    app.include_router(schedules.router)
     app.include_router(external_events.router)
     app.include_router(health.router)
     app.include_router(openai_protocol.router)

@@ -21,6 +21,7 @@ from app.tracing import Tracing
 
 if TYPE_CHECKING:
     from app.media import MediaJobs
+    from app.schedules import Scheduler, Schedules
     from app.stream_tokens import StreamTokens
     from app.webhooks.hooks import RunWebhooks
 
@@ -55,6 +56,11 @@ class Services:
     """The worker's trace pipeline (``app.tracing``); None when ``OTEL_*`` asks for none."""
     webhooks: RunWebhooks | None = None
     """The runs' webhooks and this worker's sender; None when no signing secret is set."""
+    schedules: Schedules | None = None
+    """The principals' schedules (``/v1/schedules``)."""
+    scheduler: Scheduler | None = None
+    """This worker's scheduler (started by the lifespan); None with
+    ``AGENT_SCHEDULER_ENABLED=0``."""
 
 
 async def get_services(request: Request) -> Services:

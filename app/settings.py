@@ -143,6 +143,20 @@ class Settings(BaseSettings):
     trace_content: bool = False
     """``AGENT_TRACE_CONTENT=1``: traces (when ``OTEL_*`` turns them on) also record prompts,
     answers, system instructions and tool arguments and results."""
+    scheduler_enabled: bool = True
+    """``AGENT_SCHEDULER_ENABLED=0``: this worker fires no scheduled runs (the others do;
+    the schedules' API still works)."""
+    scheduler_poll_interval: Annotated[float, Field(gt=0, le=3600)] = 1.0
+    """Seconds between a worker's looks for due schedules (and firings to take over)."""
+    scheduler_lease_seconds: Annotated[float, Field(gt=0)] = 30.0
+    """How long a claimed firing is its worker's; a firing whose worker died is taken over
+    by another after this."""
+    scheduler_misfire_grace: Annotated[float, Field(ge=0)] = 60.0
+    """A due time found later than this (the service was down) is missed, and follows the
+    schedule's ``misfire`` (``skip`` or ``run_once``)."""
+    scheduler_max_attempts: Annotated[int, Field(ge=1)] = 20
+    """Starts of one firing refused by admission (retried after their Retry-After) before
+    the firing is recorded as failed."""
     allow_unshared_workers: bool = False
     """``AGENT_ALLOW_UNSHARED_WORKERS=1``: let ``agent-server --workers N`` (N > 1) start
     without ``AGENT_REDIS_URL``, each worker with its own runs, logs and session locks."""

@@ -32,7 +32,20 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol, TypeVar, get_args
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Final,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    get_args,
+)
+
+if TYPE_CHECKING:
+    from app.storage.schedules import FiringRecord, FiringStatus, ScheduleRecord
 
 from app.storage.outbox import (
     ClaimedWebhook,
@@ -560,4 +573,63 @@ class Store(Protocol):
 
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs still queued, running or waiting, oldest first (for crash recovery)."""
+        ...
+
+    # schedules (app.storage.schedules)
+
+    async def create_schedule(self, record: ScheduleRecord) -> None:
+        """Store a new schedule."""
+        ...
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        """The schedule, or None. The caller checks ``principal``."""
+        ...
+
+    async def list_schedules(self, principal: str, limit: int = 100) -> list[ScheduleRecord]:
+        """The principal's schedules, newest first."""
+        ...
+
+    async def update_schedule(self, record: ScheduleRecord) -> bool:
+        """Write a schedule's settings and ``next_due_at`` (never its ``fired_count``);
+        False if it no longer exists."""
+        ...
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete the schedule and its firings; False if it did not exist."""
+        ...
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[ScheduleRecord]:
+        """Schedules not paused whose next due time is at or before ``now``, earliest first."""
+        ...
+
+    async def claim_due(
+        self, schedule: ScheduleRecord, next_due_at: datetime | None, firing: FiringRecord
+    ) -> bool:
+        """Compare-and-set: if the schedule still has the ``next_due_at`` and ``fired_count``
+        it was read with, move it to ``next_due_at`` (counting a firing that is not
+        ``skipped``) and insert ``firing``, in one transaction. True if this call won."""
+        ...
+
+    async def reclaim_firings(
+        self, now: datetime, lease_until: datetime, limit: int
+    ) -> list[FiringRecord]:
+        """Take over the open firings (claimed, retrying) whose lease ended by ``now``: each
+        gets a new token and ``lease_until``; returns the ones this call took."""
+        ...
+
+    async def settle_firing(
+        self,
+        firing: FiringRecord,
+        *,
+        status: FiringStatus,
+        run_id: str | None = None,
+        detail: str | None = None,
+        lease_until: datetime | None = None,
+    ) -> bool:
+        """Record the outcome of a claimed firing, only if ``firing.token`` is still current
+        (fenced); ``lease_until`` is when a ``retrying`` one is tried again."""
+        ...
+
+    async def list_firings(self, schedule_id: str, limit: int = 20) -> list[FiringRecord]:
+        """The schedule's latest firings, newest due time first."""
         ...

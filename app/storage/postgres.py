@@ -26,7 +26,6 @@ import asyncpg
 from app.storage import outbox
 from app.storage.base import (
     TERMINAL_STATUSES,
-    BackgroundOperations,
     RunAlreadyExists,
     RunNotFound,
     RunRecord,
@@ -52,6 +51,7 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
+from app.storage.postgres_schedules import SCHEDULES_MIGRATION, PostgresSchedules
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "redact_url"]
 
@@ -137,6 +137,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         f"""INSERT INTO usage {_BOOK_USAGE_COLUMNS} SELECT {_BOOK_USAGE_VALUES} FROM runs
             WHERE usage IS NOT NULL AND finished_at IS NOT NULL ON CONFLICT DO NOTHING""",
     ),
+    # 7: schedules and their firings (app.storage.postgres_schedules)
+    SCHEDULES_MIGRATION,
     # 8: the webhook outbox and its delivery attempts (app.storage.outbox)
     outbox.POSTGRES_MIGRATION,
 )
@@ -250,7 +252,7 @@ def _run(row: asyncpg.Record) -> RunRecord:
     )
 
 
-class PostgresStore(BackgroundOperations):
+class PostgresStore(PostgresSchedules):
     """A `Store` in PostgreSQL. Open it with `await PostgresStore.connect(url)`."""
 
     def __init__(self, pool: asyncpg.Pool, safe_url: str, *, timeout: float) -> None:

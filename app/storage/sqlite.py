@@ -23,7 +23,6 @@ from typing import Any, Final, TypeVar
 from app.storage import outbox
 from app.storage.base import (
     TERMINAL_STATUSES,
-    BackgroundOperations,
     RunAlreadyExists,
     RunNotFound,
     RunRecord,
@@ -48,6 +47,7 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
+from app.storage.sqlite_schedules import SCHEDULES_MIGRATION, SQLiteSchedules
 
 logger = logging.getLogger("app.storage")
 
@@ -133,6 +133,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         f"""INSERT OR IGNORE INTO usage {_BOOK_USAGE_SELECT}
             WHERE usage IS NOT NULL AND finished_at IS NOT NULL""",
     ),
+    # 7: schedules and their firings (app.storage.sqlite_schedules)
+    SCHEDULES_MIGRATION,
     # 8: the webhook outbox and its delivery attempts (app.storage.outbox)
     outbox.SQLITE_MIGRATION,
 )
@@ -213,7 +215,7 @@ def _make_parent_dirs(path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-class SQLiteStore(BackgroundOperations):
+class SQLiteStore(SQLiteSchedules):
     """A `Store` in one SQLite file (or in memory). Open it with `await SQLiteStore.connect()`."""
 
     def __init__(self, path: str) -> None:
