@@ -29,13 +29,13 @@ import psutil
 
 from bench.peers import scenario_peers
 from bench.procs import ROOT
-from bench.redis_latency import scenario_redis_latency
+from bench.redis_latency import scenario_redis_latency, scenario_workers
 from bench.report import markdown_report, print_outcome, write_plots
 from bench.scenarios import SCENARIOS, Config, Outcome
 
 __all__ = ["main", "run"]
 
-ALL = {**SCENARIOS, 7: scenario_peers, 8: scenario_redis_latency}
+ALL = {**SCENARIOS, 7: scenario_peers, 8: scenario_redis_latency, 9: scenario_workers}
 
 
 def machine() -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""8. One stream through a distant Redis: every Redis call goes through ``bench.delay_proxy``
+"""Scenarios with Redis as the bus.
+
+8. One stream through a distant Redis: every Redis call goes through ``bench.delay_proxy``
 adding 0, 5 or 50 ms to each round trip; this branch's code beside a baseline commit's.
 
 For each delay and each code: time to the first ``text.delta`` and events/s of one stream
@@ -7,11 +9,14 @@ across two workers (started and followed on one, answered on the other).
 
 The baseline is the commit named by ``BENCH_BASELINE_REF`` (say ``main``), run from a scratch
 checkout of its tree with the same interpreter and packages; without it only this code runs.
+
+9. Relay events/s of ``--workers 2`` against one worker, both on Redis, on this machine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -21,9 +26,18 @@ from typing import Any
 
 from bench.procs import HOST, ServerFailed, agent_server, checkout, delay_proxy, proxy_port
 from bench.procs import run_loadgen as loadgen
-from bench.scenarios import Config, Outcome, Target, _redis_ready, _serving, relay_input
+from bench.scenarios import (
+    Config,
+    Outcome,
+    Target,
+    _ratio,
+    _redis_ready,
+    _serving,
+    relay_input,
+    relay_spec,
+)
 
-__all__ = ["scenario_redis_latency"]
+__all__ = ["scenario_redis_latency", "scenario_workers"]
 
 DELAYS_MS = (0.0, 5.0, 50.0)
 TOKEN_GAP = 0.02
@@ -162,4 +176,63 @@ def scenario_redis_latency(cfg: Config) -> Outcome:
         "POST /external-events on worker B to tool.call.completed on A's stream."
     )
     out.raw = raw
+    return out
+
+
+def scenario_workers(cfg: Config) -> Outcome:
+    """9. Relay events/s with Redis: ``--workers 2`` against one worker, same machine."""
+    words = cfg.pick(2000, 200)
+    levels: list[tuple[int, int]] = cfg.pick([(10, 8), (100, 2)], [(10, 1)])
+    body = json.dumps({"input": relay_input(words)})
+    out = Outcome(9, "Two workers: relay events/s with Redis, --workers 2 vs one worker")
+    out.columns = ["clients", "1 worker ev/s", "2 workers ev/s", "ratio", "CPU% (1 / 2)"]
+    problem = _redis_ready(cfg.redis_url)
+    if problem is not None:
+        out.notes.append(f"pending — {problem}")
+        return out
+    results: dict[str, dict[int, dict[str, Any]]] = {"1": {}, "2": {}}
+    env = {"AGENT_REDIS_URL": cfg.redis_url}
+    for workers in (1, 2):
+        server = agent_server(f"workers-{workers}", env, workers=workers, timeout=60)
+        with _serving(server):
+            for concurrency, runs in levels:
+                results[str(workers)][concurrency] = loadgen(
+                    relay_spec(
+                        server,
+                        "",
+                        concurrency,
+                        runs,
+                        path="/v1/sessions/{n}/runs",
+                        body=body,
+                        ok="event: run.completed",
+                    )
+                )
+    for concurrency, _ in levels:
+        one, two = results["1"][concurrency], results["2"][concurrency]
+        ratio = _ratio(two["events_per_s"], one["events_per_s"])
+        out.rows.append(
+            [
+                concurrency,
+                round(one["events_per_s"]),
+                round(two["events_per_s"]),
+                ratio,
+                f"{one['server_cpu_pct']:.0f} / {two['server_cpu_pct']:.0f}",
+            ]
+        )
+        out.targets.append(
+            Target(f"{concurrency} clients: 2 workers / 1 worker events/s", ratio, 1.6, ">=", "x")
+        )
+        for name, result in (("1 worker", one), ("2 workers", two)):
+            if result["ok"] != result["runs"] or result["errors"]:
+                out.notes.append(
+                    f"{name}, {concurrency} clients: {result['runs'] - result['ok']} runs "
+                    f"without run.completed, {result['errors']} errors"
+                )
+    out.notes.append(
+        f"{words} words per run, the demo model without delay; both servers use Redis (db "
+        f"{cfg.redis_url.rsplit('/', 1)[-1]}) as their bus. The machine has "
+        f"{os.cpu_count()} cores, shared by the workers, Redis and the load generator: CPU% is "
+        "the server's processes' (100 = one core)."
+    )
+    out.raw = results
     return out

@@ -5,6 +5,7 @@ A run's log is a stream (``log:<run>``) whose entry ids are ``<seq>-0``, next to
 the fence and the seq and trims the stream (``MAXLEN ~``); the terminal event seals the log
 and gives both keys the log TTL. Until then they carry a longer "live" TTL that the writer's
 lease renewal extends, so the log of a run whose every worker vanished still goes away.
+Appends are pipelined per run, in batches (``app.bus.redis.writer``).
 
 Reading: a subscription reads what is there after its cursor (``XRANGE (cursor``, with the
 meta hash, in one script), then waits on the worker's follower. The follower is one task and
