@@ -71,8 +71,8 @@ def _measure(cfg: Config, rtt_ms: float, source: Path | None, label: str) -> dic
             }
             name = f"rl-{label}-{rtt_ms:g}"
             with (
-                _serving(agent_server(f"{name}-a", env, timeout=30, source=source)) as a,
-                _serving(agent_server(f"{name}-b", env, timeout=30, source=source)) as b,
+                _serving(agent_server(f"{name}-a", env, timeout=120, source=source)) as a,
+                _serving(agent_server(f"{name}-b", env, timeout=120, source=source)) as b,
             ):
                 result["stream"] = loadgen(
                     {
@@ -92,7 +92,7 @@ def _measure(cfg: Config, rtt_ms: float, source: Path | None, label: str) -> dic
                         "port": a.port,
                         "follow_port": a.port,
                         "answer_port": b.port,
-                        "requests": cfg.pick(20, 2),
+                        "requests": cfg.pick(12, 2),
                         "warmup": cfg.pick(2, 1),
                         "time_limit": 240,
                     }
@@ -127,8 +127,10 @@ def scenario_redis_latency(cfg: Config) -> Outcome:
         codes.insert(0, (f"baseline {commit}", folder))
     raw: dict[str, Any] = {}
     try:
-        for label, source in codes:
-            for rtt in DELAYS_MS:
+        # each delay with both codes in a row: a machine's load drifting over the scenario
+        # weighs on both alike
+        for rtt in DELAYS_MS:
+            for label, source in codes:
                 measured = _measure(cfg, rtt, source, label.split()[-1])
                 raw[f"{label} {rtt:g}"] = measured
                 if "pending" in measured:
@@ -185,15 +187,44 @@ def scenario_workers(cfg: Config) -> Outcome:
     levels: list[tuple[int, int]] = cfg.pick([(10, 8), (100, 2)], [(10, 1)])
     body = json.dumps({"input": relay_input(words)})
     out = Outcome(9, "Two workers: relay events/s with Redis, --workers 2 vs one worker")
-    out.columns = ["clients", "1 worker ev/s", "2 workers ev/s", "ratio", "CPU% (1 / 2)"]
+    out.columns = ["code", "clients", "1 worker ev/s", "2 workers ev/s", "ratio", "CPU% (1 / 2)"]
     problem = _redis_ready(cfg.redis_url)
     if problem is not None:
         out.notes.append(f"pending — {problem}")
         return out
+    ref = os.environ.get("BENCH_BASELINE_REF")
+    codes: list[tuple[str, Path | None]] = [("this", None)]
+    if ref:
+        folder, commit = checkout(ref)
+        codes.insert(0, (f"baseline {commit}", folder))
+    raw: dict[str, Any] = {}
+    try:
+        for label, source in codes:
+            raw[label] = _workers(cfg, levels, body, source, label.split()[-1])
+    finally:
+        for _, source in codes:
+            if source is not None:
+                shutil.rmtree(source, ignore_errors=True)
+    for label, _ in codes:
+        _worker_rows(out, label, levels, raw[label])
+    out.notes.append(
+        f"{words} words per run, the demo model without delay; both servers use Redis (db "
+        f"{cfg.redis_url.rsplit('/', 1)[-1]}) as their bus. The machine has "
+        f"{os.cpu_count()} cores, shared by the workers, Redis and the load generator: CPU% is "
+        "the server's processes' (100 = one core)."
+    )
+    out.raw = raw
+    return out
+
+
+def _workers(
+    cfg: Config, levels: list[tuple[int, int]], body: str, source: Path | None, label: str
+) -> dict[str, dict[int, dict[str, Any]]]:
     results: dict[str, dict[int, dict[str, Any]]] = {"1": {}, "2": {}}
     env = {"AGENT_REDIS_URL": cfg.redis_url}
     for workers in (1, 2):
-        server = agent_server(f"workers-{workers}", env, workers=workers, timeout=60)
+        name = f"workers-{label}-{workers}"
+        server = agent_server(name, env, workers=workers, timeout=120, source=source)
         with _serving(server):
             for concurrency, runs in levels:
                 results[str(workers)][concurrency] = loadgen(
@@ -207,11 +238,21 @@ def scenario_workers(cfg: Config) -> Outcome:
                         ok="event: run.completed",
                     )
                 )
+    return results
+
+
+def _worker_rows(
+    out: Outcome,
+    label: str,
+    levels: list[tuple[int, int]],
+    results: dict[str, dict[int, dict[str, Any]]],
+) -> None:
     for concurrency, _ in levels:
         one, two = results["1"][concurrency], results["2"][concurrency]
         ratio = _ratio(two["events_per_s"], one["events_per_s"])
         out.rows.append(
             [
+                label,
                 concurrency,
                 round(one["events_per_s"]),
                 round(two["events_per_s"]),
@@ -219,20 +260,17 @@ def scenario_workers(cfg: Config) -> Outcome:
                 f"{one['server_cpu_pct']:.0f} / {two['server_cpu_pct']:.0f}",
             ]
         )
-        out.targets.append(
-            Target(f"{concurrency} clients: 2 workers / 1 worker events/s", ratio, 1.6, ">=", "x")
-        )
+        if label == "this":
+            out.targets.append(
+                Target(
+                    f"{concurrency} clients: 2 workers / 1 worker events/s", ratio, 1.6, ">=", "x"
+                )
+            )
         for name, result in (("1 worker", one), ("2 workers", two)):
             if result["ok"] != result["runs"] or result["errors"]:
+                refused = result.get("refused") or {}
                 out.notes.append(
-                    f"{name}, {concurrency} clients: {result['runs'] - result['ok']} runs "
-                    f"without run.completed, {result['errors']} errors"
+                    f"{label}, {name}, {concurrency} clients: {result['runs'] - result['ok']} "
+                    f"runs without run.completed, {result['errors']} errors (refused by "
+                    f"status: {refused})"
                 )
-    out.notes.append(
-        f"{words} words per run, the demo model without delay; both servers use Redis (db "
-        f"{cfg.redis_url.rsplit('/', 1)[-1]}) as their bus. The machine has "
-        f"{os.cpu_count()} cores, shared by the workers, Redis and the load generator: CPU% is "
-        "the server's processes' (100 = one core)."
-    )
-    out.raw = results
-    return out
