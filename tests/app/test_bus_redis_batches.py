@@ -161,6 +161,7 @@ async def test_a_stale_fence_in_the_middle_of_a_batch(buses: Buses) -> None:
     with pytest.raises(LeaseLost):
         await writer.events.append("run_1", event(5, "run.failed"), fence=5)
     assert writer.events._pipeline.writing == 0
+    assert writer.stats()["live_event_logs"] == 0
     # the local reader never saw the refused events: it sees the successor's end at seq 2
     batch = await reader.next()
     assert [(e.seq, e.type) for e in batch] == [(2, "run.failed")]

@@ -484,7 +484,11 @@ class RedisEventLog:
     async def append(self, run_id: str, event: WireEvent, *, fence: int) -> None:
         """Append and wait until Redis holds the event (``app.bus.base.EventLog.append``);
         it goes out with whatever else the run queued meanwhile (``app.bus.redis.writer``)."""
-        await self._pipeline.append(run_id, event, fence=fence)
+        try:
+            await self._pipeline.append(run_id, event, fence=fence)
+        finally:
+            if event.terminal:  # the run's last append, written or not: its log is done here
+                self._writing.pop(run_id, None)
 
     def append_nowait(self, run_id: str, event: WireEvent, *, fence: int) -> None:
         """Queue the event for the run's next batch and return at once; raises the error of
