@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -288,21 +287,10 @@ class Starter:
             handle.status = "running"
             handle.started_at = now()
         recorded = self._records.create(handle)
-        # the log and the route at once: neither needs the other, and on a distant Redis each
-        # round trip stands before the first event. Both are in place before the run's task
-        # starts, as before; a start undone drops the log (``abandon``) and the route here.
-        run_id = handle.run_id
-        created, registered = await asyncio.gather(
-            context.events.create(run_id, session_id=handle.session_id, fence=handle.lease.token),
-            context.bus.router.register(run_id, handle.session_id),
-            return_exceptions=True,
+        await context.events.create(
+            handle.run_id, session_id=handle.session_id, fence=handle.lease.token
         )
-        failure = created if isinstance(created, BaseException) else registered
-        if isinstance(failure, BaseException):
-            if not isinstance(registered, BaseException):
-                with contextlib.suppress(Exception):
-                    await context.bus.router.unregister(run_id)
-            raise failure
+        await context.bus.router.register(handle.run_id, handle.session_id)
         return recorded
 
     def shed(self) -> ServiceError | None:
