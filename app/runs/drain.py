@@ -1,5 +1,8 @@
 """Drain at shutdown: stop taking runs, let those in flight finish, then stop the rest.
 
+Run ends the store could not take yet (``app.runs.final_write``) are retried until the drain's
+budget is spent.
+
 What happens to a run still going when the drain's budget is spent is ``stop_remaining``'s
 choice: today every such run is cancelled with reason ``shutdown``.
 """
@@ -10,6 +13,7 @@ import asyncio
 import logging
 
 from app.runs.context import RunContext
+from app.runs.final_write import FinalWrites
 from app.runs.routing import Routing
 
 __all__ = ["Drain"]
@@ -18,14 +22,17 @@ logger = logging.getLogger("app.runs")
 
 # after the drain deadline, how long cancelled runs get to deliver their terminal event
 _CANCEL_GRACE = 10.0
+# and how long their final writes get, when the store cannot be reached
+_WRITE_GRACE = 1.0
 
 
 class Drain:
     """This worker's drain; idempotent."""
 
-    def __init__(self, context: RunContext, routing: Routing) -> None:
+    def __init__(self, context: RunContext, routing: Routing, writes: FinalWrites) -> None:
         self._context = context
         self._routing = routing
+        self._writes = writes
         self._task: asyncio.Task[None] | None = None
 
     def begin(self) -> None:
@@ -49,8 +56,19 @@ class Drain:
         await asyncio.shield(self._task)
 
     async def _drain(self, budget: float) -> None:
+        deadline = asyncio.get_running_loop().time() + budget
         if not await self._wait_idle(budget):
             await self.stop_remaining()
+        # the ends the store could not take yet: retried for what is left of the budget
+        # (at least a moment, for the runs just cancelled); aclose logs the rest
+        left = max(deadline - asyncio.get_running_loop().time(), _WRITE_GRACE)
+        unwritten = await self._writes.settle(left)
+        if unwritten:
+            logger.error(
+                "drain timeout: the end of %d run(s) could not be stored",
+                len(unwritten),
+                extra={"runs": unwritten},
+            )
         logger.info("drained")
 
     async def stop_remaining(self) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from app.bus.base import BusError
 from app.runs.context import RunContext
+from app.runs.final_write import FinalWrite, FinalWrites, write_final
 from app.runs.handle import Outcome, RunHandle, lost_outcome, now
 from app.runs.multitask import withdraw_confirmations
 from app.runs.records import RunRecords
@@ -26,9 +27,10 @@ logger = logging.getLogger("app.runs")
 class Finalizer:
     """Ends this worker's runs."""
 
-    def __init__(self, context: RunContext, records: RunRecords) -> None:
+    def __init__(self, context: RunContext, records: RunRecords, writes: FinalWrites) -> None:
         self._context = context
         self._records = records
+        self._writes = writes
 
     async def finalize(self, handle: RunHandle, outcome: Outcome) -> None:
         """Store the outcome, release the run's hold, append its one terminal event."""
@@ -42,13 +44,17 @@ class Finalizer:
             # whatever the run got to, it ended past its lease: the sweep's verdict, written
             # (if at all) only under the lease's token (app.runs.fencing)
             outcome = lost_outcome()
-        stored = await records.stored(handle)
-        outcome = await records.messages(handle, outcome, stored)
+        write: FinalWrite | None = None
+        if await records.stored(handle):
+            write = FinalWrite.of(handle, outcome)
+            settled = await write_final(context.store, write)
+            outcome = write.outcome  # a refusal of the turn changes it
+            if settled:
+                write = None
         handle.status = outcome.status
         handle.output = outcome.output
         handle.error = outcome.error
         handle.finished_at = now()
-        await records.outcome(handle, outcome, stored)
         handle.ticket.release()
         await withdraw_confirmations(context, handle, outcome)
         if handle.budget is not None:  # the reservation becomes the tokens the run used
@@ -64,8 +70,13 @@ class Finalizer:
             await context.events.append(run_id, wire, fence=handle.lease.token)
         except BusError:
             logger.exception("could not append the terminal event", extra={"run_id": run_id})
+        if write is not None:
+            # the store could not be reached: the write is retried from memory, and with the
+            # in-process bus it keeps the session's lock until it lands (app.runs.final_write)
+            self._writes.keep(write)
         try:
-            await context.bus.locks.release(handle.lease)
+            if write is None or context.bus.shared:
+                await context.bus.locks.release(handle.lease)
             await context.bus.router.unregister(run_id)
         except Exception:
             logger.exception("could not release the run's session lock", extra={"run_id": run_id})

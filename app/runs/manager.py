@@ -38,6 +38,7 @@ from app.runs.context import RunContext
 from app.runs.drain import Drain
 from app.runs.driver import Driver
 from app.runs.fencing import Fencing
+from app.runs.final_write import FinalWrites
 from app.runs.finalize import Finalizer
 from app.runs.grace import DisconnectGrace
 from app.runs.handle import RunHandle, RunRequestOptions
@@ -97,11 +98,14 @@ class RunManager:
         )
         self._context = context
         records = RunRecords(store)
-        finalizer = Finalizer(context, records)
+        self._writes = FinalWrites(context)
+        finalizer = Finalizer(context, records, self._writes)
         self._routing = Routing(context)
         self.fencing = Fencing(context, self._routing)
         driver = Driver(context, records, finalizer, self.fencing)
-        self._starter = Starter(context, records, driver, finalizer, self._routing, self.fencing)
+        self._starter = Starter(
+            context, records, driver, finalizer, self._routing, self.fencing, self._writes
+        )
         self._multitask = Multitask(
             context, session_queue(bus), self._starter.start, max_queue=max_session_queue
         )
@@ -109,7 +113,7 @@ class RunManager:
         self._starter.lease_sent = self._multitask.lease_sent
         self._sweep = LostRunSweep(context)
         self.leases = LeaseKeeper(context, self.fencing, self._sweep)
-        self._drain = Drain(context, self._routing)
+        self._drain = Drain(context, self._routing, self._writes)
         self._grace = DisconnectGrace(context, self._routing, disconnect_grace)
         # a pending claim outlives the longest admission (the queue's wait, the record's
         # write), so only a worker that died while admitting leaves one to expire
@@ -127,6 +131,11 @@ class RunManager:
             self.leases.start()
 
     # --- queries ----------------------------------------------------------------------------
+
+    @property
+    def unwritten_ends(self) -> int:
+        """Runs ended here whose final write waits for the store (``app.runs.final_write``)."""
+        return len(self._writes)
 
     @property
     def agent(self) -> AgentCore:
@@ -194,6 +203,8 @@ class RunManager:
             "extensions": extensions,
             "draining": context.draining,
             "grace_timers": self._grace.pending,
+            # runs ended while the store was out, their final write still retried
+            "unwritten_ends": len(self._writes),
             "session_queued": self._multitask.waiting,
             **context.bus.stats(),
         }
@@ -319,5 +330,6 @@ class RunManager:
     async def aclose(self) -> None:
         """Stop the lease renewer, sweep, grace timers and queued runs (after ``drain``)."""
         await self._multitask.aclose()
+        await self._writes.aclose()
         await self._grace.aclose()
         await self.leases.aclose()

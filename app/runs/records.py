@@ -2,7 +2,8 @@
 
 Every write that moves or ends a run carries the fencing token of the run's session lease:
 once the lost-run sweep (or another worker) wrote with a newer token, the store itself refuses
-this worker's writes (``StaleFence``), whatever this worker believes about its lease.
+this worker's writes (``StaleFence``), whatever this worker believes about its lease. A
+run's final write (its turn and outcome) is ``app.runs.final_write``'s.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import asyncio
 import contextlib
 import logging
 
-from agent_runtime.messages import message_to_dict
 from app.errors import NotFound
-from app.runs.handle import Outcome, RunHandle, lost_outcome
+from app.runs.handle import RunHandle
 from app.storage import (
     RunRecord,
     RunStatus,
@@ -22,7 +22,6 @@ from app.storage import (
     StaleFence,
     Store,
 )
-from app.turns import store_stopped_turn
 
 __all__ = ["RunRecords"]
 
@@ -93,78 +92,6 @@ class RunRecords:
                 exc_info=True,
                 extra={"run_id": handle.run_id, "status": status},
             )
-
-    async def messages(self, handle: RunHandle, outcome: Outcome, stored: bool) -> Outcome:
-        """Store a completed run's messages, or a cancelled run's stopped turn
-        (``app.turns``); the outcome to report (failed if a completed run's were not)."""
-        if stored and outcome.status == "cancelled":
-            await self._stopped_turn(handle, outcome)
-            return outcome
-        if not (stored and outcome.status == "completed" and outcome.messages):
-            return outcome
-        try:
-            await self._store.append_messages(
-                handle.session_id,
-                handle.run_id,
-                [message_to_dict(m) for m in outcome.messages],
-                fence=handle.lease.token,
-            )
-        except StaleFence as exc:
-            logger.error(
-                "the store refused a stale write of the run's messages: %s",
-                exc,
-                extra={"run_id": handle.run_id},
-            )
-            return lost_outcome()
-        except Exception:
-            logger.exception("could not store the run's messages", extra={"run_id": handle.run_id})
-            return Outcome.failed(
-                "internal", "the run completed but its messages could not be stored"
-            )
-        return outcome
-
-    async def _stopped_turn(self, handle: RunHandle, outcome: Outcome) -> None:
-        try:
-            await store_stopped_turn(
-                self._store,
-                handle.session_id,
-                handle.run_id,
-                handle.input,
-                outcome.messages,
-                outcome.data["reason"],
-                fence=handle.lease.token,
-            )
-        except StaleFence as exc:
-            logger.error(
-                "the store refused a stale write of the stopped turn: %s",
-                exc,
-                extra={"run_id": handle.run_id},
-            )
-        except Exception:
-            logger.exception("could not store the stopped turn", extra={"run_id": handle.run_id})
-
-    async def outcome(self, handle: RunHandle, outcome: Outcome, stored: bool) -> None:
-        """Store how the run ended; a failure is logged, not raised."""
-        if not stored:
-            return
-        try:
-            await self._store.update_run(
-                handle.run_id,
-                status=outcome.status,
-                output=outcome.output,
-                error=outcome.error,
-                usage=handle.usage.to_dict(),
-                model=handle.usage.model,
-                fence=handle.lease.token,
-            )
-        except StaleFence as exc:
-            logger.error(
-                "the store refused a stale write of the run's outcome: %s",
-                exc,
-                extra={"run_id": handle.run_id},
-            )
-        except Exception:
-            logger.exception("could not store the run's outcome", extra={"run_id": handle.run_id})
 
     async def not_started(self, handle: RunHandle) -> None:
         """A start undone after its record was written: the record says so."""

@@ -3,8 +3,9 @@
 ::
 
     start()
-      admit:   admission ticket (in memory, so a 429 costs nothing) → session (store)
-               → session lock (bus; 409 if held) → the run's handle
+      admit:   admission ticket (in memory, so a 429 costs nothing) → session read (store;
+               404 if another's) → session lock (bus; 409 if held) → the replaced turn
+               → session created if new → the run's handle
       launch:  wait for a slot (unless background) → record (beside the start) → event log
                → route → the run's task (``Driver.execute``)
       answer once the record is stored
@@ -36,6 +37,7 @@ from app.errors import (
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.fencing import Fencing
+from app.runs.final_write import FinalWrites
 from app.runs.finalize import Finalizer
 from app.runs.handle import RunHandle, RunRequestOptions, new_run_id, now
 from app.runs.records import RunRecords
@@ -71,8 +73,10 @@ class Starter:
         finalizer: Finalizer,
         routing: Routing,
         fencing: Fencing,
+        writes: FinalWrites,
     ) -> None:
         self._fencing = fencing
+        self._writes = writes
         self._context = context
         self._records = records
         self._driver = driver
@@ -209,10 +213,11 @@ class Starter:
     ) -> RunHandle:
         """The session (created on first use) and its lock: the run's handle, or an error."""
         context = self._context
-        try:
-            session = await context.store.get_or_create_session(session_id, principal)
-        except SessionOwnedByOther:
-            raise NotFound(f"no session {session_id!r}") from None
+        # read, not created: a start refused below (409, an unknown ``replaces``) must not
+        # bring back a session deleted meanwhile; a new one is created once the run is in
+        session = await context.store.get_session(session_id)
+        if session is not None and session.principal != principal:
+            raise NotFound(f"no session {session_id!r}")
         if run_id is None or lease is None:
             run_id = new_run_id()
             sent = context.clock()  # the lease's deadline counts from before the request
@@ -220,6 +225,15 @@ class Starter:
         else:
             sent = self.lease_sent(run_id)
         active = None if lease is not None else await context.bus.locks.holder(session_id)
+        # held by a run that ended while the store was out, until its end is stored: store
+        # it now (the store answered above), and the lock is free
+        if (
+            lease is None
+            and active is not None
+            and active in self._writes
+            and await self._writes.flush(active)
+        ):
+            active = None
         if lease is None and active is None:
             # the holder let go between the two calls (its run just ended): try once more, so
             # that the answer is the session's new state, not a 409 naming no run
@@ -255,6 +269,14 @@ class Starter:
                 logger.info("no turn to roll back: %s", exc, extra={"run_id": superseded})
             except BaseException:
                 await context.bus.locks.release(lease)
+                raise
+        if session is None:
+            try:
+                session = await context.store.get_or_create_session(session_id, principal)
+            except BaseException as exc:
+                await context.bus.locks.release(lease)
+                if isinstance(exc, SessionOwnedByOther):  # created by someone else meanwhile
+                    raise NotFound(f"no session {session_id!r}") from None
                 raise
         handle = RunHandle(
             run_id,

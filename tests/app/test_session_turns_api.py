@@ -115,3 +115,32 @@ async def test_regenerate_replaces_the_last_turn(serve: Serve) -> None:
         ]
         assert [r["run_id"] for r in body["runs"]] == [first["run_id"], again.json()["run_id"]]
         assert (await client.get("/v1/sessions/re")).json()["message_count"] == 4
+
+
+async def test_a_refused_start_does_not_bring_back_a_deleted_session(serve: Serve) -> None:
+    async with serve() as served:
+        client = served.client
+        first = (await run_blocking(served, "gone", "one")).json()
+        assert (await client.delete("/v1/sessions/gone")).status_code == 204
+
+        # 404: the turn to replace is unknown (it went with the session)
+        unknown = await run_blocking(served, "gone", "again", replaces=first["run_id"])
+        assert_problem(unknown, 404, "not_found")
+        assert_problem(await client.get("/v1/sessions/gone"), 404, "not_found")
+
+        # 409: the session's lock is held (by a run of another worker, say)
+        bus = served.services.bus
+        lease = await bus.locks.acquire("gone", f"run_{'0' * 32}", 30.0)
+        assert lease is not None
+        busy = await run_blocking(served, "gone", "again")
+        assert_problem(busy, 409, "session_busy")
+        assert busy.json()["active_run_id"] == f"run_{'0' * 32}"
+        assert_problem(await client.get("/v1/sessions/gone"), 404, "not_found")
+        await bus.locks.release(lease)
+
+        # an admitted run creates it afresh
+        admitted = await run_blocking(served, "gone", "again")
+        assert admitted.status_code == 200, admitted.text
+        view = (await client.get("/v1/sessions/gone")).json()
+        assert view["last_run_id"] == admitted.json()["run_id"]
+        assert view["title"] == "again" and view["message_count"] == 2

@@ -255,7 +255,11 @@ async def test_cancel_a_queued_streaming_request(serve: Serve) -> None:
         queued = stream(served, "second", "hello")
 
         async def in_queue() -> bool:
-            return served.services.admission.queued == 1
+            if served.services.admission.queued != 1:
+                return False
+            # admitted to the queue before its session is created: wait for that too
+            summary = await served.client.get("/v1/sessions/second")
+            return summary.status_code == 200 and summary.json()["active_run_id"] is not None
 
         await wait_until(in_queue)
         summary = (await served.client.get("/v1/sessions/second")).json()

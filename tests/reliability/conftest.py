@@ -95,6 +95,7 @@ LEAK_KEYS = (
     "locks",
     "routed_runs",
     "live_event_logs",
+    "unwritten_ends",
 )
 
 

@@ -118,13 +118,14 @@ def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
     ) -> bool:
         # a session is created by its first run: after DELETE /v1/sessions/X, a run started
         # in X (POST /v1/sessions/X/runs, which schemathesis does not know creates X) makes
-        # X exist again (so does one refused after the session was read: a 404 `replaces`,
-        # a 409; it leaves the session without a run). Kept unless the session exists again.
+        # X exist again. A refused start (a 404 `replaces`, a 409) must not: kept unless X
+        # exists again with a run in it (its title, latest or active run came from one).
         if failure.code != "ST301" or not failure.free.startswith("DELETE /v1/sessions/"):
             return True
         path = failure.free.removeprefix("DELETE ")
         again = httpx.get(f"{server.base_url}{path}", headers=auth("alice"), timeout=10)
-        if again.status_code == 200:
+        view = again.json() if again.status_code == 200 else {}
+        if any(view.get(key) is not None for key in ("title", "last_run_id", "active_run_id")):
             recreated.append(f"{failure.free} then {failure.usage}")
             return False
         return True
