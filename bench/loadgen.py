@@ -336,6 +336,49 @@ async def task_ttfe(spec: Spec) -> Result:
     }
 
 
+# --- scenario 8: one stream through a distant Redis ------------------------------------------
+
+
+async def task_stream_timing(spec: Spec) -> Result:
+    """Sequential runs, one at a time: time to the first text.delta, to the terminal event,
+    and the events of each (a stream's own rate, with no other load)."""
+    host, port = spec["host"], spec["port"]
+    count: int = spec["requests"]
+    warmup: int = spec.get("warmup", 3)
+    deadline = time.perf_counter() + float(spec.get("time_limit", 120))
+    body = json.dumps({"input": spec["input"]}).encode()
+    conn = Connection(host, port)
+    await conn.connect()
+    tag = _unique()
+    firsts: list[float] = []
+    totals: list[float] = []
+    rates: list[float] = []
+    frames: list[int] = []
+    for index in range(warmup + count):
+        if time.perf_counter() > deadline:
+            break
+        path = f"/v1/sessions/{tag}-0-{index}/runs"
+        result = await _stream_once(
+            conn, "POST", path, body, b"run.completed", b"event: text.delta"
+        )
+        if not result["ok"] or result["first"] is None:
+            raise RuntimeError(f"a run failed: {result}")
+        if index < warmup:
+            continue
+        firsts.append(result["first"])
+        totals.append(result["total"])
+        frames.append(result["frames"])
+        rates.append(result["frames"] / result["total"])
+    await conn.close()
+    return {
+        "ttfe": summary_ms(firsts),
+        "total": summary_ms(totals),
+        "events_per_run": sum(frames) / max(1, len(frames)),
+        "events_per_s": sum(frames) / max(1e-9, sum(totals)),
+        "runs": len(totals),
+    }
+
+
 # --- scenario 4: confirmation round trip ------------------------------------------------------
 
 
@@ -926,6 +969,7 @@ TASKS: dict[str, Callable[[Spec], Awaitable[Result]]] = {
     "idle_streams": task_idle_streams,
     "overload": task_overload,
     "drain": task_drain,
+    "stream_timing": task_stream_timing,
     "lg_interrupts": task_lg_interrupts,
 }
 

@@ -195,8 +195,12 @@ def agent_server(
     workers: int = 1,
     port: int | None = None,
     timeout: float = 60.0,
+    source: Path | None = None,
 ) -> Server:
-    """``agent-server`` (``python -m app.cli``) with a scratch SQLite file and ``env``."""
+    """``agent-server`` (``python -m app.cli``) with a scratch SQLite file and ``env``.
+
+    ``source``: a checkout whose ``app`` and ``agent_runtime`` run instead of this one's (a
+    baseline of an earlier commit, see ``checkout``)."""
     port = port or free_port()
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-db-"))
     settings = {
@@ -205,6 +209,8 @@ def agent_server(
         "AGENT_DEBUG_ENDPOINTS": "1",
         **(env or {}),
     }
+    if source is not None:
+        settings["PYTHONPATH"] = str(source)
     module = "app.cli"
     if os.environ.get("BENCH_TRACE"):
         # the same server with timers around its critical path (bench/trace_server.py)
@@ -214,12 +220,48 @@ def agent_server(
         settings["BENCH_TRACE_OUT"] = str(traces / f"{name}-trace.json")
     command = [sys.executable, "-m", module, "--port", str(port), "--workers", str(workers)]
     try:
-        server = start_server(name, command, port=port, env=settings, timeout=timeout, cwd=ROOT)
+        server = start_server(
+            name, command, port=port, env=settings, timeout=timeout, cwd=source or ROOT
+        )
     except ServerFailed:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     server.cleanup.append(workdir)
     return server
+
+
+def checkout(ref: str) -> tuple[Path, str]:
+    """The tree of commit ``ref`` in a scratch folder (remove it when done), and its hash."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    folder = Path(tempfile.mkdtemp(prefix=f"bench-src-{commit}-"))
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder, commit
+
+
+def delay_proxy(rtt_ms: float, target: str = "127.0.0.1:6379") -> subprocess.Popen[bytes]:
+    """``bench.delay_proxy`` in its own process, adding ``rtt_ms`` to each round trip through
+    it; read its port from ``proxy_port``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.delay_proxy", "--target", target, "--rtt-ms", str(rtt_ms)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def proxy_port(process: subprocess.Popen[bytes]) -> int:
+    """The port a ``delay_proxy`` process listens on (its first line)."""
+    assert process.stdout is not None
+    line = process.stdout.readline().decode(errors="replace")
+    if not line.startswith("listening "):
+        process.kill()
+        raise ServerFailed("the delay proxy did not start", line)
+    return int(line.split()[1])
 
 
 def baseline_server(name: str, frames_path: Path | None = None) -> Server:

@@ -44,3 +44,41 @@ def test_quick_run_exercises_every_scenario(tmp_path: Path) -> None:
     drain = by_number[6]["raw"]
     assert all(phase["lost"] == 0 for phase in drain.values())
     assert "quick" in report["command"]
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(900)
+def test_quick_run_of_the_redis_scenarios(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--quick",
+            "--no-plots",
+            "--scenario",
+            "8",
+            "--scenario",
+            "9",
+            "--results",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=840,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    report = json.loads((tmp_path / "latest.json").read_text())
+    by_number = {scenario["number"]: scenario for scenario in report["scenarios"]}
+    assert set(by_number) == {8, 9}
+    latency = by_number[8]["raw"]
+    # every delay was measured (no "pending"), and the runs streamed to their end
+    assert all("stream" in measured for measured in latency.values()), latency
+    assert all(measured["stream"]["runs"] > 0 for measured in latency.values())
+    workers = by_number[9]["raw"]
+    assert all(
+        level["ok"] == level["runs"] > 0 for count in workers.values() for level in count.values()
+    )

@@ -143,7 +143,13 @@ class Subscription(Protocol):
 
 
 class EventLog(Protocol):
-    """Per-run, append-only, bounded event logs."""
+    """Per-run, append-only, bounded event logs.
+
+    A log may also offer ``append_nowait(run_id, event, *, fence)``, which the run's driver
+    uses when it is there: the in-process log appends at once; the Redis log queues the event
+    for the run's next batch (``app.bus.redis.writer``) and raises a failed batch's error at
+    the run's next append. Either way a reader sees an event only once the log holds it.
+    """
 
     async def create(self, run_id: str, *, session_id: str, fence: int) -> None:
         """Start an empty log for a new run, writable with the lease token ``fence``."""

@@ -5,6 +5,7 @@ A run's log is a stream (``log:<run>``) whose entry ids are ``<seq>-0``, next to
 the fence and the seq and trims the stream (``MAXLEN ~``); the terminal event seals the log
 and gives both keys the log TTL. Until then they carry a longer "live" TTL that the writer's
 lease renewal extends, so the log of a run whose every worker vanished still goes away.
+Appends are pipelined per run, in batches (``app.bus.redis.writer``).
 
 Reading: a subscription reads what is there after its cursor (``XRANGE (cursor``, with the
 meta hash, in one script), then waits on the worker's follower. The follower is one task and
@@ -35,6 +36,7 @@ from app.bus.base import BusError, BusUnavailable, LeaseLost, LogNotFound, WireE
 from app.bus.redis import scripts
 from app.bus.redis.connection import BLOCK_MS, Keys, text, unavailable
 from app.bus.redis.locks import milliseconds
+from app.bus.redis.writer import AppendPipeline, Batch
 
 __all__ = ["RedisEventLog", "RedisSubscription"]
 
@@ -135,6 +137,21 @@ class _Follower:
             waiters.discard(waiter)
             if not waiters:
                 del self._waiters[waiter.run_id]
+
+    def confirmed(self, run_id: str, events: Sequence[WireEvent]) -> None:
+        """Feed this worker's readers of the run the events Redis just confirmed it holds
+        (appended here), without waiting for the next ``XREAD`` to bring them. A reader whose
+        cursor is further back than the first of them still waits for Redis (no gap)."""
+        group = self._waiters.get(run_id)
+        if not group or not events:
+            return
+        first, final = events[0].seq, events[-1].seq
+        for waiter in list(group):
+            if first - 1 <= waiter.cursor < final:
+                group.discard(waiter)
+                waiter.release([event for event in events if event.seq > waiter.cursor])
+        if not group:
+            self._waiters.pop(run_id, None)
 
     def release_all(self) -> None:
         """Wake every waiter empty-handed (they read again)."""
@@ -444,6 +461,7 @@ class RedisEventLog:
         self._append: Any = client.register_script(scripts.APPEND)
         self._read: Any = client.register_script(scripts.READ)
         self.follower = _Follower(follower_client, client, keys, keys.bell(worker))
+        self._pipeline = AppendPipeline(self._send, self.follower.confirmed)
         self._writing: dict[str, str] = {}  # run id -> session id, for logs created here
         self._subscribers = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -464,38 +482,56 @@ class RedisEventLog:
         self._writing[run_id] = session_id
 
     async def append(self, run_id: str, event: WireEvent, *, fence: int) -> None:
+        """Append and wait until Redis holds the event (``app.bus.base.EventLog.append``);
+        it goes out with whatever else the run queued meanwhile (``app.bus.redis.writer``)."""
+        try:
+            await self._pipeline.append(run_id, event, fence=fence)
+        finally:
+            if event.terminal:  # the run's last append, written or not: its log is done here
+                self._writing.pop(run_id, None)
+
+    def append_nowait(self, run_id: str, event: WireEvent, *, fence: int) -> None:
+        """Queue the event for the run's next batch and return at once; raises the error of
+        an earlier batch of the run (then none of the events queued after it were written).
+        Readers see it once Redis confirmed it."""
+        self._pipeline.append_nowait(run_id, event, fence=fence)
+
+    async def _send(self, run_id: str, batch: Batch) -> BusError | None:
+        """One batch in one call; None once Redis holds it, else why not."""
         keys = self._keys
-        terminal = event.terminal
+        terminal = batch.terminal
         if terminal:
             session_id = self._writing.pop(run_id, None)
             if session_id is None:  # a log this worker did not start (the reaper's append)
-                session_id = str(event.document["session_id"])
+                session_id = str(batch.events[-1].document["session_id"])
             lock = keys.lock(session_id)
         else:
             lock = keys.meta(run_id)  # not touched: only a terminal event releases the lock
+        args: list[Any] = [
+            batch.fence,
+            self._max_events,
+            1 if terminal else 0,
+            self._ttl_ms,
+            run_id,
+        ]
+        for event in batch.events:
+            args += (event.seq, event.type, event.frame)
         async with unavailable(self._where, "appending to an event log"):
             status = await self._append(
                 keys=[keys.meta(run_id), keys.log(run_id), keys.live, lock, keys.route(run_id)],
-                args=[
-                    fence,
-                    event.seq,
-                    event.type,
-                    event.frame,
-                    self._max_events,
-                    1 if terminal else 0,
-                    self._ttl_ms,
-                    run_id,
-                ],
+                args=args,
             )
         if status >= scripts.APPEND_DUPLICATE:
-            return
+            return None
         if status == scripts.APPEND_NO_LOG:
-            raise LogNotFound(run_id)
+            return LogNotFound(run_id)
         if status == scripts.APPEND_STALE:
-            raise LeaseLost(f"stale fencing token for run {run_id!r}: another worker took over")
+            return LeaseLost(f"stale fencing token for run {run_id!r}: another worker took over")
         if status == scripts.APPEND_SEALED:
-            raise BusError(f"the log of run {run_id!r} is sealed: its terminal event was sent")
-        raise BusError(f"run {run_id!r}: event seq {event.seq} does not follow the log's last")
+            return BusError(f"the log of run {run_id!r} is sealed: its terminal event was sent")
+        first, final = batch.events[0].seq, batch.events[-1].seq
+        seqs = f"seq {first}" if first == final else f"seqs {first}..{final}"
+        return BusError(f"run {run_id!r}: event {seqs} does not follow the log's last")
 
     async def read(self, run_id: str, after: int) -> _ReadState | None:
         """The events after ``after`` (at most ``READ_COUNT``); None if there is no log."""
@@ -539,6 +575,7 @@ class RedisEventLog:
         """Forget a log at once (a run that never started); the deletion runs in the
         background."""
         self._writing.pop(run_id, None)
+        self._pipeline.discard(run_id)
         task = asyncio.get_running_loop().create_task(self._delete(run_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -594,6 +631,7 @@ class RedisEventLog:
 
     async def aclose(self) -> None:
         self.closed = True
+        await self._pipeline.aclose()
         await self.follower.aclose()
         if self._tasks:
             await asyncio.wait(self._tasks)

@@ -99,14 +99,18 @@ APPEND_SEALED: Final = -3
 APPEND_SEQ: Final = -4
 
 # KEYS: meta, stream, live set, session lock, route.
-# ARGV: fence, seq, type, frame, max events, terminal (0/1), sealed ttl (ms), run id.
+# ARGV: fence, max events, terminal (0/1: the batch's last event is terminal), sealed ttl (ms),
+# run id, then each event's seq, type and frame, in order.
 #
-# The fence check is what keeps a worker that lost its lease from writing after whoever took
-# over (with a higher token) wrote the run's end. The same event sent twice by the same
-# writer (a call retried after its answer was lost) is accepted once and answered
-# APPEND_DUPLICATE. A terminal event seals the log, gives it its TTL, and ends the run's hold
-# in the same step: the session lock taken with this fence is released and the route
-# dropped, so a reader that sees the end never finds the session still busy.
+# One call appends a batch: the consecutive events one writer queued with one fence, all or
+# none (every check is made before the first write, so a refused batch leaves the log as it
+# was). The fence check is what keeps a worker that lost its lease from writing after whoever
+# took over (with a higher token) wrote the run's end. The same batch sent twice by the same
+# writer (a call retried after its answer was lost: its last seq is the log's last, its fence
+# the log's) is accepted once and answered APPEND_DUPLICATE. A terminal event can only be a
+# batch's last: it seals the log, gives it its TTL, and ends the run's hold in the same step:
+# the session lock taken with this fence is released and the route dropped, so a reader that
+# sees the end never finds the session still busy.
 APPEND: Final = """
 local meta = redis.call('HMGET', KEYS[1], 'fence', 'last', 'sealed')
 if not meta[1] then
@@ -117,35 +121,39 @@ local stored = tonumber(meta[1])
 if fence < stored then
   return -2
 end
-local seq = tonumber(ARGV[2])
+local count = (#ARGV - 5) / 3
+local first = tonumber(ARGV[6])
+local final = tonumber(ARGV[6 + 3 * (count - 1)])
 local last = tonumber(meta[2])
-if seq == last and fence == stored and last > 0 then
+if final == last and fence == stored and last > 0 then
   return 0
 end
 if meta[3] == '1' then
   return -3
 end
-if seq ~= last + 1 then
-  return -4
+for index = 0, count - 1 do
+  if tonumber(ARGV[6 + 3 * index]) ~= last + 1 + index then
+    return -4
+  end
 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], seq .. '-0', 't', ARGV[3], 'f', ARGV[4])
-if ARGV[6] == '1' then
-  redis.call('HSET', KEYS[1], 'fence', fence, 'last', seq, 'sealed', 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
-  redis.call('PEXPIRE', KEYS[2], ARGV[7])
-  redis.call('ZREM', KEYS[3], ARGV[8])
+for index = 0, count - 1 do
+  local at = 6 + 3 * index
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], ARGV[at] .. '-0', 't', ARGV[at + 1],
+    'f', ARGV[at + 2])
+end
+if ARGV[3] == '1' then
+  redis.call('HSET', KEYS[1], 'fence', fence, 'last', final, 'sealed', 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('ZREM', KEYS[3], ARGV[5])
   local lock = redis.call('GET', KEYS[4])
   if lock and string.sub(lock, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
     redis.call('DEL', KEYS[4])
   end
   redis.call('DEL', KEYS[5])
 else
-  if fence > stored then
-    redis.call('HSET', KEYS[1], 'fence', fence, 'last', seq)
-  else
-    redis.call('HSET', KEYS[1], 'last', seq)
-  end
-  if seq == 1 then
+  redis.call('HSET', KEYS[1], 'fence', fence, 'last', final)
+  if first == 1 then
     local ttl = redis.call('PTTL', KEYS[1])
     if ttl > 0 then
       redis.call('PEXPIRE', KEYS[2], ttl)
