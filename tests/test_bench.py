@@ -78,7 +78,11 @@ def test_quick_run_of_the_redis_scenarios(tmp_path: Path) -> None:
     # every delay was measured (no "pending"), and the runs streamed to their end
     assert all("stream" in measured for measured in latency.values()), latency
     assert all(measured["stream"]["runs"] > 0 for measured in latency.values())
-    workers = by_number[9]["raw"]
-    assert all(
-        level["ok"] == level["runs"] > 0 for count in workers.values() for level in count.values()
-    )
+    # by code measured ("this", and "baseline <commit>" when one is named), then worker count
+    codes = by_number[9]["raw"]
+    assert "this" in codes, codes
+    levels = [
+        level for counts in codes.values() for count in counts.values() for level in count.values()
+    ]
+    assert levels, codes
+    assert all(level["ok"] == level["runs"] > 0 for level in levels), levels

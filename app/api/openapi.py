@@ -159,8 +159,9 @@ def _storable(components: dict[str, Any]) -> None:
     # every text field of the request is stored with the run (``replaces`` and ``agent`` too)
     for field in properties.values():
         for branch in [field, *field.get("anyOf", [])]:
+            # a field with a pattern of its own (``webhook_url``) already excludes NUL
             if branch.get("type") == "string" and "enum" not in branch:
-                branch["pattern"] = _NO_NUL
+                branch.setdefault("pattern", _NO_NUL)
     if "metadata" in properties:
         metadata = properties["metadata"]
         metadata["anyOf"] = [

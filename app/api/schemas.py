@@ -161,6 +161,8 @@ class RunRequest(BaseModel):
         None,
         min_length=1,
         max_length=2048,
+        # the shape check_url enforces first, said in the schema so that clients see it
+        pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+$",
         description="An http(s) URL the run's end (`run.completed`, `run.failed`, "
         "`run.cancelled`) and its confirmation requests (`run.confirmation_requested`) are "
         "posted to, signed as Standard Webhooks do; replaces the agent's own. A host that "

@@ -58,7 +58,7 @@ async def test_refused_without_a_secret(serve: Serve) -> None:
         ("http://[::ffff:127.0.0.1]/hooks", "loopback"),
         ("http://10.0.0.7/hooks", "private"),
         ("http://169.254.169.254/latest", "link-local"),
-        ("ftp://example.com/x", "https://"),
+        ("http://user:pw@example.com/x", "credentials"),
     ],
 )
 async def test_refused_targets_are_422(serve: Serve, url: str, says: str) -> None:
@@ -68,8 +68,20 @@ async def test_refused_targets_are_422(serve: Serve, url: str, says: str) -> Non
         )
         detail = _problem(response, "webhook_url_refused")
         assert says in detail
-        if says != "https://":
+        if says != "credentials":
             assert "AGENT_WEBHOOK_ALLOW_PRIVATE" in detail
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/x", "0", "http://a b/c", "https://hé.example/x"]
+)
+async def test_malformed_urls_are_refused_by_the_schema(serve: Serve, url: str) -> None:
+    async with serve(webhook_secret=SECRET) as served:
+        response = await served.client.post(
+            "/v1/sessions/w3/runs", json={"input": "hi", "stream": False, "webhook_url": url}
+        )
+        assert "webhook_url" in _problem(response, "validation_error")
+        assert (await served.client.get("/v1/sessions/w3")).status_code == 404
 
 
 async def test_a_run_end_is_posted_signed(serve: Serve, receiver: WebhookReceiver) -> None:

@@ -89,10 +89,18 @@ def before_call(context: schemathesis.HookContext, case: Any, kwargs: dict[str, 
         headers["Idempotency-Key"] = f"{key[:200]}-{uuid.uuid4()}"
 
 
-# what a schedule's body can be refused for that its schema cannot say (a cron expression
-# that does not parse, a zone the database does not know, a moment already past...)
+# what a body can be refused for that its schema cannot say (a cron expression that does not
+# parse, a zone the database does not know, a moment already past, a webhook host that does
+# not resolve to a public address...)
 _SEMANTIC_CODES = frozenset(
-    {"invalid_cron", "unknown_timezone", "schedule_in_past", "schedule_timing", "unknown_agent"}
+    {
+        "invalid_cron",
+        "unknown_timezone",
+        "schedule_in_past",
+        "schedule_timing",
+        "unknown_agent",
+        "webhook_url_refused",
+    }
 )
 
 
@@ -105,6 +113,13 @@ def _semantic_refusal(response: Any) -> bool:
     except Exception:
         return False
     return isinstance(body, dict) and body.get("code") in _SEMANTIC_CODES
+
+
+def _sent_authorization(response: Any) -> bool:
+    """Whether the request behind ``response`` carried an Authorization header after all."""
+    request = getattr(response, "request", None)
+    headers = getattr(request, "headers", None) or {}
+    return any(name.lower() == "authorization" for name in headers)
 
 
 def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
@@ -139,6 +154,10 @@ def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
         # X exist again. A refused start (a 404 `replaces`, a 409) must not: kept unless X
         # exists again with a run in it (its title, latest or active run came from one).
         if failure.code == "ST202" and _semantic_refusal(response):
+            return False
+        if failure.code == "ST203" and _sent_authorization(response):
+            # the config's headers are added to every request, the one that drops
+            # Authorization included: what the server answered was an authorized request
             return False
         if failure.code != "ST301" or not failure.free.startswith("DELETE /v1/sessions/"):
             return True

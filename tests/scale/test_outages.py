@@ -186,12 +186,10 @@ async def test_postgres_lost_while_serving(
             await asyncio.wait_for(started.wait(), 20)
             run_id = events[0].data["run_id"]
             await proxy.cut()
-            # the run in flight ends with a clear error: its messages could not be stored
+            # the run in flight still ends for its reader: its end waits in memory for the store
             await asyncio.wait_for(task, 30)
             assert not errors
-            assert events[-1].type == "run.failed"
-            assert events[-1].data["data"]["error"]["code"] == "internal"
-            assert "could not be stored" in events[-1].data["data"]["error"]["message"]
+            assert events[-1].type == "run.completed", events[-1]
             # new work gets 503 at once; the process stays alive
             began = time.monotonic()
             refused = await client.post(f"/v1/sessions/{new_session()}/runs", json={"input": "x"})
@@ -210,12 +208,12 @@ async def test_postgres_lost_while_serving(
 
             await wait_for(serving, within=20)
 
-            # the run's end, which the store missed, is stored by the sweep from its log
+            # the run's end, which the store missed, is written once it answers again
             async def settled() -> dict[str, Any] | None:
                 view = await run_view(client, run_id)
-                return view if view["status"] == "failed" else None
+                return view if view["status"] == "completed" else None
 
-            view = await wait_for(settled, within=20)
-            assert view["error"]["code"] == "internal"
+            view = await wait_for(settled, within=30)
+            assert view["error"] is None
     finally:
         await proxy.cut()
