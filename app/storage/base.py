@@ -547,6 +547,11 @@ class Store(Protocol):
         nothing written) when the claim is no longer this one (it ran out, another took it)."""
         ...
 
+    async def prune_webhooks(self, *, before: float, limit: int) -> int:
+        """Delete up to ``limit`` delivered or failed messages created before ``before``, with
+        their attempts; how many were deleted. Pending messages are kept."""
+        ...
+
     async def webhook_states(self, run_id: str) -> list[WebhookState]:
         """The run's webhook messages, oldest first, with their attempts."""
         ...

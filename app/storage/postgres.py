@@ -742,6 +742,12 @@ class PostgresStore(PostgresSchedules):
             return await outbox.postgres_record(conn, claimed, attempt, state, next_attempt_at)
 
     @finish_on_cancel
+    async def prune_webhooks(self, *, before: float, limit: int) -> int:
+        """Delete settled messages past their retention; see ``Store.prune_webhooks``."""
+        async with self._connection() as conn:
+            return await outbox.postgres_prune(conn, before, limit)
+
+    @finish_on_cancel
     async def webhook_states(self, run_id: str) -> list[outbox.WebhookState]:
         """The run's webhook messages and their attempts."""
         async with self._connection() as conn:

@@ -423,6 +423,11 @@ class SQLiteStore(SQLiteSchedules):
         return await self._write(outbox.sqlite_record, claimed, attempt, state, next_attempt_at)
 
     @finish_on_cancel
+    async def prune_webhooks(self, *, before: float, limit: int) -> int:
+        """Delete settled messages past their retention; see ``Store.prune_webhooks``."""
+        return await self._write(outbox.sqlite_prune, before, limit)
+
+    @finish_on_cancel
     async def webhook_states(self, run_id: str) -> list[outbox.WebhookState]:
         """The run's webhook messages and their attempts."""
         return await self._read(outbox.sqlite_states, run_id)
