@@ -23,6 +23,7 @@ from app.storage.base import (
     UsageGroup,
     UsageTotal,
 )
+from app.storage.checkpoints import CheckpointRecord
 from app.storage.outbox import (
     ClaimedWebhook,
     WebhookAttempt,
@@ -36,6 +37,7 @@ from app.storage.sqlite import SQLiteStore
 __all__ = [
     "TERMINAL_STATUSES",
     "UNFINISHED_STATUSES",
+    "CheckpointRecord",
     "ClaimedWebhook",
     "JSONObject",
     "PostgresStore",

@@ -45,6 +45,7 @@ from typing import (
 )
 
 if TYPE_CHECKING:
+    from app.storage.checkpoints import CheckpointRecord
     from app.storage.schedules import FiringRecord, FiringStatus, ScheduleRecord
 
 from app.storage.outbox import (
@@ -578,6 +579,34 @@ class Store(Protocol):
 
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs still queued, running or waiting, oldest first (for crash recovery)."""
+        ...
+
+    # checkpoints of runs in progress (app.storage.checkpoints)
+
+    async def save_checkpoint(self, record: CheckpointRecord, *, fence: int) -> None:
+        """Store the run's checkpoint in place of its last (the run's record must exist);
+        ``StaleFence`` (writing nothing) if the run or its checkpoint was written with a
+        newer token than ``fence``."""
+        ...
+
+    async def get_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        """The run's last checkpoint, or None."""
+        ...
+
+    async def take_over_checkpoint(self, run_id: str, *, fence: int) -> CheckpointRecord | None:
+        """Count one more resume of the run and make ``fence`` its checkpoint's token (so a
+        fenced-off writer is refused from now on); the checkpoint after it, or None if the
+        run has none. ``StaleFence`` if written with a newer token."""
+        ...
+
+    async def park_checkpoint(self, run_id: str, *, fence: int, reason: str) -> bool:
+        """Mark the run's checkpoint handed over (``reason``, e.g. ``shutdown``): the worker
+        that takes the run resumes it with that reason. False if there is none."""
+        ...
+
+    async def delete_checkpoint(self, run_id: str, *, fence: int | None = None) -> None:
+        """Forget the run's checkpoint (the run ended); with ``fence``, only if it was not
+        written with a newer token."""
         ...
 
     # schedules (app.storage.schedules)

@@ -51,6 +51,7 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
+from app.storage.postgres_checkpoints import CHECKPOINTS_MIGRATION, PostgresCheckpoints
 from app.storage.postgres_schedules import SCHEDULES_MIGRATION, PostgresSchedules
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "redact_url"]
@@ -141,6 +142,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     SCHEDULES_MIGRATION,
     # 8: the webhook outbox and its delivery attempts (app.storage.outbox)
     outbox.POSTGRES_MIGRATION,
+    # 9: each unfinished run's last checkpoint (app.storage.postgres_checkpoints)
+    CHECKPOINTS_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
@@ -252,7 +255,7 @@ def _run(row: asyncpg.Record) -> RunRecord:
     )
 
 
-class PostgresStore(PostgresSchedules):
+class PostgresStore(PostgresCheckpoints, PostgresSchedules):
     """A `Store` in PostgreSQL. Open it with `await PostgresStore.connect(url)`."""
 
     def __init__(self, pool: asyncpg.Pool, safe_url: str, *, timeout: float) -> None:

@@ -47,6 +47,7 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
+from app.storage.sqlite_checkpoints import CHECKPOINTS_MIGRATION, SQLiteCheckpoints
 from app.storage.sqlite_schedules import SCHEDULES_MIGRATION, SQLiteSchedules
 
 logger = logging.getLogger("app.storage")
@@ -137,6 +138,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     SCHEDULES_MIGRATION,
     # 8: the webhook outbox and its delivery attempts (app.storage.outbox)
     outbox.SQLITE_MIGRATION,
+    # 9: each unfinished run's last checkpoint (app.storage.sqlite_checkpoints)
+    CHECKPOINTS_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
@@ -215,7 +218,7 @@ def _make_parent_dirs(path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-class SQLiteStore(SQLiteSchedules):
+class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules):
     """A `Store` in one SQLite file (or in memory). Open it with `await SQLiteStore.connect()`."""
 
     def __init__(self, path: str) -> None:

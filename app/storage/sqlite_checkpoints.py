@@ -1,0 +1,168 @@
+"""Run checkpoints in SQLite (see ``app.storage.checkpoints`` for what they are).
+
+Each write is one transaction of the store's (``_write``): the fence is read and compared in
+the same transaction that writes, under SQLite's write lock, so no write with an older token
+lands after one with a newer token.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from app.storage.base import (
+    BackgroundOperations,
+    StaleFence,
+    decode_json,
+    encode_json,
+    finish_on_cancel,
+    utcnow,
+)
+from app.storage.checkpoints import CheckpointRecord
+
+__all__ = ["CHECKPOINTS_MIGRATION", "SQLiteCheckpoints"]
+
+# The schema of run checkpoints (migration 9 in the project's numbering).
+CHECKPOINTS_MIGRATION: Final[tuple[str, ...]] = (
+    """CREATE TABLE IF NOT EXISTS run_checkpoints (
+        run_id TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+        session_id TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        event_seq INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        resumes INTEGER NOT NULL DEFAULT 0,
+        handover TEXT,
+        fence INTEGER NOT NULL DEFAULT 0,
+        updated_at TEXT NOT NULL
+    )""",
+)
+
+_COLUMNS: Final = "run_id, session_id, step, event_seq, data, resumes, handover, fence, updated_at"
+
+
+def _ts(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _record(row: sqlite3.Row) -> CheckpointRecord:
+    return CheckpointRecord(
+        run_id=row["run_id"],
+        session_id=row["session_id"],
+        step=row["step"],
+        event_seq=row["event_seq"],
+        data=decode_json(row["data"]),
+        resumes=row["resumes"],
+        handover=row["handover"],
+        fence=row["fence"],
+        updated_at=datetime.fromisoformat(row["updated_at"]),
+    )
+
+
+class SQLiteCheckpoints(BackgroundOperations):
+    """The checkpoint operations of ``SQLiteStore`` (which provides ``_read`` and ``_write``)."""
+
+    async def _read(self, function: Any, *args: Any) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    async def _write(self, function: Any, *args: Any) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @finish_on_cancel
+    async def save_checkpoint(self, record: CheckpointRecord, *, fence: int) -> None:
+        """Store the run's checkpoint in place of the last; ``StaleFence`` if the run or its
+        checkpoint was written with a newer token."""
+        await self._write(_save, record, fence)
+
+    @finish_on_cancel
+    async def get_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        """The run's last checkpoint, or None."""
+        found: CheckpointRecord | None = await self._read(_get, run_id)
+        return found
+
+    @finish_on_cancel
+    async def take_over_checkpoint(self, run_id: str, *, fence: int) -> CheckpointRecord | None:
+        """Count one more resume of the run and make ``fence`` its checkpoint's token (older
+        writers are refused from now on); the checkpoint as it is now, None if it has none.
+        ``StaleFence`` if it was written with a newer token."""
+        found: CheckpointRecord | None = await self._write(_take_over, run_id, fence)
+        return found
+
+    @finish_on_cancel
+    async def park_checkpoint(self, run_id: str, *, fence: int, reason: str) -> bool:
+        """Mark the run's checkpoint as handed over (``reason``); False if it has none."""
+        parked: bool = await self._write(_park, run_id, fence, reason)
+        return parked
+
+    @finish_on_cancel
+    async def delete_checkpoint(self, run_id: str, *, fence: int | None = None) -> None:
+        """Forget the run's checkpoint (its run ended); with ``fence``, only if not written
+        with a newer token."""
+        await self._write(_delete, run_id, fence)
+
+
+def _stored_fence(db: sqlite3.Connection, run_id: str) -> int:
+    row = db.execute(
+        "SELECT MAX(COALESCE((SELECT fence FROM runs WHERE run_id = ?), 0),"
+        " COALESCE((SELECT fence FROM run_checkpoints WHERE run_id = ?), 0))",
+        (run_id, run_id),
+    ).fetchone()
+    return int(row[0])
+
+
+def _save(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
+    stored = _stored_fence(db, record.run_id)
+    if stored > fence:
+        raise StaleFence(f"checkpoint of run {record.run_id!r}", fence, stored)
+    db.execute(
+        f"INSERT INTO run_checkpoints ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, 0, NULL, ?, ?)"
+        " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
+        " event_seq = excluded.event_seq, data = excluded.data, handover = NULL,"
+        " fence = excluded.fence, updated_at = excluded.updated_at",
+        (
+            record.run_id,
+            record.session_id,
+            record.step,
+            record.event_seq,
+            encode_json(record.data),
+            fence,
+            _ts(record.updated_at),
+        ),
+    )
+
+
+def _get(db: sqlite3.Connection, run_id: str) -> CheckpointRecord | None:
+    row = db.execute(
+        f"SELECT {_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
+    ).fetchone()
+    return None if row is None else _record(row)
+
+
+def _take_over(db: sqlite3.Connection, run_id: str, fence: int) -> CheckpointRecord | None:
+    stored = _stored_fence(db, run_id)
+    if stored > fence:
+        raise StaleFence(f"checkpoint of run {run_id!r}", fence, stored)
+    db.execute(
+        "UPDATE run_checkpoints SET resumes = resumes + 1, fence = ?, updated_at = ?"
+        " WHERE run_id = ?",
+        (fence, _ts(utcnow()), run_id),
+    )
+    return _get(db, run_id)
+
+
+def _park(db: sqlite3.Connection, run_id: str, fence: int, reason: str) -> bool:
+    stored = _stored_fence(db, run_id)
+    if stored > fence:
+        raise StaleFence(f"checkpoint of run {run_id!r}", fence, stored)
+    cursor = db.execute(
+        "UPDATE run_checkpoints SET handover = ?, updated_at = ? WHERE run_id = ?",
+        (reason, _ts(utcnow()), run_id),
+    )
+    return cursor.rowcount > 0
+
+
+def _delete(db: sqlite3.Connection, run_id: str, fence: int | None) -> None:
+    db.execute(
+        "DELETE FROM run_checkpoints WHERE run_id = ? AND (? IS NULL OR fence <= ?)",
+        (run_id, fence, fence),
+    )
