@@ -90,6 +90,7 @@ _AGENT_KEYS = (
     "required",
     "tokens_per_day",
     "webhook_url",
+    "idempotent_tools",
     *_CAPABILITY_KEYS,
 )
 _COMPACTION_KEYS = (
@@ -491,6 +492,25 @@ def _governed(tools: Sequence[Tool], policies: Mapping[str, str]) -> tuple[Tool,
     )
 
 
+def _idempotent(
+    file: str, where: tuple[str | int, ...], tools: Sequence[Tool], names: Sequence[str]
+) -> tuple[Tool, ...]:
+    """``idempotent_tools``: the named tools may run again when a run is resumed after its
+    worker died (``@tool(idempotent=True)`` in the file's words); a name must be one of the
+    agent's ``tools``."""
+    known = {t.name for t in tools}
+    for index, name in enumerate(names):
+        if name not in known:
+            listed = ", ".join(sorted(known)) or "none"
+            raise ConfigError(
+                file,
+                key_path(*where, "idempotent_tools", index),
+                f"{name!r} is not one of the agent's tools ({listed})",
+            )
+    chosen = set(names)
+    return tuple(dataclasses.replace(t, idempotent=True) if t.name in chosen else t for t in tools)
+
+
 def _agent(
     file: str,
     name: str,
@@ -597,7 +617,9 @@ def _agent(
         max_iterations=table.integer("max_iterations"),
         parallel_tool_calls=bool(table.boolean("parallel_tool_calls")),
         tool_timeout=table.seconds("tool_timeout"),
-        tools=_governed(tools, policies),
+        tools=_idempotent(
+            file, where, _governed(tools, policies), table.strings("idempotent_tools") or []
+        ),
         mcp_servers=tuple(server_names),
         policies=policies,
         default_policy=table.policy("default_policy") or "allow",

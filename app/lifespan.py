@@ -133,6 +133,11 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             agents=agents.cores,
             queue_timeout=settings.queue_timeout,
             lease_seconds=settings.lease_seconds,
+            resume_runs=settings.resume_runs,
+            # parked runs are resumed by another worker's sweep, or by the restart of the
+            # only worker (its recovery at start); several unshared workers have neither
+            hand_over=settings.resume_runs and (bus.shared or settings.workers == 1),
+            max_resumes=settings.max_resumes,
             max_session_queue=settings.max_session_queue,
             debug=settings.debug,
             unavailable=agents.states.unavailable,

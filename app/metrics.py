@@ -62,6 +62,20 @@ class Metrics:
             "Session lease renewals that were not confirmed (unreachable bus, or taken over)",
             registry=r,
         )
+        self.checkpoints_saved = Counter(
+            "agent_checkpoints_saved", "Run checkpoints stored (app.runs.checkpoints)", registry=r
+        )
+        self.runs_resumed = Counter(
+            "agent_runs_resumed",
+            "Runs resumed here from their checkpoint, by reason (worker_lost, shutdown)",
+            ["reason"],
+            registry=r,
+        )
+        self.runs_parked = Counter(
+            "agent_runs_parked",
+            "Runs handed over at shutdown: checkpoint parked, lease released",
+            registry=r,
+        )
         self.runs_fenced = Counter(
             "agent_runs_fenced",
             "Runs fenced off: stopped here because their lease deadline passed or their lease "

@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     per_principal_max_runs: Annotated[int | None, Field(ge=1)] = None
     """Runs (executing plus queued) one principal may have at once; unset = no own cap."""
     lease_seconds: Annotated[float, Field(gt=0)] = 15.0
+    resume_runs: bool = True
+    """Resume a run whose worker died, was fenced off or shut down from its last checkpoint
+    (``run.resumed``); False: such runs end ``run.failed`` ``worker_lost``."""
+    max_resumes: Annotated[int, Field(ge=0)] = 3
+    """Hand-overs of one run before it fails ``worker_lost`` instead of resuming again."""
     event_log_ttl: Annotated[float, Field(ge=0)] = 600.0
     """Seconds a finished run's event log stays available for replay."""
     event_log_max_events: Annotated[int, Field(ge=16)] = 100_000

@@ -160,6 +160,17 @@ class LocalEventLog:
     async def append(self, run_id: str, event: WireEvent, *, fence: int) -> None:
         self.append_nowait(run_id, event, fence=fence)
 
+    def skip_to(self, run_id: str, seq: int) -> None:
+        """Make an empty log go on after ``seq``: a run resumed after a restart of the
+        process keeps its seq rising, though its earlier events were lost with the process."""
+        log = self._logs.get(run_id)
+        if log is None:
+            raise LogNotFound(run_id)
+        if log.events or log.sealed:
+            raise BusError(f"the log of run {run_id!r} is not empty")
+        log.first_seq = seq + 1
+        log.last_seq = seq
+
     def append_nowait(self, run_id: str, event: WireEvent, *, fence: int) -> None:
         """``append`` without a coroutine: the local log never waits."""
         log = self._logs.get(run_id)

@@ -62,8 +62,17 @@ class RunContext:
         clock: Callable[[], float] = time.monotonic,
         tracing: Tracing | None = None,
         webhooks: RunWebhooks | None = None,
+        resume_runs: bool = False,
+        max_resumes: int = 3,
+        hand_over: bool = False,
     ) -> None:
         self.agent = agent
+        # resume runs of a dead, fenced-off or stopping worker from their checkpoints
+        # (app.runs.resume); off: they end worker_lost, and no checkpoint is saved
+        self.resume_runs = resume_runs
+        self.max_resumes = max_resumes
+        # park runs at shutdown for another worker (or the restart) to resume
+        self.hand_over = hand_over and resume_runs
         # the worker's trace pipeline when OTEL_* asks for one (app.tracing), else None
         self.tracing = tracing
         # the runs' webhooks (app.webhooks); None: a run start's webhook_url is refused

@@ -3,8 +3,9 @@
 Run ends the store could not take yet (``app.runs.final_write``) are retried until the drain's
 budget is spent.
 
-What happens to a run still going when the drain's budget is spent is ``stop_remaining``'s
-choice: today every such run is cancelled with reason ``shutdown``.
+Runs waiting for an external answer are handed over at once, and a run still going when the
+drain's budget is spent is handed over too where it can be (``app.runs.handover``); the rest
+are cancelled with reason ``shutdown``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 
 from app.runs.context import RunContext
 from app.runs.final_write import FinalWrites
+from app.runs.handover import HandOver
 from app.runs.routing import Routing
 
 __all__ = ["Drain"]
@@ -29,7 +31,10 @@ _WRITE_GRACE = 1.0
 class Drain:
     """This worker's drain; idempotent."""
 
-    def __init__(self, context: RunContext, routing: Routing, writes: FinalWrites) -> None:
+    def __init__(
+        self, context: RunContext, routing: Routing, writes: FinalWrites, handover: HandOver
+    ) -> None:
+        self._handover = handover
         self._context = context
         self._routing = routing
         self._writes = writes
@@ -44,6 +49,9 @@ class Drain:
                 "this server is shutting down and takes no new runs; retry on another instance"
             )
             logger.info("draining", extra={"runs": len(context.runs)})
+            # a run waiting for a person may wait for hours: handed over at once, not
+            # drained (app.runs.handover)
+            self._handover.park_waiting()
 
     async def drain(self, timeout: float) -> None:  # noqa: ASYNC109 - the drain's own budget
         """Let runs finish for ``timeout`` seconds, then stop the rest.
@@ -72,12 +80,18 @@ class Drain:
         logger.info("drained")
 
     async def stop_remaining(self) -> None:
-        """End the runs still held after the budget: cancelled, reason ``shutdown``."""
+        """End the runs still held after the budget: handed over where they can be
+        (``app.runs.handover``), else cancelled, reason ``shutdown``."""
         context = self._context
-        left = list(context.runs)
-        logger.warning("drain timeout: cancelling runs", extra={"runs": len(left)})
-        for run_id in left:
-            self._routing.cancel_local(run_id, "shutdown")
+        left = [h for h in context.runs.values() if not self._handover.stop(h, streaming=True)]
+        if len(left) < len(context.runs):
+            logger.info(
+                "drain timeout: handing over runs", extra={"runs": len(context.runs) - len(left)}
+            )
+        if left:
+            logger.warning("drain timeout: cancelling runs", extra={"runs": len(left)})
+        for handle in left:
+            self._routing.cancel_local(handle.run_id, "shutdown")
         if not await self._wait_idle(_CANCEL_GRACE):
             logger.error("runs did not end after cancellation", extra={"runs": len(context.runs)})
 

@@ -22,15 +22,17 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, cast
 
 from agent_runtime.agent import AgentRunConfig
+from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import AgentClosedError, RunError
 from agent_runtime.events import AgentEvent, AgentEventType
 from agent_runtime.messages import Message, ToolCall, message_from_dict
 from app.admission import AdmissionRejected, QueueTimeout
 from app.bus.base import BusError, BusUnavailable, LeaseLost
+from app.runs.checkpoints import RunCheckpointSink, first_checkpoint
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
-from app.runs.handle import CANCEL_REASONS, Outcome, RunHandle, now
+from app.runs.handle import CANCEL_REASONS, HANDOVER, Outcome, RunHandle, now
 from app.runs.records import RunRecords
 from app.storage import WebhookMessage
 from app.wire import delta_json, encode_data
@@ -41,6 +43,7 @@ logger = logging.getLogger("app.runs")
 
 _WAITING_EVENT = "confirmation_requested"
 _TOOL_COMPLETED = AgentEventType.TOOL_CALL_COMPLETED
+_RUN_RESUMED = AgentEventType.RUN_RESUMED
 _TERMINAL_TYPES = frozenset(
     {AgentEventType.RUN_COMPLETED, AgentEventType.RUN_FAILED, AgentEventType.RUN_CANCELLED}
 )
@@ -122,6 +125,23 @@ class Driver:
             run_id=run_id,
             metadata=handle.metadata,
         )
+        resumed = handle.resumed_from
+        first: asyncio.Task[None] | None = None
+        if context.resume_runs:
+            sink = RunCheckpointSink(context, records, self._fencing, handle)
+            options["checkpoint_sink"] = sink
+            if resumed is None:  # beside the first model call, not before it
+                first = asyncio.get_running_loop().create_task(self._first_checkpoint(sink, handle))
+        # a run resumed here: its first event is the service's own run.resumed (why, and
+        # from which log position); a confirmation asked for again stays out of a log that
+        # still holds the first request (it is the same, with the same id and deadline)
+        resumed_data: dict[str, Any] | None = None
+        repeat_confirmations = resumed is not None and not context.bus.shared
+        if resumed is not None:
+            resumed_data = {
+                "reason": resumed.handover or "worker_lost",
+                "from_seq": min(resumed.event_seq, handle.seq),
+            }
         terminal: AgentEvent | None = None
         encode = handle.encoder.encode_json
         text_delta = AgentEventType.TEXT_DELTA
@@ -134,12 +154,19 @@ class Driver:
         tracing = context.tracing if context.bus.shared else None
         handle.in_runtime = True
         try:
-            stream = cast(
-                AsyncGenerator[AgentEvent, None],
-                context.agent_for(handle).stream(
+            agent = context.agent_for(handle)
+            if resumed is not None:
+                source = agent.resume(
+                    RunCheckpoint.from_dict(resumed.data),
+                    config=config,
+                    conversation=list(history),
+                    **options,
+                )
+            else:
+                source = agent.stream(
                     handle.input, config=config, conversation=list(history), **options
-                ),
-            )
+                )
+            stream = cast(AsyncGenerator[AgentEvent, None], source)
             try:
                 async for event in stream:
                     # the hot path: one encode, one append
@@ -149,6 +176,18 @@ class Driver:
                         wire = encode(seq, "text.delta", event.ts, delta_json(event.delta))
                     elif event_type in _TERMINAL_TYPES:
                         terminal = event
+                        continue
+                    elif event_type is _RUN_RESUMED:
+                        wire = encode(seq, "run.resumed", event.ts, encode_data(resumed_data or {}))
+                    elif (
+                        event_type is AgentEventType.CUSTOM
+                        and event.name == _WAITING_EVENT
+                        and _asked_again(event)
+                        and not repeat_confirmations
+                    ):
+                        handle.status = "waiting"
+                        await records.status(handle, "waiting")
+                        handle.asking.set()
                         continue
                     else:
                         if event_type is _TOOL_COMPLETED and event.tool_call_id in running:
@@ -187,7 +226,9 @@ class Driver:
                     elif event_type is AgentEventType.CUSTOM and event.name == _WAITING_EVENT:
                         handle.status = "waiting"
                         await records.status(handle, "waiting", self._webhook(handle, event))
+                        handle.asking.set()
                     elif handle.status == "waiting":
+                        handle.asking.clear()
                         handle.status = "running"
                         await records.status(handle, "running")
             except RunError:
@@ -198,9 +239,23 @@ class Driver:
             return Outcome.cancelled(handle.cancel_reason or "shutdown")
         finally:
             handle.in_runtime = False
+            if first is not None and not first.done():
+                await asyncio.wait([first])
         if terminal is None:  # pragma: no cover - the runtime always ends with a terminal event
             return Outcome.failed("internal", "the run ended without a result")
         return self.outcome_of(handle, terminal)
+
+    async def _first_checkpoint(self, sink: RunCheckpointSink, handle: RunHandle) -> None:
+        """Store the run's step-0 checkpoint; a failure only costs the run its resume until
+        its first model response (the runtime's own saves fail the run if they fail)."""
+        try:
+            await sink.save(first_checkpoint(handle))
+        except Exception as exc:
+            logger.warning(
+                "could not store the run's first checkpoint: %s",
+                exc,
+                extra={"run_id": handle.run_id},
+            )
 
     def _tool_gate(self, handle: RunHandle) -> Callable[[ToolCall], str | None]:
         """The run's last word on each tool call, right before it starts: none starts once the
@@ -251,6 +306,8 @@ class Driver:
             error = dict(data["error"])
             return Outcome("failed", "run.failed", {"error": error}, error=error)
         reason = handle.cancel_reason or event.reason or "cancel_requested"
+        if reason == HANDOVER:  # the run goes on elsewhere (app.runs.handover)
+            return Outcome.cancelled(HANDOVER)
         if reason not in CANCEL_REASONS:
             # the runtime's own words for a cancellation we did not ask for
             reason = "shutdown" if self._context.agent_for(handle).closed else "cancel_requested"
@@ -259,6 +316,13 @@ class Driver:
         stopped = Outcome.cancelled(reason)
         stopped.messages = list(event.messages or ())  # the stopped turn (app.turns)
         return stopped
+
+
+def _asked_again(event: AgentEvent) -> bool:
+    """True for a confirmation request a resumed run repeats (asked before it moved here)."""
+    data = event.data()
+    payload = data.get("payload")
+    return bool(data.get("resumed")) or (isinstance(payload, dict) and bool(payload.get("resumed")))
 
 
 def run_options(handle: RunHandle) -> dict[str, Any]:

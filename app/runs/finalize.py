@@ -15,7 +15,8 @@ from typing import Any
 from app.bus.base import BusError
 from app.runs.context import RunContext
 from app.runs.final_write import FinalWrite, FinalWrites, write_final
-from app.runs.handle import Outcome, RunHandle, lost_outcome, now
+from app.runs.handle import HANDOVER, Outcome, RunHandle, lost_outcome, now
+from app.runs.handover import HandOver
 from app.runs.multitask import withdraw_confirmations
 from app.runs.records import RunRecords
 from app.storage import WebhookMessage
@@ -28,7 +29,10 @@ logger = logging.getLogger("app.runs")
 class Finalizer:
     """Ends this worker's runs."""
 
-    def __init__(self, context: RunContext, records: RunRecords, writes: FinalWrites) -> None:
+    def __init__(
+        self, context: RunContext, records: RunRecords, writes: FinalWrites, handover: HandOver
+    ) -> None:
+        self._handover = handover
         self._context = context
         self._records = records
         self._writes = writes
@@ -41,6 +45,12 @@ class Finalizer:
         context = self._context
         records = self._records
         run_id = handle.run_id
+        handed_over = outcome.status == "cancelled" and outcome.data.get("reason") == HANDOVER
+        resumable = handle.fenced and context.resume_runs and handle.checkpoint_step is not None
+        if (handed_over or resumable) and await self._handover.park(handle):
+            return  # it goes on elsewhere (app.runs.handover): this worker ends nothing
+        if handed_over:
+            outcome = Outcome.cancelled("shutdown")
         if handle.fenced:
             # whatever the run got to, it ended past its lease: the sweep's verdict, written
             # (if at all) only under the lease's token (app.runs.fencing)
@@ -89,6 +99,12 @@ class Finalizer:
         context.metrics.runs_total.labels(outcome.status).inc()
         context.metrics.run_duration.labels(outcome.status).observe(elapsed)
         handle.finished.set_result(None)
+        if handle.checkpoint_step is not None and not handle.fenced:
+            # the run is over, nothing is left to resume (after its end: nobody waits on it)
+            try:
+                await context.store.delete_checkpoint(run_id, fence=handle.lease.token)
+            except Exception:
+                logger.warning("could not delete a run's checkpoint", extra={"run_id": run_id})
         details: dict[str, Any] = {
             "run_id": run_id,
             "session_id": handle.session_id,

@@ -16,11 +16,12 @@ from app.admission import Ticket
 from app.agents import AgentProfile
 from app.budgets import BudgetHold
 from app.bus.base import Lease
-from app.storage import RunRecord, RunStatus
+from app.storage import CheckpointRecord, RunRecord, RunStatus
 from app.wire import WireEncoder, iso_ms
 
 __all__ = [
     "CANCEL_REASONS",
+    "HANDOVER",
     "Outcome",
     "RunHandle",
     "RunRequestOptions",
@@ -31,6 +32,8 @@ __all__ = [
 ]
 
 CANCEL_REASONS = frozenset({"client_disconnected", "cancel_requested", "shutdown", "superseded"})
+HANDOVER = "handover"
+"""The runtime's cancel reason for a run that goes on on another worker (never on the wire)."""
 
 
 def new_run_id() -> str:
@@ -111,8 +114,10 @@ class RunHandle:
 
     __slots__ = (
         "agent",
+        "asking",
         "budget",
         "cancel_reason",
+        "checkpoint_step",
         "created_at",
         "encoder",
         "error",
@@ -132,6 +137,7 @@ class RunHandle:
         "principal",
         "profile",
         "recorded",
+        "resumed_from",
         "run_id",
         "seq",
         "session_id",
@@ -195,6 +201,12 @@ class RunHandle:
         self.fenced_off: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # ids of the tool calls executing now (shared bus: what a fence-off leaves running)
         self.tools_running: set[str] = set()
+        # the step of the run's last stored checkpoint (None: none yet; app.runs.checkpoints)
+        self.checkpoint_step: int | None = None
+        # a run resumed here: the stored checkpoint it continues from (app.runs.resume)
+        self.resumed_from: CheckpointRecord | None = None
+        # set while the runtime waits for an external answer (an answer may wait for it)
+        self.asking = asyncio.Event()
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id} session={self.session_id} status={self.status}>"

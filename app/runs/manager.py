@@ -11,7 +11,10 @@ It holds no logic of its own beyond the queries; each concept is a module of thi
     leases.py     renewing this worker's leases, the deadline watchdog, running the sweep
     fencing.py    each run's lease deadline, and fencing a run off when it passes
     sweep.py      runs no worker holds any more: the lost-run sweep, recovery at start
-    drain.py      shutdown: stop taking runs, let them finish, stop the rest
+    checkpoints.py  the run's checkpoint sink: each checkpoint stored, fenced, with its seq
+    resume.py     resume instead of worker_lost: a lapsed run taken over from its checkpoint
+    drain.py      shutdown: stop taking runs, let them finish, hand over or stop the rest
+    handover.py   parking a run at shutdown (or fenced off) so another worker resumes it
     idempotency.py  Idempotency-Key claims: a repeated start attaches to the first run
     grace.py      the disconnect grace of on_disconnect=cancel; readers that re-attach
     context.py    what they share: the dependencies and the table of held runs
@@ -42,6 +45,7 @@ from app.runs.final_write import FinalWrites
 from app.runs.finalize import Finalizer
 from app.runs.grace import DisconnectGrace
 from app.runs.handle import RunHandle, RunRequestOptions
+from app.runs.handover import HandOver
 from app.runs.idempotency import IdempotentStarts
 from app.runs.leases import LeaseKeeper
 
@@ -49,6 +53,7 @@ if TYPE_CHECKING:
     from app.webhooks.hooks import RunWebhooks
 from app.runs.multitask import Multitask, QueuedRun, session_queue
 from app.runs.records import RunRecords
+from app.runs.resume import Resumer
 from app.runs.routing import Routing
 from app.runs.start import Starter
 from app.runs.sweep import LostRunSweep
@@ -83,6 +88,9 @@ class RunManager:
         idempotency_ttl: float = 86_400.0,
         tracing: Tracing | None = None,
         webhooks: RunWebhooks | None = None,
+        resume_runs: bool = False,
+        max_resumes: int = 3,
+        hand_over: bool = False,
     ) -> None:
         """``clock``: the monotonic clock of the runs' lease deadlines; ``keep_leases``:
         whether a shared bus's leases are renewed and watched in the background (tests
@@ -103,11 +111,15 @@ class RunManager:
             clock=clock,
             tracing=tracing,
             webhooks=webhooks,
+            resume_runs=resume_runs,
+            max_resumes=max_resumes,
+            hand_over=hand_over,
         )
         self._context = context
         records = RunRecords(store)
         self._writes = FinalWrites(context)
-        finalizer = Finalizer(context, records, self._writes)
+        handover = HandOver(context)
+        finalizer = Finalizer(context, records, self._writes, handover)
         self._routing = Routing(context)
         self.fencing = Fencing(context, self._routing)
         driver = Driver(context, records, finalizer, self.fencing)
@@ -119,9 +131,10 @@ class RunManager:
         )
         self._starter.on_busy = self._multitask.on_busy
         self._starter.lease_sent = self._multitask.lease_sent
-        self._sweep = LostRunSweep(context)
+        self._sweep = LostRunSweep(context, Resumer(context, driver, self.fencing))
+        self._routing.resume_parked = self._sweep.resume_parked
         self.leases = LeaseKeeper(context, self.fencing, self._sweep)
-        self._drain = Drain(context, self._routing, self._writes)
+        self._drain = Drain(context, self._routing, self._writes, handover)
         self._grace = DisconnectGrace(context, self._routing, disconnect_grace)
         # a pending claim outlives the longest admission (the queue's wait, the record's
         # write), so only a worker that died while admitting leaves one to expire

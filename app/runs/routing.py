@@ -9,7 +9,7 @@ conversation) has its task cancelled. The first reason given wins.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from agent_runtime.agent import AgentRunConfig
@@ -28,6 +28,8 @@ __all__ = ["Routing"]
 _DECIDED = frozenset({AgentPhase.COMPLETED, AgentPhase.FAILED})
 # seconds a cancel routed to no holder waits for the run's logged end
 _SETTLE = 2.0
+# seconds an answer to a run resumed for it waits for the run to ask again
+_RESUME_WAIT = 10.0
 _STATUS_OF: dict[str, RunStatus] = {
     "run.completed": "completed",
     "run.failed": "failed",
@@ -40,6 +42,9 @@ class Routing:
 
     def __init__(self, context: RunContext) -> None:
         self._context = context
+        # resume a run no worker holds here, from its checkpoint (set by the run manager):
+        # its handle, or None if it cannot be (app.runs.resume)
+        self.resume_parked: Callable[[str, str], Awaitable[RunHandle | None]] | None = None
 
     # --- arriving here (CommandHandler) ------------------------------------------------------
 
@@ -219,5 +224,24 @@ class Routing:
             context.metrics.external_events.labels("not_found").inc()
             raise NotFound(f"no session {session_id!r}")
         accepted = await context.bus.router.deliver_external(session_id, run_id, name, payload)
+        if not accepted and run_id is not None and self.resume_parked is not None:
+            # no worker holds the run: parked at a shutdown (or its worker died) and not yet
+            # taken by a sweep; resumed here, it asks again, and takes the answer here
+            handle = await self.resume_parked(run_id, session_id)
+            if handle is not None:
+                accepted = await self._answer_resumed(handle, name, payload)
         context.metrics.external_events.labels("accepted" if accepted else "not_accepted").inc()
         return accepted
+
+    async def _answer_resumed(
+        self, handle: RunHandle, name: str, payload: Mapping[str, Any]
+    ) -> list[str]:
+        """Give the answer to a run just resumed here, once it waits again (or has ended)."""
+        asking = asyncio.ensure_future(handle.asking.wait())
+        try:
+            await asyncio.wait([asking, handle.finished], timeout=_RESUME_WAIT)
+        finally:
+            asking.cancel()
+        if not handle.asking.is_set():
+            return []
+        return self.deliver_local(handle.session_id, handle.run_id, name, payload)

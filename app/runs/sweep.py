@@ -16,6 +16,8 @@ from typing import Any
 
 from app.bus.base import BusError, LogNotFound, WireEvent
 from app.runs.context import RunContext
+from app.runs.handle import RunHandle
+from app.runs.resume import Resumer
 from app.wire import WireEncoder
 
 __all__ = ["LostRunSweep"]
@@ -26,16 +28,20 @@ logger = logging.getLogger("app.runs")
 class LostRunSweep:
     """Ends the runs whose worker is gone."""
 
-    def __init__(self, context: RunContext) -> None:
+    def __init__(self, context: RunContext, resumer: Resumer | None = None) -> None:
         self._context = context
+        self._resumer = resumer
 
     async def recover(self) -> int:
-        """Fail runs a previous process left unfinished (one worker, no shared bus only)."""
+        """Resume, or else fail, the runs a previous process left unfinished (one worker, no
+        shared bus only); how many were failed."""
         context = self._context
         store = context.store
         count = 0
         for record in await store.list_unfinished_runs():
             if record.run_id in context.runs:
+                continue
+            if await self._resume(record.run_id, record.session_id):
                 continue
             await store.update_run(
                 record.run_id,
@@ -87,6 +93,8 @@ class LostRunSweep:
                 # after both of these): taking the lock now would only make a client's next
                 # run in the session find it busy
                 continue
+            if await self._resume(run_id, session_id):
+                continue
             reaper = f"reaper_{secrets.token_hex(8)}"
             lease = await locks.acquire(session_id, reaper, context.lease_ttl)
             if lease is None:
@@ -97,6 +105,40 @@ class LostRunSweep:
             finally:
                 await locks.release(lease)
         return reaped
+
+    async def resume_parked(self, run_id: str, session_id: str) -> RunHandle | None:
+        """Resume here a run no worker holds (an answer came for it); its handle, or None."""
+        if await self._context.bus.locks.holder(session_id) is not None:
+            return None  # held: by its worker, or by another that resumes it now
+        if not await self._resume(run_id, session_id):
+            return None
+        return self._context.runs.get(run_id)
+
+    async def _resume(self, run_id: str, session_id: str) -> bool:
+        """Resume the run here from its checkpoint if it can be (``app.runs.resume``): the
+        session's lock taken for the run itself; True if it now goes on here."""
+        resumer = self._resumer
+        if resumer is None:
+            return False
+        found = await resumer.resumable(run_id)
+        if found is None:
+            return False
+        _, end = await self._log_end(run_id)
+        if end is not None:
+            return False  # it ended; settle() makes the store agree
+        context = self._context
+        sent = context.clock()
+        lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
+        if lease is None:
+            return True  # taken by another worker meanwhile (or the session is busy): theirs
+        try:
+            if await resumer.resume(found[0], lease, sent):
+                return True
+        except BaseException:
+            await context.bus.locks.release(lease)
+            raise
+        await context.bus.locks.release(lease)
+        return False
 
     async def _ended(self, run_id: str) -> bool:
         """True if nothing is left to settle: the run's record (if any) is finished and its log

@@ -87,7 +87,9 @@ class PostgresCheckpoints(BackgroundOperations):
                 " VALUES ($1, $2, $3, $4, $5::jsonb, 0, NULL, $6, $7)"
                 " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
                 " event_seq = excluded.event_seq, data = excluded.data, handover = NULL,"
-                " fence = excluded.fence, updated_at = excluded.updated_at",
+                " fence = excluded.fence, updated_at = excluded.updated_at"
+                # the run's first (step 0, written beside its start) never replaces a later one
+                " WHERE excluded.step > 0 OR run_checkpoints.step = 0",
                 record.run_id,
                 record.session_id,
                 record.step,
@@ -117,6 +119,10 @@ class PostgresCheckpoints(BackgroundOperations):
                 run_id,
                 fence,
             )
+            if row is not None:  # the lost worker's own end, written late, is refused
+                await conn.execute(
+                    "UPDATE runs SET fence = GREATEST(fence, $2) WHERE run_id = $1", run_id, fence
+                )
         return None if row is None else _record(row)
 
     @finish_on_cancel

@@ -118,7 +118,9 @@ def _save(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
         f"INSERT INTO run_checkpoints ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, 0, NULL, ?, ?)"
         " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
         " event_seq = excluded.event_seq, data = excluded.data, handover = NULL,"
-        " fence = excluded.fence, updated_at = excluded.updated_at",
+        " fence = excluded.fence, updated_at = excluded.updated_at"
+        # the run's first (step 0, written beside its start) never replaces a later one
+        " WHERE excluded.step > 0 OR run_checkpoints.step = 0",
         (
             record.run_id,
             record.session_id,
@@ -142,11 +144,16 @@ def _take_over(db: sqlite3.Connection, run_id: str, fence: int) -> CheckpointRec
     stored = _stored_fence(db, run_id)
     if stored > fence:
         raise StaleFence(f"checkpoint of run {run_id!r}", fence, stored)
+    found = _get(db, run_id)
+    if found is None:
+        return None
     db.execute(
         "UPDATE run_checkpoints SET resumes = resumes + 1, fence = ?, updated_at = ?"
         " WHERE run_id = ?",
         (fence, _ts(utcnow()), run_id),
     )
+    # the run's record too: the lost worker's own end, written late, is refused
+    db.execute("UPDATE runs SET fence = MAX(fence, ?) WHERE run_id = ?", (fence, run_id))
     return _get(db, run_id)
 
 

@@ -76,6 +76,9 @@ async def test_a_fenced_off_worker_s_checkpoint_is_refused(store: Store) -> None
     assert (raised.value.fence, raised.value.stored) == (5, 9)
     with pytest.raises(StaleFence):
         await store.park_checkpoint("run_a", fence=5, reason="shutdown")
+    # and its run's end, written late, is refused too
+    with pytest.raises(StaleFence):
+        await store.update_run("run_a", status="failed", error={"code": "x"}, fence=5)
     # nor may it delete the checkpoint the new holder resumes from
     await store.delete_checkpoint("run_a", fence=5)
     kept = await store.get_checkpoint("run_a")

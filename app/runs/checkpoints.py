@@ -1,0 +1,87 @@
+"""The checkpoint sink of a run: each checkpoint the runtime takes, stored with the run's
+event log position, under the run's lease token.
+
+The runtime calls ``save`` after each model response, around each approval, before a
+non-idempotent tool's body starts and after each tool result (``agent_runtime.checkpoints``);
+an exception from it ends the run. The store refuses a save whose token is older than one the
+run was written with (``StaleFence``): the run was taken over elsewhere, so this worker fences
+it off and the run stops here instead of going on unrecorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from agent_runtime.checkpoints import RunCheckpoint
+from agent_runtime.messages import UserMessage
+from agent_runtime.model import Usage
+from app.runs.context import RunContext
+from app.runs.fencing import Fencing
+from app.runs.handle import RunHandle
+from app.runs.records import RunRecords
+from app.storage import CheckpointRecord, StaleFence, StorageError
+
+__all__ = ["CheckpointFenced", "RunCheckpointSink", "first_checkpoint"]
+
+logger = logging.getLogger("app.runs")
+
+
+class CheckpointFenced(StorageError):
+    """A checkpoint of a run this worker no longer holds (fenced off, or taken over)."""
+
+
+def first_checkpoint(handle: RunHandle) -> RunCheckpoint:
+    """The checkpoint of a run before its first model response (step 0): a worker that dies
+    while the first answer streams leaves a run that is resumed from its prompt."""
+    return RunCheckpoint(
+        run_id=handle.run_id,
+        session_id=handle.session_id,
+        step=0,
+        prompt=handle.input,
+        added=(UserMessage(handle.input),),
+        iteration=0,
+        usage=Usage(),
+        calls=(),
+        skill=handle.options.skill,
+        structured_answers=0,
+    )
+
+
+class RunCheckpointSink:
+    """Stores one run's checkpoints (``agent_runtime.CheckpointSink``)."""
+
+    def __init__(
+        self, context: RunContext, records: RunRecords, fencing: Fencing, handle: RunHandle
+    ) -> None:
+        self._context = context
+        self._records = records
+        self._fencing = fencing
+        self._handle = handle
+
+    async def save(self, checkpoint: RunCheckpoint) -> None:
+        """Store ``checkpoint`` with the seq of the run's last event so far; raises
+        ``CheckpointFenced`` once the run is no longer this worker's."""
+        handle = self._handle
+        context = self._context
+        if context.lapsed(handle):
+            self._fencing.fence_off(handle, "its lease deadline passed before a checkpoint")
+            raise CheckpointFenced(f"run {handle.run_id!r} is no longer held by this worker")
+        if not await self._records.stored(handle):
+            return  # the start is being undone: there is no run to resume
+        record = CheckpointRecord(
+            run_id=handle.run_id,
+            session_id=handle.session_id,
+            step=checkpoint.step,
+            # the runtime saves between two events: every event before it went to the log
+            event_seq=handle.seq,
+            data=checkpoint.to_dict(),
+            updated_at=datetime.now(UTC),
+        )
+        try:
+            await context.store.save_checkpoint(record, fence=handle.lease.token)
+        except StaleFence as exc:
+            self._fencing.fence_off(handle, "the store refused its checkpoint (a newer lease)")
+            raise CheckpointFenced(str(exc)) from exc
+        handle.checkpoint_step = max(handle.checkpoint_step or 0, checkpoint.step)
+        context.metrics.checkpoints_saved.inc()

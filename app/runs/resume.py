@@ -1,0 +1,128 @@
+"""Resume instead of ``worker_lost``: a run whose worker died, was fenced off or shut down
+goes on, on the worker that takes its lease, from its last checkpoint.
+
+::
+
+    the sweep (shared bus) or recovery at start (one worker): a run no worker holds
+      resumable?  AGENT_RESUME_RUNS on, the run unfinished, a checkpoint stored, fewer than
+                  AGENT_MAX_RESUMES resumes so far, its agent configured here
+      take it:    the session's lock for the run (a newer fencing token) → the checkpoint
+                  taken over with that token (resumes + 1; the lost worker's late writes
+                  are refused from now on) → a handle → the log (kept; a new one after a
+                  restart of the in-process bus, from the checkpoint's seq) → the driver
+      the driver: ``AgentCore.resume(checkpoint)``; its first event is logged as
+                  ``run.resumed`` (``reason`` worker_lost|shutdown, ``from_seq``)
+
+Anything else ends the way it did before: ``run.failed`` ``worker_lost`` (``app.runs.sweep``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from agent_runtime.checkpoints import RunCheckpoint
+from agent_runtime.errors import CheckpointError
+from app.admission import AdmissionRejected
+from app.bus.base import Lease
+from app.runs.context import RunContext
+from app.runs.driver import Driver
+from app.runs.fencing import Fencing
+from app.runs.handle import RunHandle, RunRequestOptions
+from app.storage import CheckpointRecord, RunRecord, StaleFence
+
+__all__ = ["Resumer"]
+
+logger = logging.getLogger("app.runs")
+
+
+class Resumer:
+    """Takes over runs no worker holds, from their checkpoints."""
+
+    def __init__(self, context: RunContext, driver: Driver, fencing: Fencing) -> None:
+        self._context = context
+        self._driver = driver
+        self._fencing = fencing
+
+    async def resumable(self, run_id: str) -> tuple[RunRecord, CheckpointRecord] | None:
+        """The run's record and checkpoint if it may be resumed here; else None."""
+        context = self._context
+        if not context.resume_runs or context.draining:
+            return None
+        record = await context.store.get_run(run_id)
+        if record is None or record.is_finished or record.agent not in context.profiles:
+            return None
+        checkpoint = await context.store.get_checkpoint(run_id)
+        if checkpoint is None or checkpoint.resumes >= context.max_resumes:
+            return None
+        return record, checkpoint
+
+    async def resume(self, record: RunRecord, lease: Lease, sent: float) -> bool:
+        """Resume the run under ``lease`` (the session's lock, held for the run's id, taken by
+        a request sent at ``sent``); False if it cannot be (the caller ends it lost)."""
+        context = self._context
+        run_id = record.run_id
+        try:
+            taken = await context.store.take_over_checkpoint(run_id, fence=lease.token)
+        except StaleFence:
+            return False
+        if taken is None or taken.resumes > context.max_resumes:
+            return False
+        try:
+            RunCheckpoint.from_dict(taken.data)
+        except CheckpointError as exc:
+            logger.error("cannot resume a run: %s", exc, extra={"run_id": run_id})
+            return False
+        try:
+            ticket = context.admission.reserve(record.principal)
+        except AdmissionRejected:
+            return False
+        options = RunRequestOptions(
+            input=record.input,
+            agent=record.agent,
+            background=True,
+            on_disconnect="continue",
+            metadata=record.metadata,
+        )
+        handle = RunHandle(
+            run_id,
+            record.session_id,
+            record.principal,
+            context.profiles[record.agent],
+            options,
+            lease,
+            ticket,
+            lease_deadline=self._fencing.deadline_after(sent),
+        )
+        # running until the runtime asks again (the record keeps saying waiting meanwhile)
+        handle.status = "running"
+        handle.created_at = record.created_at
+        handle.started_at = record.started_at
+        handle.resumed_from = taken
+        handle.checkpoint_step = taken.step
+        handle.recorded = asyncio.get_running_loop().create_task(_stored())
+        events = context.events
+        last = await events.last_seq(run_id)
+        if last is None:
+            # the in-process log did not outlive the process: a new one, whose seq goes on
+            # from the checkpoint's (readers of the old log are gone with it)
+            await events.create(run_id, session_id=record.session_id, fence=lease.token)
+            skip = getattr(events, "skip_to", None)
+            if callable(skip):
+                skip(run_id, taken.event_seq)
+            last = taken.event_seq
+        handle.seq = last
+        context.hold(handle)
+        await context.bus.router.register(run_id, record.session_id)
+        handle.task = context.spawn(self._driver.execute(handle), run_id)
+        reason = taken.handover or "worker_lost"
+        context.metrics.runs_resumed.labels(reason).inc()
+        logger.warning(
+            "resuming a run from its checkpoint",
+            extra={"run_id": run_id, "reason": reason, "step": taken.step},
+        )
+        return True
+
+
+async def _stored() -> None:
+    """The record of a resumed run: stored long ago."""

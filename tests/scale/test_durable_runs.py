@@ -1,0 +1,293 @@
+"""Durable runs across real worker processes: a run outlives the worker that started it.
+
+Two workers share Redis and PostgreSQL (``start_cluster``); one worker runs on SQLite and the
+in-process bus (``start_server``). A worker is killed (SIGKILL) or stopped (SIGTERM) while a
+run streams, runs a tool or waits for an approval; the run goes on from its last checkpoint,
+on the other worker or after the restart, and its readers see one stream: seq rising by one,
+one ``run.resumed``, one terminal event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import (
+    Event,
+    Server,
+    assert_well_formed,
+    launch,
+    open_stream,
+    read_events,
+    wait_for,
+)
+from tests.scale.conftest import StartCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+SLOW = " ".join(["slow"] + ["w"] * 60)
+
+
+def new_session() -> str:
+    return f"durable-{uuid.uuid4().hex[:12]}"
+
+
+def kill(server: Server) -> None:
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait(10)
+
+
+async def follow(client: httpx.AsyncClient, run_id: str, after: int = 0) -> list[Event]:
+    """The run's events after ``after``, read to the terminal event."""
+    headers = {"Last-Event-ID": str(after)} if after else {}
+    events, response = await read_events(
+        client, "GET", f"/v1/runs/{run_id}/events", headers=headers
+    )
+    assert response.status_code == 200, response.text
+    return events
+
+
+async def follow_until(
+    client: httpx.AsyncClient, run_id: str, count: int, then: Any
+) -> list[Event]:
+    """Read the run's events; after ``count`` of them call ``then()``, read on to the end."""
+    followed: list[Event] = []
+    async with open_stream(client, "GET", f"/v1/runs/{run_id}/events") as (response, stream):
+        assert response.status_code == 200
+        async for event in stream:
+            followed.append(event)
+            if len(followed) == count:
+                then()
+    return followed
+
+
+def resumed(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.type == "run.resumed"]
+
+
+async def start_background(client: httpx.AsyncClient, session: str, text: str) -> str:
+    started = await client.post(
+        f"/v1/sessions/{session}/runs", json={"input": text, "background": True}
+    )
+    assert started.status_code == 202, started.text
+    run_id: str = started.json()["run_id"]
+    return run_id
+
+
+async def test_a_run_killed_mid_stream_completes_on_the_other_worker(
+    start_cluster: StartCluster,
+) -> None:
+    victim, survivor = start_cluster(2)
+    session = new_session()
+    async with victim.client() as cv, survivor.client() as cs:
+        run_id = await start_background(cv, session, SLOW)
+        # a reader on the survivor, cut at the kill: one stream across the hand-over
+        events = await follow_until(cs, run_id, 4, lambda: kill(victim))
+        assert_well_formed(events, run_id)
+        (marker,) = resumed(events)
+        assert marker.data["data"]["reason"] == "worker_lost"
+        assert 0 <= marker.data["data"]["from_seq"] < marker.id
+        assert events[-1].type == "run.completed"
+        words = events[-1].data["data"]["output"]["content"].split()
+        assert words == ["You", "said:", *SLOW.split()]
+        # a reader resuming with Last-Event-ID on the survivor gets the same rest
+        rest = await follow(cs, run_id, after=2)
+        assert rest == events[2:]
+        messages = (await cs.get(f"/v1/sessions/{session}/messages")).json()["messages"]
+        assert [m["role"] for m in messages] == ["user", "assistant"]  # stored once
+        view = (await cs.get(f"/v1/runs/{run_id}")).json()
+        assert view["status"] == "completed"
+
+
+def _tool_config(directory: Path) -> Path:
+    config = directory / "agents.toml"
+    config.write_text(
+        "[agents.default]\n"
+        'model = "python:tests.fakes.config_models:tool_caller"\n'
+        "tools = [\n"
+        '  "tests.fakes.durable_tools:once_effect",\n'
+        '  "tests.fakes.durable_tools:idempotent_effect",\n'
+        "]\n"
+        'idempotent_tools = ["idempotent_effect"]\n',
+        encoding="utf-8",
+    )
+    return config
+
+
+@pytest.mark.parametrize("tool", ["once_effect", "idempotent_effect"])
+async def test_a_tool_call_cut_by_a_kill_runs_again_only_if_idempotent(
+    start_cluster: StartCluster, tmp_path: Path, tool: str
+) -> None:
+    effects = tmp_path / "effects.txt"
+    effects.touch()
+    common = {
+        "AGENT_CONFIG": str(_tool_config(tmp_path)),
+        "PYTHONPATH": str(ROOT),
+        "DURABLE_EFFECTS": str(effects),
+    }
+    # the first worker's tool call takes a minute: the kill lands while it runs
+    (victim,) = start_cluster(1, {**common, "DURABLE_WORKER": "A", "DURABLE_TOOL_SECONDS": "60"})
+    (survivor,) = start_cluster(1, {**common, "DURABLE_WORKER": "B"})
+    session = new_session()
+    async with victim.client() as cv, survivor.client() as cs:
+        run_id = await start_background(cv, session, f'call {tool} {{"text": "x"}}')
+
+        async def started() -> bool:
+            return effects.read_text(encoding="utf-8").count("\n") >= 1
+
+        await wait_for(started)
+        kill(victim)
+        events = await follow(cs, run_id)
+        assert_well_formed(events, run_id)
+        assert len(resumed(events)) == 1
+        output = events[-1].data["data"]["output"]["content"]
+        lines = effects.read_text(encoding="utf-8").splitlines()
+        if tool == "once_effect":
+            # not run again: the model is told the outcome is unknown
+            assert lines == ["A once_effect x"]
+            assert output.startswith("once_effect failed:"), output
+            assert "unknown" in output, output
+        else:
+            assert lines == ["A idempotent_effect x", "B idempotent_effect x"]
+            assert output == "idempotent_effect -> recorded x"
+
+
+async def test_a_waiting_run_is_parked_at_sigterm_and_answered_on_the_other_worker(
+    start_cluster: StartCluster,
+) -> None:
+    leaving, staying = start_cluster(2)
+    session = new_session()
+    async with leaving.client() as cl, staying.client() as cs:
+        run_id = await start_background(cl, session, "delete plans.md")
+
+        async def request() -> dict[str, Any] | None:
+            for event in await _events_so_far(cs, run_id):
+                if (
+                    event.type == "custom"
+                    and event.data["data"]["name"] == "confirmation_requested"
+                ):
+                    payload: dict[str, Any] = event.data["data"]["payload"]
+                    return payload
+            return None
+
+        payload = await wait_for(request)
+        seen = len(await _events_so_far(cs, run_id))
+        leaving.signal(signal.SIGTERM)
+        # parked at once: the worker need not wait out its drain for a person's answer
+        assert leaving.wait(15) == 0
+        assert (await cs.get(f"/v1/runs/{run_id}")).json()["status"] == "waiting"
+        answer = {
+            "session_id": session,
+            "run_id": run_id,
+            "name": payload["response_event"],
+            "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
+        }
+
+        async def accepted() -> bool:
+            response = await cs.post("/external-events", json=answer)
+            assert response.status_code in (202, 409), response.text
+            return response.status_code == 202
+
+        await wait_for(accepted)
+        events = await follow(cs, run_id)
+        assert_well_formed(events, run_id)
+        (marker,) = resumed(events)
+        assert marker.id > seen and marker.data["data"]["reason"] == "shutdown"
+        asked = [
+            e
+            for e in events
+            if e.type == "custom" and e.data["data"]["name"] == "confirmation_requested"
+        ]
+        assert len(asked) == 1  # asked once, answered once
+        assert events[-1].type == "run.completed"
+        assert "Deleted plans.md" in events[-1].data["data"]["output"]["content"]
+
+
+async def _events_so_far(client: httpx.AsyncClient, run_id: str) -> list[Event]:
+    """The run's logged events now (read with a short timeout; the run goes on)."""
+    events: list[Event] = []
+    try:
+        async with open_stream(client, "GET", f"/v1/runs/{run_id}/events") as (response, stream):
+            if response.status_code != 200:
+                return events
+            async with asyncio.timeout(0.5):
+                async for event in stream:
+                    events.append(event)
+    except TimeoutError:
+        pass
+    return events
+
+
+async def test_past_max_resumes_a_killed_worker_s_run_ends_worker_lost(
+    start_cluster: StartCluster,
+) -> None:
+    victim, survivor = start_cluster(2, {"AGENT_MAX_RESUMES": "0"})
+    async with victim.client() as cv, survivor.client() as cs:
+        run_id = await start_background(cv, new_session(), SLOW)
+        events = await follow_until(cs, run_id, 4, lambda: kill(victim))
+        assert_well_formed(events, run_id)
+        assert resumed(events) == []
+        assert events[-1].type == "run.failed"
+        assert events[-1].data["data"]["error"]["code"] == "worker_lost"
+
+
+@pytest.mark.parametrize("how", ["kill", "sigterm"])
+async def test_one_worker_on_sqlite_resumes_its_runs_after_a_restart(
+    tmp_path: Path, how: str
+) -> None:
+    directory = tmp_path / "server"
+    env = {"AGENT_DRAIN_TIMEOUT": "0.2"}
+    server = launch(directory, env)
+    try:
+        session = new_session()
+        async with server.client() as client:
+            streaming = await start_background(client, session, SLOW)
+            waiting = await start_background(client, new_session(), "delete notes.md")
+
+            async def ready() -> bool:
+                one = (await client.get(f"/v1/runs/{streaming}")).json()
+                two = (await client.get(f"/v1/runs/{waiting}")).json()
+                return bool(one["status"] == "running" and two["status"] == "waiting")
+
+            await wait_for(ready)
+        if how == "kill":
+            kill(server)
+        else:
+            server.signal(signal.SIGTERM)
+            assert server.wait(15) == 0
+        server = launch(directory, env)
+        async with server.client() as client:
+            events = await follow(client, streaming)
+            assert events[0].type == "run.resumed"
+            assert events[0].data["data"]["reason"] == (
+                "worker_lost" if how == "kill" else "shutdown"
+            )
+            assert [e.id for e in events] == list(range(events[0].id, events[0].id + len(events)))
+            assert events[-1].type == "run.completed"
+            asked = await _events_so_far(client, waiting)
+            request = [
+                e
+                for e in asked
+                if e.type == "custom" and e.data["data"]["name"] == "confirmation_requested"
+            ]
+            payload = request[-1].data["data"]["payload"]
+            answer = await client.post(
+                "/external-events",
+                json={
+                    "session_id": request[-1].data["session_id"],
+                    "run_id": waiting,
+                    "name": payload["response_event"],
+                    "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
+                },
+            )
+            assert answer.status_code == 202, answer.text
+            rest = await follow(client, waiting, after=request[-1].id)
+            assert rest[-1].type == "run.completed"
+            assert "Deleted notes.md" in rest[-1].data["data"]["output"]["content"]
+    finally:
+        server.stop()
