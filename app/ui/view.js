@@ -177,7 +177,13 @@ export class TurnView {
         if (turn.status === "sending") turn.status = "running";
         break;
       case "text.delta":
+        this.markText(Number(event.seq));
         this.appendText(data.delta || "");
+        break;
+      case "run.resumed":
+        // the run went on on another worker from a checkpoint: text after it belongs to a
+        // model call the hand-over cut, which the resumed run makes again
+        this.dropTextAfter(Number(data.from_seq));
         break;
       case "tool.call.started":
         this.upsertTool({
@@ -257,6 +263,34 @@ export class TurnView {
 
   textParts() {
     return this.turn.parts.filter((p) => p.kind === "text" && p.text);
+  }
+
+  /** Remember where the text stood before the delta of ``seq`` (for ``run.resumed``). */
+  markText(seq) {
+    if (!Number.isFinite(seq)) return;
+    const parts = this.turn.parts;
+    const last = parts[parts.length - 1];
+    const index = last && last.kind === "text" ? parts.length - 1 : parts.length;
+    const offset = index < parts.length ? parts[index].text.length : 0;
+    if (!this.marks) this.marks = [];
+    this.marks.push({ seq, index, offset });
+  }
+
+  /** Discard the text deltas received after ``fromSeq`` (a cut model call's partial text). */
+  dropTextAfter(fromSeq) {
+    const marks = this.marks || [];
+    const cut = marks.filter((m) => m.seq > fromSeq);
+    this.marks = marks.filter((m) => m.seq <= fromSeq);
+    const seen = new Set();
+    for (const mark of cut) {
+      if (seen.has(mark.index)) continue; // the earliest mark of a part says where it stood
+      seen.add(mark.index);
+      const part = this.turn.parts[mark.index];
+      if (!part || part.kind !== "text") continue;
+      part.text = part.text.slice(0, mark.offset);
+      this.stale.add(mark.index);
+    }
+    if (seen.size) this.flush();
   }
 
   appendText(delta) {
