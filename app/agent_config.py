@@ -508,7 +508,9 @@ def _idempotent(
                 f"{name!r} is not one of the agent's tools ({listed})",
             )
     chosen = set(names)
-    return tuple(dataclasses.replace(t, idempotent=True) if t.name in chosen else t for t in tools)
+    # the runtime's flag (``@tool(idempotent=True)``), set as the decorator would
+    flag: dict[str, Any] = {"idempotent": True}
+    return tuple(dataclasses.replace(t, **flag) if t.name in chosen else t for t in tools)
 
 
 def _agent(

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from typing import Any
 
-from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.messages import UserMessage
 from agent_runtime.model import Usage
+from app.runs import seam
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
 from app.runs.handle import RunHandle
@@ -31,10 +32,10 @@ class CheckpointFenced(StorageError):
     """A checkpoint of a run this worker no longer holds (fenced off, or taken over)."""
 
 
-def first_checkpoint(handle: RunHandle) -> RunCheckpoint:
+def first_checkpoint(handle: RunHandle) -> Any:
     """The checkpoint of a run before its first model response (step 0): a worker that dies
     while the first answer streams leaves a run that is resumed from its prompt."""
-    return RunCheckpoint(
+    return seam.RunCheckpoint(
         run_id=handle.run_id,
         session_id=handle.session_id,
         step=0,
@@ -59,7 +60,7 @@ class RunCheckpointSink:
         self._fencing = fencing
         self._handle = handle
 
-    async def save(self, checkpoint: RunCheckpoint) -> None:
+    async def save(self, checkpoint: Any) -> None:
         """Store ``checkpoint`` with the seq of the run's last event so far; raises
         ``CheckpointFenced`` once the run is no longer this worker's."""
         handle = self._handle

@@ -21,10 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from agent_runtime.checkpoints import RunCheckpoint
-from agent_runtime.errors import CheckpointError
 from app.admission import AdmissionRejected
 from app.bus.base import Lease
+from app.runs import seam
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.fencing import Fencing
@@ -47,7 +46,7 @@ class Resumer:
     async def resumable(self, run_id: str) -> tuple[RunRecord, CheckpointRecord] | None:
         """The run's record and checkpoint if it may be resumed here; else None."""
         context = self._context
-        if not context.resume_runs or context.draining:
+        if not (context.resume_runs and seam.AVAILABLE) or context.draining:
             return None
         record = await context.store.get_run(run_id)
         if record is None or record.is_finished or record.agent not in context.profiles:
@@ -69,8 +68,8 @@ class Resumer:
         if taken is None or taken.resumes > context.max_resumes:
             return False
         try:
-            RunCheckpoint.from_dict(taken.data)
-        except CheckpointError as exc:
+            seam.RunCheckpoint.from_dict(taken.data)
+        except seam.CheckpointError as exc:
             logger.error("cannot resume a run: %s", exc, extra={"run_id": run_id})
             return False
         try:

@@ -237,9 +237,10 @@ class Routing:
         self, handle: RunHandle, name: str, payload: Mapping[str, Any]
     ) -> list[str]:
         """Give the answer to a run just resumed here, once it waits again (or has ended)."""
-        asking = asyncio.ensure_future(handle.asking.wait())
+        asking: asyncio.Future[Any] = asyncio.ensure_future(handle.asking.wait())
+        ended: asyncio.Future[Any] = handle.finished
         try:
-            await asyncio.wait([asking, handle.finished], timeout=_RESUME_WAIT)
+            await asyncio.wait([asking, ended], timeout=_RESUME_WAIT)
         finally:
             asking.cancel()
         if not handle.asking.is_set():

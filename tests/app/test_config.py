@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -15,7 +16,7 @@ from agent_runtime.compaction import LlmCompactor
 from agent_runtime.errors import ConfigurationError
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.providers.demo import delete_file
-from agent_runtime.tools.base import ToolPolicy
+from agent_runtime.tools.base import Tool, ToolPolicy
 from app import cli
 from app.agents import DEFAULT_AGENT, ConfigError, build_agents, load_config, model_binding
 from app.api.errors import ProblemError
@@ -52,6 +53,8 @@ def test_defaults_match_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.lease_seconds == 15
     assert settings.event_log_ttl == 600
     assert settings.sse_ping == 15
+    assert settings.resume_runs is True
+    assert settings.max_resumes == 3
     assert not settings.debug_endpoints
 
 
@@ -736,3 +739,28 @@ def test_an_agent_is_required_unless_the_file_says_otherwise(tmp_path: Path) -> 
     bad = write(tmp_path, '[agents.a]\nrequired = "no"\n')
     with pytest.raises(ConfigError, match=r"agents\.a\.required"):
         load_config(bad)
+
+
+_HAS_IDEMPOTENT = "idempotent" in {f.name for f in dataclasses.fields(Tool)}
+
+
+@pytest.mark.skipif(not _HAS_IDEMPOTENT, reason="the runtime's Tool has no idempotent flag yet")
+def test_idempotent_tools_mark_the_named_tools(tmp_path: Path) -> None:
+    config = load_config(
+        write(
+            tmp_path,
+            '[agents.default]\ntools = ["current_time", "delete_file"]\n'
+            'idempotent_tools = ["current_time"]\n',
+        )
+    )
+    tools = {t.name: t for t in config.agents[DEFAULT_AGENT].tools}
+    flags = {name: getattr(t, "idempotent", None) for name, t in tools.items()}
+    assert flags == {"current_time": True, "delete_file": False}
+
+
+def test_idempotent_tools_must_be_the_agent_s_tools(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '[agents.default]\ntools = ["current_time"]\nidempotent_tools = ["nope"]\n'
+    )
+    with pytest.raises(ConfigError, match=r"idempotent_tools\[0\].*'nope' is not one of"):
+        load_config(path)

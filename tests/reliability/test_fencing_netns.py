@@ -236,6 +236,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "AGENT_REDIS_PREFIX": env["AGENT_REDIS_PREFIX"],
                 "AGENT_DATABASE_URL": _via(env["AGENT_DATABASE_URL"], ns.host_ip, pg.port),
                 "AGENT_LEASE_SECONDS": str(LEASE_SECONDS),
+                # the fenced-off run ends worker_lost (resume is tests/scale/test_durable_runs)
+                "AGENT_RESUME_RUNS": "0",
                 "AGENT_SSE_PING": str(PING),
                 "AGENT_CONFIRMATION_TIMEOUT": "120",
                 "AGENT_DEBUG_ENDPOINTS": "1",

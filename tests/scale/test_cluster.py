@@ -1,6 +1,7 @@
 """Three worker processes on three ports, sharing Redis and PostgreSQL: a run is reachable
 from every worker, a session has one active run across all of them, and a worker killed
-mid-run leaves its runs ending ``worker_lost`` for readers on the surviving workers."""
+mid-run leaves its runs ending ``worker_lost`` (resume off) for readers on the surviving
+workers."""
 
 from __future__ import annotations
 
@@ -189,7 +190,8 @@ async def test_one_active_run_per_session_across_workers(start_cluster: StartClu
 
 
 async def test_a_killed_worker_s_runs_end_worker_lost(start_cluster: StartCluster) -> None:
-    victim, survivor, other = start_cluster(3)
+    # without resume (tests/scale/test_durable_runs.py has the resume)
+    victim, survivor, other = start_cluster(3, {"AGENT_RESUME_RUNS": "0"})
     session = new_session()
     async with victim.client() as cv, survivor.client() as cs, other.client() as co:
         slow = " ".join(["slow"] + ["w"] * 200)
