@@ -19,10 +19,12 @@ from .bindings import (
     binding_from_spec,
     bindings_from_spec,
 )
+from .checkpoints import CheckpointedCall, CheckpointSink, RunCheckpoint
 from .client import AgentClient, create_agent
 from .errors import (
     AgentClosedError,
     AgentRuntimeError,
+    CheckpointError,
     ConfigurationError,
     LoopAffinityError,
     MaxIterationsError,
@@ -56,6 +58,9 @@ __all__ = [
     "AgentRuntimeError",
     "AgentState",
     "AssistantMessage",
+    "CheckpointError",
+    "CheckpointSink",
+    "CheckpointedCall",
     "ConfigurationError",
     "ConversationStore",
     "InMemoryConversationStore",
@@ -70,6 +75,7 @@ __all__ = [
     "ProviderError",
     "RetryOptions",
     "RunCancelledError",
+    "RunCheckpoint",
     "RunError",
     "RunTimeoutError",
     "SessionBusyError",

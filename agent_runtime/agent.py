@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fnmatch
 import logging
 import os
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 from .bindings import ModelBinding, ModelBindings
 from .capabilities.agent_calls import CapabilityCalls
 from .channel import Channel, ChannelClosed
+from .checkpoints import Checkpointer, CheckpointSink, RunCheckpoint, unknown_outcome
 from .compaction import DEFAULT_MAX_HISTORY_MESSAGES, ContextCompactor, prepare_context
 from .errors import (
     AgentClosedError,
@@ -94,6 +96,10 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
+
+
+HANDOVER = "handover"
+"""The cancel reason of a run that stops here to go on elsewhere from its checkpoint."""
 
 
 def new_id(prefix: str) -> str:
@@ -222,6 +228,8 @@ class _RunOptions:
     skill_state: SkillState | None = None
     output: OutputSpec | None = None
     tool_filter: Callable[[Tool], bool] | None = None
+    checkpoint_sink: CheckpointSink | None = None
+    resume: RunCheckpoint | None = None
 
 
 class AgentRunContext:
@@ -233,8 +241,10 @@ class AgentRunContext:
     __slots__ = (
         "_cancel_reason",
         "_channel",
+        "_checkpoints",
         "_decisions",
         "_options",
+        "_resumed_asks",
         "_task",
         "agent",
         "config",
@@ -262,6 +272,10 @@ class AgentRunContext:
         self._decisions: dict[str, tuple[bool, str | None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._cancel_reason: str | None = None
+        # with a checkpoint sink: the open calls' states and the saves (agent_runtime.checkpoints)
+        self._checkpoints: Checkpointer | None = None
+        # calls of a resumed run that were waiting for an approval: asked again, marked so
+        self._resumed_asks: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"<AgentRunContext run_id={self.run_id} session_id={self.session_id}>"
@@ -316,6 +330,15 @@ class AgentRunContext:
     def take_tool_decision(self, tool_call_id: str) -> tuple[bool, str | None] | None:
         """Pop the recorded decision for a call, if any."""
         return self._decisions.pop(tool_call_id, None)
+
+    def has_tool_decision(self, tool_call_id: str) -> bool:
+        """Whether a call is already decided (a resumed run's approved or denied call)."""
+        return tool_call_id in self._decisions
+
+    def is_resumed_ask(self, tool_call_id: str) -> bool:
+        """Whether this call's approval was asked for before the run was resumed: the request
+        is made again, for the same call, and says so (``resumed``)."""
+        return tool_call_id in self._resumed_asks
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:
@@ -375,8 +398,11 @@ class AgentCore(CapabilityCalls, RunCalls):
         skills: SkillManager | Iterable[str | os.PathLike[str]] | None = None,
         builtin_tools: Iterable[Tool] = (),
         tracer: RunTracer | None = None,
+        checkpoint_sink: CheckpointSink | None = None,
     ) -> None:
         self.bindings = _as_bindings(model)
+        # every run's checkpoints go here unless the run names its own (agent_runtime.checkpoints)
+        self.checkpoint_sink = checkpoint_sink
         # told of every run, model call and tool call (agent_runtime.tracing); off by default
         self.tracer = tracer if tracer is not None else NO_TRACER
         if skills is None or isinstance(skills, SkillManager):
@@ -571,6 +597,33 @@ class AgentCore(CapabilityCalls, RunCalls):
         self._check_usable()
         return self._stream(prompt, config, conversation, options, raise_on_fail=True)
 
+    def resume(
+        self,
+        checkpoint: RunCheckpoint,
+        *,
+        config: AgentRunConfig | None = None,
+        conversation: Sequence[Message] | None = None,
+        **options: Any,
+    ) -> AsyncIterator[AgentEvent]:
+        """Go on with a run from its checkpoint, with the checkpoint's run and session ids.
+
+        The conversation before the run is read as for a new run (``conversation`` or the
+        store), then the run's own part is put back; its first event is ``run.resumed``. Open
+        calls: a started call of a tool that is not idempotent is not run again (its result
+        says the outcome is unknown); approved and denied ones are not asked about again; one
+        that waited for an approval asks again (``is_resumed_ask``). Options as ``stream``'s.
+        """
+        self._check_usable()
+        if not isinstance(checkpoint, RunCheckpoint):
+            raise ConfigurationError("resume() takes a RunCheckpoint (RunCheckpoint.from_dict)")
+        base = config if config is not None else (self.config or AgentRunConfig())
+        config = dataclasses.replace(
+            base, run_id=checkpoint.run_id, session_id=checkpoint.session_id
+        )
+        return self._stream(
+            checkpoint.prompt, config, conversation, options, raise_on_fail=True, resume=checkpoint
+        )
+
     def emit_external_event(
         self, event: ExternalEvent, *, config: AgentRunConfig | None = None
     ) -> list[str]:
@@ -700,6 +753,7 @@ class AgentCore(CapabilityCalls, RunCalls):
             skill_state=skill_state,
             output=output,
             tool_filter=tool_filter,
+            checkpoint_sink=options.get("checkpoint_sink", self.checkpoint_sink),
         )
 
     async def _stream(
@@ -710,12 +764,14 @@ class AgentCore(CapabilityCalls, RunCalls):
         options: Mapping[str, Any],
         *,
         raise_on_fail: bool,
+        resume: RunCheckpoint | None = None,
     ) -> AsyncIterator[AgentEvent]:  # an async generator: aclose() cancels the run
         self._check_usable()
         self._claim_loop()
         if not isinstance(prompt, str):
             raise ConfigurationError("prompt must be a string")
         run_options = self._options(options, conversation)
+        run_options.resume = resume
         config = config if config is not None else (self.config or AgentRunConfig())
         run_id = config.run_id or new_id("run")
         session_id = config.session_id or new_id("anon")
@@ -726,6 +782,17 @@ class AgentCore(CapabilityCalls, RunCalls):
             raise ConfigurationError(f"run id {run_id!r} is already in use")
         channel: Channel[AgentEvent] = Channel()
         context = AgentRunContext(self, config, run_id, session_id, run_options, channel)
+        sink = run_options.checkpoint_sink
+        if sink is not None:
+            context._checkpoints = Checkpointer(
+                sink,
+                run_id,
+                session_id,
+                prompt,
+                step=resume.step if resume is not None else 0,
+                structured_answers=resume.structured_answers if resume is not None else 0,
+                skill=resume.skill if resume is not None else options.get("skill"),
+            )
         self._sessions[session_id] = run_id
         self._runs[run_id] = context
         self.state = context.state
@@ -810,7 +877,8 @@ class AgentCore(CapabilityCalls, RunCalls):
                     context.run_id,
                     context.session_id,
                     usage=state.usage,
-                    messages=state.stopped_messages(),
+                    # handed over: the run goes on elsewhere, so it leaves no stopped turn
+                    messages=[] if reason == HANDOVER else state.stopped_messages(),
                     reason=reason,
                 )
             )
@@ -858,20 +926,40 @@ class AgentCore(CapabilityCalls, RunCalls):
             history = await self.conversation_store.load(context.session_id)
         else:
             history = []
-        user = UserMessage(prompt)
-        state.messages = [*history, user]
+        resume = options.resume
         new_messages = state.added
-        new_messages.append(user)
         primary = self.bindings.llm[0]
-        await channel.put(
-            AgentEvent(
-                AgentEventType.RUN_STARTED,
-                context.run_id,
-                context.session_id,
-                agent=options.agent_name,
-                model=primary.model,
+        if resume is None:
+            user = UserMessage(prompt)
+            state.messages = [*history, user]
+            new_messages.append(user)
+            await channel.put(
+                AgentEvent(
+                    AgentEventType.RUN_STARTED,
+                    context.run_id,
+                    context.session_id,
+                    agent=options.agent_name,
+                    model=primary.model,
+                )
             )
-        )
+        else:
+            # the run's own part of the conversation is put back after what came before it
+            state.messages = [*history, *resume.added]
+            new_messages.extend(resume.added)
+            state.iteration = resume.iteration
+            state.usage = Usage(
+                resume.usage.input_tokens, resume.usage.output_tokens, resume.usage.model
+            )
+            await channel.put(
+                AgentEvent(
+                    AgentEventType.RUN_RESUMED,
+                    context.run_id,
+                    context.session_id,
+                    agent=options.agent_name,
+                    model=primary.model,
+                    payload={"from_step": resume.step},
+                )
+            )
         skills = options.skill_state
         if skills is not None:
             await skills.start(context, prompt)
@@ -890,7 +978,16 @@ class AgentCore(CapabilityCalls, RunCalls):
         if output is not None:
             system = f"{system}\n\n{output.instructions()}" if system else output.instructions()
         structured: StructuredOutput | None = None
-        answers = 0
+        answers = resume.structured_answers if resume is not None else 0
+        checkpoints = context._checkpoints
+        if resume is not None and resume.calls:
+            # the last model response's calls that have no result yet, each by its state
+            results = await self._resume_tools(context, resume)
+            state.messages.extend(results)
+            new_messages.extend(results)
+            if checkpoints is not None:
+                checkpoints.close()
+                await checkpoints.save(new_messages, state.iteration, state.usage)
         while True:
             if state.iteration >= options.max_iterations:
                 raise MaxIterationsError(
@@ -940,8 +1037,14 @@ class AgentCore(CapabilityCalls, RunCalls):
                 else:
                     # the rejected answer and the correction stay out of the stored turn
                     state.messages.append(UserMessage(output.retry_prompt(verdict.feedback)))
+                    if checkpoints is not None:
+                        checkpoints.structured_answers = answers
                     continue
             new_messages.append(message)
+            if checkpoints is not None:
+                checkpoints.structured_answers = answers
+                checkpoints.open(message.tool_calls)
+                await checkpoints.save(new_messages, state.iteration, state.usage)
             if not message.tool_calls:
                 break
             state.phase = AgentPhase.TOOLS
@@ -951,6 +1054,8 @@ class AgentCore(CapabilityCalls, RunCalls):
             results = await self._run_tools(context, message.tool_calls)
             state.messages.extend(results)
             new_messages.extend(results)
+            if checkpoints is not None:
+                checkpoints.close()
             if state.consecutive_tool_errors >= self.tool_error_limit:
                 raise ToolErrorLimitError(
                     f"{state.consecutive_tool_errors} consecutive tool calls failed or were "
@@ -1062,10 +1167,70 @@ class AgentCore(CapabilityCalls, RunCalls):
         assert last_error is not None
         raise last_error
 
-    async def _run_tools(
-        self, context: AgentRunContext, calls: list[ToolCall]
+    async def _resume_tools(
+        self, context: AgentRunContext, checkpoint: RunCheckpoint
     ) -> list[ToolMessage]:
+        """The open calls of a resumed run: each goes on from the state it was saved in."""
+        calls: list[ToolCall] = []
+        settled: dict[str, str] = {}  # a started call of a tool that must not run twice
+        asks: set[str] = set()
+        tools = context._options.tools
+        for call, call_state in checkpoint.open_calls():
+            calls.append(call)
+            found = tools.get(call.name)
+            if call_state == "started":
+                if found is not None and found.idempotent:
+                    context.set_tool_decision(call.id, True)  # it was allowed to start
+                else:
+                    settled[call.id] = unknown_outcome(call)
+            elif call_state == "approved":
+                context.set_tool_decision(call.id, True)
+                context.state.approvals[call.id] = "approved"
+            elif call_state == "denied":
+                context.set_tool_decision(
+                    call.id, False, f"the call to {call.name!r} was denied by the user"
+                )
+                context.state.approvals[call.id] = "denied"
+            elif call_state == "awaiting_approval":
+                asks.add(call.id)
+        context._resumed_asks = frozenset(asks)
+        checkpoints = context._checkpoints
+        if checkpoints is not None:
+            checkpoints.open(calls)
+            for call, call_state in checkpoint.open_calls():
+                checkpoints.mark(call, call_state)
+        return await self._run_tools(context, calls, settled=settled, announced=True)
+
+    async def _run_tools(
+        self,
+        context: AgentRunContext,
+        calls: list[ToolCall],
+        *,
+        settled: Mapping[str, str] | None = None,
+        announced: bool = False,
+    ) -> list[ToolMessage]:
+        """Run one model response's calls. ``settled``: calls whose result is this error, not
+        run (a resumed run's unknown outcomes); ``announced``: a resumed run's calls, whose
+        ``tool.call.started`` its consumer already saw unless they were still pending."""
         options = context._options
+        if settled or announced:
+            pending = {
+                c.call_id
+                for c in (options.resume.calls if options.resume is not None else ())
+                if c.state == "pending"
+            }
+            results = []
+            for call in calls:
+                refusal = (settled or {}).get(call.id)
+                if refusal is not None:
+                    ready: Tool | str = refusal
+                else:
+                    ready = await self._prepare_call(
+                        context, call, announce=not announced or call.id in pending
+                    )
+                results.append(await self._finish_call(context, call, ready))
+            self._count_errors(context, results)
+            return results
         if options.parallel_tool_calls and len(calls) > 1:
             # checks (hooks, permissions) stay sequential in call order; execution overlaps
             prepared = [await self._prepare_call(context, call) for call in calls]
@@ -1081,26 +1246,33 @@ class AgentCore(CapabilityCalls, RunCalls):
             for call in calls:
                 ready = await self._prepare_call(context, call)
                 results.append(await self._finish_call(context, call, ready))
+        self._count_errors(context, results)
+        return results
+
+    @staticmethod
+    def _count_errors(context: AgentRunContext, results: Sequence[ToolMessage]) -> None:
         state = context.state
         for result in results:
             if result.is_error:
                 state.consecutive_tool_errors += 1
             else:
                 state.consecutive_tool_errors = 0
-        return results
 
-    async def _prepare_call(self, context: AgentRunContext, call: ToolCall) -> Tool | str:
+    async def _prepare_call(
+        self, context: AgentRunContext, call: ToolCall, *, announce: bool = True
+    ) -> Tool | str:
         """Announce a call, run before_tool hooks and checks; a string is the refusal."""
-        await context._channel.put(
-            AgentEvent(
-                AgentEventType.TOOL_CALL_STARTED,
-                context.run_id,
-                context.session_id,
-                tool_call_id=call.id,
-                name=call.name,
-                arguments=call.arguments,
+        if announce:
+            await context._channel.put(
+                AgentEvent(
+                    AgentEventType.TOOL_CALL_STARTED,
+                    context.run_id,
+                    context.session_id,
+                    tool_call_id=call.id,
+                    name=call.name,
+                    arguments=call.arguments,
+                )
             )
-        )
         found = context._options.tools.get(call.name)
         if found is None:
             return f"unknown tool {call.name!r}: it is not available in this run"
@@ -1108,6 +1280,16 @@ class AgentCore(CapabilityCalls, RunCalls):
         if skills is not None and not skills.allows(call.name):
             # refused before any hook or approval: an unadvertised tool never asks anyone
             return skills.refusal(call.name)
+        checkpoints = context._checkpoints
+        asks = (
+            checkpoints is not None
+            and not context.has_tool_decision(call.id)
+            and context.tool_policy(call.name) is ToolPolicy.ASK
+        )
+        if asks and checkpoints is not None:
+            # saved before the wait: a run parked or lost while it waits is resumed waiting
+            checkpoints.mark(call, "awaiting_approval")
+            await self._save_checkpoint(context)
         for extension in self._extensions:
             await extension.before_tool(context, call)
         policy = context.tool_policy(call.name)
@@ -1116,9 +1298,18 @@ class AgentCore(CapabilityCalls, RunCalls):
         if policy is ToolPolicy.ASK:
             approved, reason = await self._ask(context, call)
             context.state.approvals[call.id] = "approved" if approved else "denied"
+            if asks and checkpoints is not None:
+                checkpoints.mark(call, "approved" if approved else "denied")
+                await self._save_checkpoint(context)
             if not approved:
                 return reason or f"the call to {call.name!r} was denied"
         return found
+
+    async def _save_checkpoint(self, context: AgentRunContext) -> None:
+        checkpoints = context._checkpoints
+        if checkpoints is not None:
+            state = context.state
+            await checkpoints.save(state.added, state.iteration, state.usage)
 
     async def _ask(self, context: AgentRunContext, call: ToolCall) -> tuple[bool, str | None]:
         decision = context.take_tool_decision(call.id)
@@ -1147,6 +1338,11 @@ class AgentCore(CapabilityCalls, RunCalls):
     async def _finish_call(
         self, context: AgentRunContext, call: ToolCall, ready: Tool | str
     ) -> ToolMessage:
+        checkpoints = context._checkpoints
+        if checkpoints is not None and not isinstance(ready, str) and not ready.idempotent:
+            # saved before the body starts: a resumed run does not run it a second time
+            checkpoints.mark(call, "started")
+            await self._save_checkpoint(context)
         gate = context._options.tool_gate
         if gate is not None and not isinstance(ready, str):
             # asked here, with nothing awaited before the call starts: what it says holds
@@ -1179,7 +1375,11 @@ class AgentCore(CapabilityCalls, RunCalls):
         )
         content = f"Error: {outcome_error}" if is_error else self._executor.render(result)
         approval = context.state.approvals.get(call.id)
-        return ToolMessage(call.id, call.name, content, is_error, approval=approval)
+        message = ToolMessage(call.id, call.name, content, is_error, approval=approval)
+        if checkpoints is not None:
+            checkpoints.finished(message)
+            await self._save_checkpoint(context)
+        return message
 
     async def _notify_cancelled(self, context: AgentRunContext, reason: str) -> None:
         notice = RunCancelledEvent(reason)
@@ -1224,6 +1424,7 @@ _OPTION_NAMES = frozenset(
         "output_type",
         "response_format",
         "output_retries",
+        "checkpoint_sink",
     }
 )
 

@@ -35,6 +35,7 @@ from typing import Any
 __all__ = [
     "AgentClosedError",
     "AgentRuntimeError",
+    "CheckpointError",
     "ConfigurationError",
     "InvalidInputError",
     "LoopAffinityError",
@@ -65,6 +66,10 @@ class ConfigurationError(AgentRuntimeError, ValueError):
 class InvalidInputError(AgentRuntimeError, ValueError):
     """A capability call (``embed``, ``rerank``, ``generate_image``...) was given input it
     cannot take: no texts, an empty prompt, unreadable audio."""
+
+
+class CheckpointError(AgentRuntimeError, ValueError):
+    """A run checkpoint cannot be read: a bad shape, or a version this runtime does not know."""
 
 
 class AgentClosedError(AgentRuntimeError, RuntimeError):

@@ -24,6 +24,7 @@ class AgentEventType(enum.StrEnum):
     """The kind of an AgentEvent; the value is the wire name."""
 
     RUN_STARTED = "run.started"
+    RUN_RESUMED = "run.resumed"
     TEXT_DELTA = "text.delta"
     TOOL_CALL_STARTED = "tool.call.started"
     TOOL_CALL_COMPLETED = "tool.call.completed"
@@ -131,6 +132,8 @@ class AgentEvent:
             return {"model_call_id": self.model_call_id, **usage.to_dict()}
         if t is AgentEventType.RUN_STARTED:
             return {"agent": self.agent, "model": self.model}
+        if t is AgentEventType.RUN_RESUMED:
+            return {"agent": self.agent, "model": self.model, **(self.payload or {})}
         if t is AgentEventType.RUN_COMPLETED:
             content = self.message.content if self.message is not None else None
             output: dict[str, Any] = {"content": content or ""}

@@ -99,6 +99,8 @@ class ConfirmationExtension(ExternalEventExtension):
         await super().before_tool(context, call)
         if context.tool_policy(call.name) is not ToolPolicy.ASK:
             return
+        if context.has_tool_decision(call.id):
+            return  # decided before the run was resumed: not asked again
         if not call.id:
             context.set_tool_decision(
                 call.id, False, f"the call to {call.name!r} has no id, so it cannot be confirmed"
@@ -122,6 +124,8 @@ class ConfirmationExtension(ExternalEventExtension):
                             "question": self._question(call),
                             "response_event": CONFIRMATION_RESPONSE,
                             "expires_at": expires,
+                            # asked before the run moved here: the same request again
+                            **({"resumed": True} if context.is_resumed_ask(call.id) else {}),
                         },
                     )
                 )

@@ -66,6 +66,9 @@ class Tool:
     is_async: bool
     policy: ToolPolicy | None = None
     timeout: float | None = None
+    idempotent: bool = False
+    """Safe to run again with the same arguments: a resumed run re-runs such a call that had
+    started, instead of reporting its outcome as unknown (``agent_runtime.checkpoints``)."""
     _validator: type[pydantic.BaseModel] | None = field(default=None, repr=False)
 
     @property
@@ -97,6 +100,7 @@ def _build(
     description: str | None,
     policy: ToolPolicy | str | None,
     timeout: float | None,
+    idempotent: bool = False,
 ) -> Tool:
     if not callable(function):
         raise ConfigurationError("@tool needs a function")
@@ -151,6 +155,7 @@ def tool(
     description: str | None = None,
     policy: ToolPolicy | str | None = None,
     timeout: float | None = None,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -162,16 +167,19 @@ def tool(
     description: str | None = None,
     policy: ToolPolicy | str | None = None,
     timeout: float | None = None,
+    idempotent: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a function into a Tool; use bare (``@tool``) or with options (``@tool(policy="ask")``).
 
     Sync functions run in a worker thread, async ones on the agent's loop. ``policy`` overrides
-    the agent's policy table for this tool; ``timeout`` overrides the agent's ``tool_timeout``.
+    the agent's policy table for this tool; ``timeout`` overrides the agent's ``tool_timeout``;
+    ``idempotent=True`` says a second run with the same arguments does no harm (a resumed run
+    may then run a call again whose outcome was not recorded).
     """
     if function is not None:
-        return _build(function, name, description, policy, timeout)
+        return _build(function, name, description, policy, timeout, idempotent)
 
     def decorate(fn: Callable[..., Any]) -> Tool:
-        return _build(fn, name, description, policy, timeout)
+        return _build(fn, name, description, policy, timeout, idempotent)
 
     return decorate

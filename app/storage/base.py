@@ -46,7 +46,7 @@ from typing import (
 
 if TYPE_CHECKING:
     from app.storage.checkpoints import CheckpointRecord
-    from app.storage.schedules import FiringRecord, FiringStatus, ScheduleRecord
+    from app.storage.schedules import FiringFence, FiringRecord, FiringStatus, ScheduleRecord
 
 from app.storage.outbox import (
     ClaimedWebhook,
@@ -488,11 +488,13 @@ class Store(Protocol):
 
     # runs
 
-    async def create_run(self, run: RunRecord) -> None:
+    async def create_run(self, run: RunRecord, *, firing: FiringFence | None = None) -> None:
         """Store a new run of an existing session owned by `run.principal`.
 
         A session without a title takes `title_of(run.input)`. Raises `SessionNotFound`,
-        `SessionOwnedByOther` or `RunAlreadyExists`.
+        `SessionOwnedByOther` or `RunAlreadyExists`. With `firing`, the run is a schedule's:
+        it is stored only together with moving that firing, still held with `firing.token`,
+        to `started` (else `FiringLost`, and nothing is written).
         """
         ...
 

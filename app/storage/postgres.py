@@ -52,7 +52,8 @@ from app.storage.base import (
     utcnow,
 )
 from app.storage.postgres_checkpoints import CHECKPOINTS_MIGRATION, PostgresCheckpoints
-from app.storage.postgres_schedules import SCHEDULES_MIGRATION, PostgresSchedules
+from app.storage.postgres_schedules import SCHEDULES_MIGRATION, PostgresSchedules, take_firing
+from app.storage.schedules import FiringFence
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "redact_url"]
 
@@ -564,7 +565,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
     # --- runs -----------------------------------------------------------------------------
 
     @finish_on_cancel
-    async def create_run(self, run: RunRecord) -> None:
+    async def create_run(self, run: RunRecord, *, firing: FiringFence | None = None) -> None:
         """Store a new run of an existing session owned by `run.principal`."""
         async with self._connection() as conn, conn.transaction():
             # FOR KEY SHARE keeps the session from being deleted before the INSERT.
@@ -596,6 +597,8 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                 )
             except asyncpg.UniqueViolationError as exc:
                 raise RunAlreadyExists(run.run_id) from exc
+            if firing is not None:  # in the same transaction: refused, the insert is undone
+                await take_firing(conn, firing, run.run_id)
             title = title_of(run.input)
             if title is not None:
                 await conn.execute(

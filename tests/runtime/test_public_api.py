@@ -42,6 +42,10 @@ PUBLIC = {
 }
 
 EXPECTED_ALL = {
+    "CheckpointError",
+    "CheckpointSink",
+    "CheckpointedCall",
+    "RunCheckpoint",
     "AgentClient",
     "AgentClosedError",
     "AgentCore",
@@ -107,6 +111,7 @@ def test_event_type_names_are_the_wire_names() -> None:
 
     assert {t.value for t in AgentEventType} == {
         "run.started",
+        "run.resumed",
         "text.delta",
         "tool.call.started",
         "tool.call.completed",
