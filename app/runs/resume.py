@@ -46,7 +46,7 @@ class Resumer:
     async def resumable(self, run_id: str) -> tuple[RunRecord, CheckpointRecord] | None:
         """The run's record and checkpoint if it may be resumed here; else None."""
         context = self._context
-        if not (context.resume_runs and seam.AVAILABLE) or context.draining:
+        if not (context.resume_runs and seam.AVAILABLE):
             return None
         record = await context.store.get_run(run_id)
         if record is None or record.is_finished or record.agent not in context.profiles:

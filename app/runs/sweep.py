@@ -110,7 +110,7 @@ class LostRunSweep:
         """Resume here a run no worker holds (an answer came for it); its handle, or None."""
         if await self._context.bus.locks.holder(session_id) is not None:
             return None  # held: by its worker, or by another that resumes it now
-        if not await self._resume(run_id, session_id):
+        if self._context.draining or not await self._resume(run_id, session_id):
             return None
         return self._context.runs.get(run_id)
 
@@ -127,6 +127,8 @@ class LostRunSweep:
         if end is not None:
             return False  # it ended; settle() makes the store agree
         context = self._context
+        if context.draining:
+            return True  # resumable, but not here: this worker is stopping (another resumes it)
         sent = context.clock()
         lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
         if lease is None:
