@@ -273,6 +273,15 @@ class LocalSessionLocks:
         if self._held.get(lease.session_id) != lease:
             raise LeaseLost(f"the lock of session {lease.session_id!r} is not held by this lease")
 
+    def advance(self, lease: Lease, token: int) -> Lease:
+        """The held ``lease`` with its token raised to ``token``: this process's tokens start
+        again at 1, below those a previous process stored (a run resumed after a restart)."""
+        if self._held.get(lease.session_id) != lease or token <= lease.token:
+            return lease
+        raised = Lease(lease.session_id, lease.holder, token)
+        self._held[lease.session_id] = raised
+        return raised
+
     async def release(self, lease: Lease) -> None:
         if self._held.get(lease.session_id) == lease:
             del self._held[lease.session_id]

@@ -61,6 +61,11 @@ class Resumer:
         a request sent at ``sent``); False if it cannot be (the caller ends it lost)."""
         context = self._context
         run_id = record.run_id
+        advance = getattr(context.bus.locks, "advance", None)
+        if callable(advance):  # the in-process bus, after a restart: tokens begin again
+            stored = await context.store.get_checkpoint(run_id)
+            if stored is not None:
+                lease = advance(lease, stored.fence + 1)
         try:
             taken = await context.store.take_over_checkpoint(run_id, fence=lease.token)
         except StaleFence:
