@@ -140,6 +140,7 @@ def _build(
         is_async=inspect.iscoroutinefunction(function),
         policy=ToolPolicy(policy) if policy is not None else None,
         timeout=timeout,
+        idempotent=idempotent,
         _validator=validator,
     )
 
