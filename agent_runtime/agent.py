@@ -1361,6 +1361,13 @@ class AgentCore(CapabilityCalls, RunCalls):
             for extension in self._extensions:
                 await extension.after_tool(context, call, outcome)
         is_error = outcome_error is not None
+        content = f"Error: {outcome_error}" if is_error else self._executor.render(result)
+        approval = context.state.approvals.get(call.id)
+        message = ToolMessage(call.id, call.name, content, is_error, approval=approval)
+        if checkpoints is not None:
+            # saved before it is told: a reader never sees a result a resume would not know
+            checkpoints.finished(message)
+            await self._save_checkpoint(context)
         await context._channel.put(
             AgentEvent(
                 AgentEventType.TOOL_CALL_COMPLETED,
@@ -1373,12 +1380,6 @@ class AgentCore(CapabilityCalls, RunCalls):
                 is_error=is_error,
             )
         )
-        content = f"Error: {outcome_error}" if is_error else self._executor.render(result)
-        approval = context.state.approvals.get(call.id)
-        message = ToolMessage(call.id, call.name, content, is_error, approval=approval)
-        if checkpoints is not None:
-            checkpoints.finished(message)
-            await self._save_checkpoint(context)
         return message
 
     async def _notify_cancelled(self, context: AgentRunContext, reason: str) -> None:
