@@ -114,7 +114,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             metrics.runs_queued.set(queued)
 
         budgets = await open_budgets(settings, config, store, bus)
-        webhooks = open_webhooks(settings, config, store)
+        webhooks = open_webhooks(settings, config, store, metrics)
         if webhooks is not None and webhooks.sender is not None:
             stack.push_async_callback(webhooks.sender.aclose)
         admission = Admission(
@@ -176,7 +176,9 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
     return services
 
 
-def open_webhooks(settings: Settings, config: ServiceConfig, store: Store) -> RunWebhooks | None:
+def open_webhooks(
+    settings: Settings, config: ServiceConfig, store: Store, metrics: Metrics | None = None
+) -> RunWebhooks | None:
     """The runs' webhooks and this worker's sender; None when no signing secret is set.
 
     Raises ``ConfigError`` for an agent whose ``webhook_url`` no secret signs."""
@@ -208,6 +210,8 @@ def open_webhooks(settings: Settings, config: ServiceConfig, store: Store) -> Ru
         backoff_max=settings.webhook_backoff_max,
         timeout=settings.webhook_timeout,
         poll_interval=settings.webhook_poll_interval,
+        retention=settings.webhook_retention,
+        metrics=metrics,
     )
     return RunWebhooks(targets, keys, sender)
 

@@ -74,8 +74,23 @@ class Metrics:
             "run's lease",
             registry=r,
         )
+        # webhooks (app.webhooks.delivery): each attempt by what it led to
+        self.webhook_attempts = Counter(
+            "agent_webhook_attempts",
+            "Webhook delivery attempts, by outcome: delivered, retry (due again later) or "
+            "failed (given up)",
+            ["outcome"],
+            registry=r,
+        )
+        self.webhooks_pruned = Counter(
+            "agent_webhooks_pruned",
+            "Settled webhook messages deleted from the outbox after their retention",
+            registry=r,
+        )
         for outcome in ("completed", "failed", "cancelled"):
             self.runs_total.labels(outcome)
+        for outcome in ("delivered", "retry", "failed"):
+            self.webhook_attempts.labels(outcome)
         for reason in (
             "session_busy",
             "overloaded",

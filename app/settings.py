@@ -178,6 +178,9 @@ class Settings(BaseSettings):
     """The longest wait between two attempts, in seconds."""
     webhook_timeout: Annotated[float, Field(gt=0)] = 10.0
     """Seconds one delivery attempt may take (connect, send, the receiver's answer)."""
+    webhook_retention: Annotated[float, Field(gt=0)] = 7 * 86400.0
+    """Seconds a delivered or failed webhook message (and its attempts) is kept in the outbox
+    before it is deleted; pending ones are kept until they settle."""
     webhook_poll_interval: Annotated[float, Field(gt=0)] = 2.0
     """Seconds between two looks at the outbox for due messages (a worker's own new ones
     go out at once)."""
@@ -267,6 +270,7 @@ class Settings(BaseSettings):
         "webhook_backoff_max",
         "webhook_timeout",
         "webhook_poll_interval",
+        "webhook_retention",
     )
     @classmethod
     def _finite(cls, value: float) -> float:

@@ -17,6 +17,7 @@ from app.agents import AgentProfile
 from app.budgets import BudgetHold
 from app.bus.base import Lease
 from app.storage import RunRecord, RunStatus
+from app.storage.schedules import FiringFence
 from app.wire import WireEncoder, iso_ms
 
 __all__ = [
@@ -71,6 +72,9 @@ class RunRequestOptions:
     webhook_url: str | None = None
     """Where the run's end and confirmation requests are posted (``app.webhooks``); None:
     the agent's own ``webhook_url``, if any."""
+    firing: FiringFence | None = None
+    """The schedule's firing this run is started for: the run is created only while its
+    starter still holds the firing with that token (``app.schedules``)."""
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from app.storage import (
     Store,
     WebhookMessage,
 )
+from app.storage.schedules import FiringFence
 
 __all__ = ["RunRecords"]
 
@@ -53,13 +54,15 @@ class RunRecords:
             started_at=handle.started_at,
             metadata=handle.metadata,
         )
-        recorded = asyncio.get_running_loop().create_task(self._create(record))
+        recorded = asyncio.get_running_loop().create_task(
+            self._create(record, handle.options.firing)
+        )
         handle.recorded = recorded
         return recorded
 
-    async def _create(self, record: RunRecord) -> None:
+    async def _create(self, record: RunRecord, firing: FiringFence | None) -> None:
         try:
-            await self._store.create_run(record)
+            await self._store.create_run(record, firing=firing)
         except SessionNotFound:
             # deleted between the ownership check and the lock
             raise NotFound(f"no session {record.session_id!r}") from None

@@ -161,6 +161,10 @@ class Starter:
         context.hold(handle)
         try:
             recorded = await self._launch(handle)
+            if options.firing is not None:
+                # a schedule's run proves it still holds its firing before anything of it
+                # runs: a worker that stalled past the firing's lease calls no model or tool
+                await asyncio.shield(recorded)
         except BaseException:
             await self._finalizer.abandon(handle)
             raise

@@ -12,9 +12,12 @@ Firing starts a background run through the run manager, so through the same admi
 budgets and session lock as ``POST /v1/sessions/{id}/runs``. A refusal that says when to try
 again (429, 503, a busy session) is recorded as ``retrying`` with ``lease_until`` at that
 time; any worker takes it over then. The run carries ``schedule_id`` and ``scheduled_for``
-in its metadata, and a firing taken over after a crash first looks for a run its previous
-holder already started, so a worker killed between starting the run and recording it does
-not cause a second run.
+in its metadata. The run's record is created in the same store transaction that moves the
+firing, at its holder's token, to ``started`` (``FiringFence``): a worker that stalled past
+its lease while another took the firing over (raising the token) finds its start refused
+(``FiringLost``) before the run calls anything, so each due time has one run however long a
+holder pauses. A firing taken over first looks for a run of it too (stored by an older
+version that settled the firing after the start).
 
 A due time found more than ``AGENT_SCHEDULER_MISFIRE_GRACE`` late (nobody ran meanwhile)
 follows the schedule's ``misfire``: ``skip`` records one ``skipped`` firing for the latest
@@ -36,7 +39,7 @@ from app.runs.handle import RunRequestOptions
 from app.schedules.timing import Timing
 from app.storage import StorageError, Store
 from app.storage.base import utcnow
-from app.storage.schedules import FiringRecord, ScheduleRecord
+from app.storage.schedules import FiringFence, FiringLost, FiringRecord, ScheduleRecord
 
 __all__ = ["RETRYABLE_CODES", "Scheduler", "StartRun", "firing_session"]
 
@@ -193,21 +196,23 @@ class Scheduler:
             agent=schedule.agent,
             background=True,
             metadata={"schedule_id": schedule.id, "scheduled_for": scheduled_for},
+            firing=FiringFence(firing.schedule_id, firing.due_at, firing.token),
         )
         try:
+            # its record settles the firing as started, in one transaction (see above)
             run_id = await self._start_run(schedule.principal, session_id, options)
         except ServiceError as exc:
             await self._refused(firing, exc)
             return 0
-        settled = await store.settle_firing(firing, status="started", run_id=run_id)
+        except FiringLost:
+            logger.warning(
+                "a firing's lease ran out before its run was started; another worker has it",
+                extra={"schedule_id": schedule.id, "due_at": scheduled_for, "token": firing.token},
+            )
+            return 0
         logger.info(
             "scheduled run started",
-            extra={
-                "schedule_id": schedule.id,
-                "due_at": scheduled_for,
-                "run_id": run_id,
-                "recorded": settled,
-            },
+            extra={"schedule_id": schedule.id, "due_at": scheduled_for, "run_id": run_id},
         )
         return 1
 

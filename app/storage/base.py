@@ -45,7 +45,7 @@ from typing import (
 )
 
 if TYPE_CHECKING:
-    from app.storage.schedules import FiringRecord, FiringStatus, ScheduleRecord
+    from app.storage.schedules import FiringFence, FiringRecord, FiringStatus, ScheduleRecord
 
 from app.storage.outbox import (
     ClaimedWebhook,
@@ -487,11 +487,13 @@ class Store(Protocol):
 
     # runs
 
-    async def create_run(self, run: RunRecord) -> None:
+    async def create_run(self, run: RunRecord, *, firing: FiringFence | None = None) -> None:
         """Store a new run of an existing session owned by `run.principal`.
 
         A session without a title takes `title_of(run.input)`. Raises `SessionNotFound`,
-        `SessionOwnedByOther` or `RunAlreadyExists`.
+        `SessionOwnedByOther` or `RunAlreadyExists`. With `firing`, the run is a schedule's:
+        it is stored only together with moving that firing, still held with `firing.token`,
+        to `started` (else `FiringLost`, and nothing is written).
         """
         ...
 
@@ -545,6 +547,11 @@ class Store(Protocol):
     ) -> bool:
         """Record one attempt and the message's new state, releasing the claim; False (and
         nothing written) when the claim is no longer this one (it ran out, another took it)."""
+        ...
+
+    async def prune_webhooks(self, *, before: float, limit: int) -> int:
+        """Delete up to ``limit`` delivered or failed messages created before ``before``, with
+        their attempts; how many were deleted. Pending messages are kept."""
         ...
 
     async def webhook_states(self, run_id: str) -> list[WebhookState]:

@@ -9,6 +9,9 @@ message at a time, and records each attempt under that claim::
     pending ──claim──▶ pending (claimed until T) ──attempt──▶ pending (due later)
                                                          └──▶ delivered | failed
 
+A delivered or failed message is kept for the retention (``AGENT_WEBHOOK_RETENTION``), then
+deleted with its attempts (``prune``); a pending one is never deleted.
+
 Times are seconds since the epoch (floats): the workers' wall clocks order the claims.
 """
 
@@ -208,6 +211,22 @@ def sqlite_record(
     return True
 
 
+def sqlite_prune(db: sqlite3.Connection, before: float, limit: int) -> int:
+    """Delete up to ``limit`` settled messages created before ``before``; how many."""
+    ids = [
+        row["id"]
+        for row in db.execute(
+            "SELECT id FROM webhook_outbox WHERE state <> 'pending' AND created_at < ? LIMIT ?",
+            (before, limit),
+        )
+    ]
+    if not ids:
+        return 0
+    marks = ", ".join("?" * len(ids))
+    db.execute(f"DELETE FROM webhook_attempts WHERE message_id IN ({marks})", ids)
+    return int(db.execute(f"DELETE FROM webhook_outbox WHERE id IN ({marks})", ids).rowcount)
+
+
 def sqlite_states(db: sqlite3.Connection, run_id: str) -> list[WebhookState]:
     rows = db.execute(
         f"SELECT {_COLUMNS}, state, next_attempt_at FROM webhook_outbox WHERE run_id = ?"
@@ -296,6 +315,26 @@ async def postgres_record(
             attempt.error,
         )
     return True
+
+
+async def postgres_prune(conn: Any, before: float, limit: int) -> int:
+    """Delete up to ``limit`` settled messages created before ``before``; how many."""
+    async with conn.transaction():
+        # SKIP LOCKED: two workers pruning at once take different rows
+        rows = await conn.fetch(
+            "SELECT id FROM webhook_outbox WHERE state <> 'pending' AND created_at < $1"
+            " LIMIT $2 FOR UPDATE SKIP LOCKED",
+            before,
+            limit,
+        )
+        ids = [row["id"] for row in rows]
+        if not ids:
+            return 0
+        await conn.execute("DELETE FROM webhook_attempts WHERE message_id = ANY($1::text[])", ids)
+        status: str = await conn.execute(
+            "DELETE FROM webhook_outbox WHERE id = ANY($1::text[])", ids
+        )
+    return int(status.rsplit(" ", 1)[-1])
 
 
 async def postgres_states(conn: Any, run_id: str) -> list[WebhookState]:

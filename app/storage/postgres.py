@@ -51,7 +51,8 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
-from app.storage.postgres_schedules import SCHEDULES_MIGRATION, PostgresSchedules
+from app.storage.postgres_schedules import SCHEDULES_MIGRATION, PostgresSchedules, take_firing
+from app.storage.schedules import FiringFence
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "redact_url"]
 
@@ -561,7 +562,7 @@ class PostgresStore(PostgresSchedules):
     # --- runs -----------------------------------------------------------------------------
 
     @finish_on_cancel
-    async def create_run(self, run: RunRecord) -> None:
+    async def create_run(self, run: RunRecord, *, firing: FiringFence | None = None) -> None:
         """Store a new run of an existing session owned by `run.principal`."""
         async with self._connection() as conn, conn.transaction():
             # FOR KEY SHARE keeps the session from being deleted before the INSERT.
@@ -593,6 +594,8 @@ class PostgresStore(PostgresSchedules):
                 )
             except asyncpg.UniqueViolationError as exc:
                 raise RunAlreadyExists(run.run_id) from exc
+            if firing is not None:  # in the same transaction: refused, the insert is undone
+                await take_firing(conn, firing, run.run_id)
             title = title_of(run.input)
             if title is not None:
                 await conn.execute(
@@ -740,6 +743,12 @@ class PostgresStore(PostgresSchedules):
         """Record an attempt under its claim; see ``Store.record_webhook_attempt``."""
         async with self._connection() as conn:
             return await outbox.postgres_record(conn, claimed, attempt, state, next_attempt_at)
+
+    @finish_on_cancel
+    async def prune_webhooks(self, *, before: float, limit: int) -> int:
+        """Delete settled messages past their retention; see ``Store.prune_webhooks``."""
+        async with self._connection() as conn:
+            return await outbox.postgres_prune(conn, before, limit)
 
     @finish_on_cancel
     async def webhook_states(self, run_id: str) -> list[outbox.WebhookState]:

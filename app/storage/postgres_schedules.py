@@ -16,7 +16,13 @@ from typing import Any, Final
 import asyncpg
 
 from app.storage.base import BackgroundOperations, decode_json, encode_json, finish_on_cancel
-from app.storage.schedules import FiringRecord, FiringStatus, ScheduleRecord
+from app.storage.schedules import (
+    FiringFence,
+    FiringLost,
+    FiringRecord,
+    FiringStatus,
+    ScheduleRecord,
+)
 
 __all__ = ["SCHEDULES_MIGRATION", "PostgresSchedules"]
 
@@ -311,3 +317,19 @@ class PostgresSchedules(BackgroundOperations):
                 limit,
             )
         return [_firing(row) for row in rows]
+
+
+async def take_firing(conn: Any, fence: FiringFence, run_id: str) -> None:
+    """Move the firing from ``claimed`` to ``started`` with ``run_id``, at ``fence.token``
+    (inside the run's insert transaction); ``FiringLost`` when it is not held so."""
+    answer: str = await conn.execute(
+        "UPDATE schedule_firings SET status = 'started', run_id = $4, attempts = attempts + 1,"
+        " updated_at = now()"
+        " WHERE schedule_id = $1 AND due_at = $2 AND token = $3 AND status = 'claimed'",
+        fence.schedule_id,
+        fence.due_at,
+        fence.token,
+        run_id,
+    )
+    if answer != "UPDATE 1":
+        raise FiringLost(fence)

@@ -6,7 +6,10 @@ the same transaction: of any number of workers that read the same due time, one 
 winner holds the firing's lease (``lease_until``) and its fencing token; a firing whose lease
 ran out (its worker died, or it waits to retry after a refusal) is taken over by exactly one
 worker (``reclaim_firings`` raises the token), and only the holder of the current token can
-settle it (``settle_firing``).
+settle it (``settle_firing``). The run of a firing is created under the same proof: its record
+is inserted only in the transaction that moves the firing, at that token, from ``claimed`` to
+``started`` (``Store.create_run(run, firing=...)``), so a worker that stalled past its lease
+while another took the firing over starts nothing (``FiringLost``).
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal, get_args
 
-from app.storage.base import JSONObject, require_aware, utcnow
+from app.storage.base import JSONObject, StorageError, require_aware, utcnow
 
 __all__ = [
     "FIRING_STATUSES",
     "OPEN_FIRING_STATUSES",
+    "FiringFence",
+    "FiringLost",
     "FiringRecord",
     "FiringStatus",
     "Misfire",
@@ -88,3 +93,24 @@ class FiringRecord:
             raise ValueError(f"unknown firing status {self.status!r}")
         for name in ("due_at", "lease_until", "created_at", "updated_at"):
             require_aware(name, getattr(self, name))
+
+
+@dataclass(frozen=True, slots=True)
+class FiringFence:
+    """The firing a run is started for, and the token its starter holds it with."""
+
+    schedule_id: str
+    due_at: datetime
+    token: int
+
+
+class FiringLost(StorageError):
+    """A firing's run was not created: the firing is no longer held with that token (another
+    worker took it over after the lease ran out), or it was settled or deleted meanwhile."""
+
+    def __init__(self, fence: FiringFence) -> None:
+        super().__init__(
+            f"the firing of schedule {fence.schedule_id!r} due {fence.due_at.isoformat()} is "
+            f"no longer held with token {fence.token}; its run was not created"
+        )
+        self.fence = fence

@@ -47,7 +47,8 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
-from app.storage.sqlite_schedules import SCHEDULES_MIGRATION, SQLiteSchedules
+from app.storage.schedules import FiringFence
+from app.storage.sqlite_schedules import SCHEDULES_MIGRATION, SQLiteSchedules, take_firing
 
 logger = logging.getLogger("app.storage")
 
@@ -331,9 +332,9 @@ class SQLiteStore(SQLiteSchedules):
     # --- runs -----------------------------------------------------------------------------
 
     @finish_on_cancel
-    async def create_run(self, run: RunRecord) -> None:
+    async def create_run(self, run: RunRecord, *, firing: FiringFence | None = None) -> None:
         """Store a new run of an existing session owned by `run.principal`."""
-        await self._write(_create_run, run)
+        await self._write(_create_run, run, firing)
 
     @finish_on_cancel
     async def update_run(
@@ -421,6 +422,11 @@ class SQLiteStore(SQLiteSchedules):
     ) -> bool:
         """Record an attempt under its claim; see ``Store.record_webhook_attempt``."""
         return await self._write(outbox.sqlite_record, claimed, attempt, state, next_attempt_at)
+
+    @finish_on_cancel
+    async def prune_webhooks(self, *, before: float, limit: int) -> int:
+        """Delete settled messages past their retention; see ``Store.prune_webhooks``."""
+        return await self._write(outbox.sqlite_prune, before, limit)
 
     @finish_on_cancel
     async def webhook_states(self, run_id: str) -> list[outbox.WebhookState]:
@@ -671,7 +677,7 @@ def _append_messages(
     db.executemany(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows)
 
 
-def _create_run(db: sqlite3.Connection, run: RunRecord) -> None:
+def _create_run(db: sqlite3.Connection, run: RunRecord, firing: FiringFence | None) -> None:
     row = db.execute("SELECT principal FROM sessions WHERE id = ?", (run.session_id,)).fetchone()
     if row is None:
         raise SessionNotFound(run.session_id)
@@ -699,6 +705,8 @@ def _create_run(db: sqlite3.Connection, run: RunRecord) -> None:
         )
     except sqlite3.IntegrityError as exc:
         raise RunAlreadyExists(run.run_id) from exc
+    if firing is not None:  # in the same transaction: refused, the insert is rolled back
+        take_firing(db, firing, run.run_id)
     title = title_of(run.input)
     if title is not None:
         db.execute(

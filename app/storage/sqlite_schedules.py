@@ -11,7 +11,13 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from app.storage.base import BackgroundOperations, decode_json, encode_json, finish_on_cancel
-from app.storage.schedules import FiringRecord, FiringStatus, ScheduleRecord
+from app.storage.schedules import (
+    FiringFence,
+    FiringLost,
+    FiringRecord,
+    FiringStatus,
+    ScheduleRecord,
+)
 
 __all__ = ["SCHEDULES_MIGRATION", "SQLiteSchedules"]
 
@@ -399,3 +405,15 @@ def _list_firings(db: sqlite3.Connection, schedule_id: str, limit: int) -> list[
         (schedule_id, limit),
     ).fetchall()
     return [_firing(row) for row in rows]
+
+
+def take_firing(db: sqlite3.Connection, fence: FiringFence, run_id: str) -> None:
+    """Move the firing from ``claimed`` to ``started`` with ``run_id``, at ``fence.token``
+    (inside the run's insert transaction); ``FiringLost`` when it is not held so."""
+    moved = db.execute(
+        "UPDATE schedule_firings SET status = 'started', run_id = ?, attempts = attempts + 1,"
+        " updated_at = ? WHERE schedule_id = ? AND due_at = ? AND token = ? AND status = 'claimed'",
+        (run_id, _now(), fence.schedule_id, _ts(fence.due_at), fence.token),
+    ).rowcount
+    if moved != 1:
+        raise FiringLost(fence)

@@ -12,6 +12,10 @@ saw the id drops the repeat.
 Redirects are not followed: a 3xx answer is recorded as a failed delivery. Following one
 would need the same check of its target; refusing them is simpler and a webhook receiver
 has no reason to redirect.
+
+Settled messages (delivered or failed) are deleted once older than ``retention``: each
+sender prunes a batch every ``prune_interval`` (and at once again while batches come back
+full), so the outbox holds what is pending and what is recent.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from app.metrics import Metrics
 from app.storage import ClaimedWebhook, Store, WebhookAttempt, WebhookStatus
 from app.webhooks.signing import origin_of, sign
 from app.webhooks.targets import TargetRefused, TargetUnresolved, WebhookTargets
@@ -36,6 +41,7 @@ __all__ = ["WebhookSecrets", "WebhookSender", "backoff_delay"]
 logger = logging.getLogger("app.webhooks")
 
 _BATCH = 16
+_PRUNE_BATCH = 500
 _CLAIM_MARGIN = 30.0
 _USER_AGENT = "agent-server-webhooks/1"
 
@@ -93,6 +99,9 @@ class WebhookSender:
         backoff_max: float = 3600.0,
         timeout: float = 10.0,
         poll_interval: float = 2.0,
+        retention: float = 7 * 86400.0,
+        prune_interval: float = 600.0,
+        metrics: Metrics | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -104,6 +113,10 @@ class WebhookSender:
         self._backoff_max = backoff_max
         self._timeout = timeout
         self._poll_interval = poll_interval
+        self._retention = retention
+        self._prune_interval = prune_interval
+        self._next_prune = 0.0  # a first prune at start: a restart after a long stop
+        self._metrics = metrics
         self._clock = clock
         self._worker = secrets.token_hex(6)
         # no proxies from the environment (they would reach what the checks refused), no
@@ -143,6 +156,15 @@ class WebhookSender:
             except Exception:
                 logger.warning("could not read the webhook outbox", exc_info=True)
                 claimed = 0
+            if self._clock() >= self._next_prune:
+                try:
+                    pruned = await self.prune()
+                except Exception:
+                    logger.warning("could not prune the webhook outbox", exc_info=True)
+                    pruned = 0
+                # a full batch: more are past their retention, look again at once
+                wait = 0.0 if pruned >= _PRUNE_BATCH else self._prune_interval
+                self._next_prune = self._clock() + wait
             if claimed >= _BATCH:
                 continue  # more may be due
             with contextlib.suppress(TimeoutError):
@@ -159,6 +181,17 @@ class WebhookSender:
         if batch:
             await asyncio.gather(*(self._attempt(claimed) for claimed in batch))
         return len(batch)
+
+    async def prune(self) -> int:
+        """Delete a batch of settled messages older than the retention; how many."""
+        pruned = await self._store.prune_webhooks(
+            before=self._clock() - self._retention, limit=_PRUNE_BATCH
+        )
+        if pruned:
+            if self._metrics is not None:
+                self._metrics.webhooks_pruned.inc(pruned)
+            logger.info("webhook messages past their retention deleted", extra={"count": pruned})
+        return pruned
 
     async def _attempt(self, claimed: ClaimedWebhook) -> None:
         message = claimed.message
@@ -189,6 +222,9 @@ class WebhookSender:
             "state": state,
             "status_code": result.status_code,
         }
+        if recorded and self._metrics is not None:
+            outcome = "retry" if state == "pending" else state
+            self._metrics.webhook_attempts.labels(outcome).inc()
         if not recorded:
             logger.warning(
                 "a webhook attempt's claim ran out before it was recorded", extra=details

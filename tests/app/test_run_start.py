@@ -35,13 +35,13 @@ class HeldStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    async def create_run(self, run: RunRecord) -> None:
+    async def create_run(self, run: RunRecord, **options: Any) -> None:
         self.records.append(run)
         self.entered.set()
         await self.release.wait()
         if self.fail is not None:
             raise self.fail
-        await self._store.create_run(run)
+        await self._store.create_run(run, **options)
 
 
 class World:

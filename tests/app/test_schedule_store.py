@@ -6,8 +6,10 @@ import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
-from app.storage import Store
-from app.storage.schedules import FiringRecord, ScheduleRecord
+import pytest
+
+from app.storage import RunRecord, Store
+from app.storage.schedules import FiringFence, FiringLost, FiringRecord, ScheduleRecord
 from tests.app.storage_fixtures import OpenStore, open_backend_fixture, store_fixture
 
 __all__ = ["open_backend_fixture", "store_fixture"]
@@ -130,6 +132,48 @@ async def test_a_dead_workers_firing_is_taken_over_once_and_fenced(
     assert not await stores[2].settle_firing(winner, status="failed", detail="twice")
     [firing] = await stores[2].list_firings(schedule.id)
     assert (firing.status, firing.run_id, firing.attempts) == ("started", "run_new", 1)
+
+
+def _run(run_id: str, session_id: str) -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        session_id=session_id,
+        principal="alice",
+        agent="default",
+        input="report",
+        status="running",
+    )
+
+
+async def test_a_firings_run_is_created_only_by_its_current_holder(
+    open_backend: OpenStore,
+) -> None:
+    stalled, other = await open_backend(), await open_backend()
+    schedule = _schedule()
+    await stalled.create_schedule(schedule)
+    claimed = _firing(schedule, T0, T0)
+    assert await stalled.claim_due(schedule, T0 + timedelta(minutes=1), claimed)
+    await stalled.get_or_create_session("firing-session", "alice")
+    # the holder stalls past its lease; another worker takes the firing over
+    later = T0 + LEASE
+    [winner] = await other.reclaim_firings(later, later + LEASE, 10)
+    old = FiringFence(schedule.id, T0, claimed.token)
+    new = FiringFence(schedule.id, T0, winner.token)
+    # both insert at once: only the current token's run is stored
+    results = await asyncio.gather(
+        stalled.create_run(_run("run_stale", "firing-session"), firing=old),
+        other.create_run(_run("run_current", "firing-session"), firing=new),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], FiringLost), results
+    assert results[1] is None
+    assert await stalled.get_run("run_stale") is None  # rolled back with the refusal
+    [firing] = await other.list_firings(schedule.id)
+    assert (firing.status, firing.run_id, firing.token) == ("started", "run_current", 2)
+    # started: neither token creates another run for it
+    with pytest.raises(FiringLost):
+        await other.create_run(_run("run_again", "firing-session"), firing=new)
+    assert [run.run_id for run in await other.list_runs("firing-session", None)] == ["run_current"]
 
 
 async def test_a_retrying_firing_waits_for_its_time(store: Store) -> None:

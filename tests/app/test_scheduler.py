@@ -160,6 +160,34 @@ async def test_a_worker_killed_after_starting_the_run_causes_no_second_run(
         assert await runs_of(served, schedule, firing.due_at) == started
 
 
+async def test_a_worker_stalled_past_its_lease_starts_nothing(serve: Serve) -> None:
+    async with serve(scheduler_enabled=False) as served:
+        clock = Clock(T0)
+        schedule = await create(served, clock, session_id="stalls")
+        held, resume = asyncio.Event(), asyncio.Event()
+
+        async def stalls(principal: str, session_id: str, options: RunRequestOptions) -> str:
+            held.set()
+            await resume.wait()  # a GC pause, SIGSTOP, a slow network: the lease runs out
+            return await real_start(served)(principal, session_id, options)
+
+        async with workers(served, 2) as (stalled_store, other_store):
+            stalled = scheduler(stalled_store, stalls, clock)
+            other = scheduler(other_store, real_start(served), clock)
+            clock.now = schedule.next_due_at or T0
+            stalling = asyncio.create_task(stalled.tick())
+            await held.wait()
+            clock.advance(seconds=LEASE)
+            assert await other.tick() == 1  # took the firing over and started its run
+            [firing] = await served.services.store.list_firings(schedule.id)
+            assert (firing.status, firing.token) == ("started", 2)
+            resume.set()
+            assert await stalling == 0  # its start was refused: it fired nothing
+        assert await runs_of(served, schedule, firing.due_at) == [firing.run_id]
+        [after] = await served.services.store.list_firings(schedule.id)
+        assert (after.status, after.run_id, after.token) == ("started", firing.run_id, 2)
+
+
 @pytest.mark.parametrize("misfire", ["skip", "run_once"])
 async def test_misfire_after_a_restart(serve: Serve, misfire: str) -> None:
     async with serve(scheduler_enabled=False) as served:

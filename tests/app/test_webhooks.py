@@ -13,11 +13,13 @@ import ssl
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from app.metrics import Metrics
 from app.storage import RunRecord, StaleFence, Store, WebhookMessage, WebhookState
 from app.webhooks.delivery import WebhookSecrets, WebhookSender, backoff_delay
 from app.webhooks.messages import end_message
@@ -47,7 +49,12 @@ async def receiver() -> AsyncIterator[WebhookReceiver]:
 
 
 def sender(
-    store: Store, *, allow_private: bool = True, max_attempts: int = 8, timeout: float = 5.0
+    store: Store,
+    *,
+    allow_private: bool = True,
+    max_attempts: int = 8,
+    timeout: float = 5.0,
+    **options: Any,
 ) -> WebhookSender:
     """A sender with short backoffs (0.01 s doubling to 0.05 s) and a quick poll."""
     return WebhookSender(
@@ -59,6 +66,7 @@ def sender(
         backoff_max=0.05,
         timeout=timeout,
         poll_interval=0.05,
+        **options,
     )
 
 
@@ -157,6 +165,69 @@ async def test_retries_keep_the_id(store: Store, receiver: WebhookReceiver) -> N
     assert [a.attempt for a in state.attempts] == [1, 2, 3]
     # a delivered message is never claimed again
     assert await store.claim_webhooks("x", now=1e12, until=1e12 + 1, limit=10) == []
+
+
+def _count(metrics: Metrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def test_attempts_are_counted_by_outcome(store: Store, receiver: WebhookReceiver) -> None:
+    receiver.answers = [500, 503]
+    metrics = Metrics()
+    message = await finished_run(store, receiver.url)
+    webhooks = sender(store, metrics=metrics)
+    webhooks.start()
+    try:
+        await settled(store, message.run_id, "delivered")
+    finally:
+        await webhooks.aclose()
+    total = "agent_webhook_attempts_total"
+    assert _count(metrics, total, outcome="retry") == 2
+    assert _count(metrics, total, outcome="delivered") == 1
+    assert _count(metrics, total, outcome="failed") == 0
+
+
+async def test_settled_messages_are_pruned_after_the_retention(
+    store: Store, receiver: WebhookReceiver
+) -> None:
+    receiver.answers = [500]
+    failed = await finished_run(store, receiver.url)
+    webhooks = sender(store, max_attempts=1)
+    webhooks.start()
+    try:
+        await settled(store, failed.run_id, "failed")
+        delivered = await finished_run(store, receiver.url)
+        await settled(store, delivered.run_id, "delivered")
+    finally:
+        await webhooks.aclose()
+    pending = await finished_run(store, receiver.url)  # no sender runs: it stays pending
+    # younger than the retention: kept
+    assert await store.prune_webhooks(before=failed.created_at, limit=100) == 0
+    assert await store.prune_webhooks(before=pending.created_at + 1, limit=1) == 1
+    assert await store.prune_webhooks(before=pending.created_at + 1, limit=100) == 1
+    assert await store.webhook_states(failed.run_id) == []
+    assert await store.webhook_states(delivered.run_id) == []
+    (kept,) = await store.webhook_states(pending.run_id)
+    assert kept.state == "pending"  # never deleted before it settles
+    assert await store.prune_webhooks(before=pending.created_at + 1, limit=100) == 0
+
+
+async def test_the_sender_prunes_as_it_goes(store: Store, receiver: WebhookReceiver) -> None:
+    metrics = Metrics()
+    message = await finished_run(store, receiver.url)
+    webhooks = sender(store, retention=1e-3, prune_interval=0.05, metrics=metrics)
+    webhooks.start()
+    try:
+        async with asyncio.timeout(10):
+            while True:
+                if receiver.requests and not await store.webhook_states(message.run_id):
+                    break
+                await asyncio.sleep(0.02)
+    finally:
+        await webhooks.aclose()
+    assert [r.status for r in receiver.requests] == [200]
+    assert _count(metrics, "agent_webhooks_pruned_total") == 1
 
 
 async def test_a_repeat_of_a_delivered_message_is_deduplicated(
