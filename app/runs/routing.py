@@ -138,6 +138,13 @@ class Routing:
             ended = await self._end_of(run_id)
             if ended is not None:
                 return "finished", ended
+            if self.resume_parked is not None:
+                # parked (a shutdown handed it over) or lost, and resumable: a later sweep or
+                # answer would bring it back, so take it here and end it as cancelled
+                handle = await self.resume_parked(run_id, found.session_id)
+                if handle is not None:
+                    self.stop(handle, "cancel_requested")
+                    return "cancelling", context.live_status(handle)
         return "cancelling", found.status
 
     async def _end_of(self, run_id: str) -> RunStatus | None:

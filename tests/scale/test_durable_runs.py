@@ -215,6 +215,43 @@ async def test_a_waiting_run_is_parked_at_sigterm_and_answered_on_the_other_work
         assert "Deleted plans.md" in events[-1].data["data"]["output"]["content"]
 
 
+@needs_seam
+async def test_a_parked_run_cancelled_on_the_other_worker_ends_cancelled(
+    start_cluster: StartCluster,
+) -> None:
+    leaving, staying = start_cluster(2)
+    session = new_session()
+    async with leaving.client() as cl, staying.client() as cs:
+        run_id = await start_background(cl, session, "delete plans.md")
+
+        async def asked() -> bool:
+            return any(
+                e.type == "custom" and e.data["data"]["name"] == "confirmation_requested"
+                for e in await _events_so_far(cs, run_id)
+            )
+
+        await wait_for(asked)
+        leaving.signal(signal.SIGTERM)
+        assert leaving.wait(15) == 0
+        assert (await cs.get(f"/v1/runs/{run_id}")).json()["status"] == "waiting"
+        cancelled = await cs.post(f"/v1/runs/{run_id}/cancel")
+        assert cancelled.status_code in (200, 202), cancelled.text
+        events = await follow(cs, run_id)
+        assert_well_formed(events, run_id)
+        assert events[-1].type == "run.cancelled"
+        assert events[-1].data["data"]["reason"] == "cancel_requested"
+
+        async def stored() -> bool:
+            return bool((await cs.get(f"/v1/runs/{run_id}")).json()["status"] == "cancelled")
+
+        await wait_for(stored)
+        # nothing brings it back: the next run of the session starts at once
+        again = await cs.post(
+            f"/v1/sessions/{session}/runs", json={"input": "hello", "stream": False}
+        )
+        assert again.status_code == 200, again.text
+
+
 async def _events_so_far(client: httpx.AsyncClient, run_id: str) -> list[Event]:
     """The run's logged events now (read with a short timeout; the run goes on)."""
     events: list[Event] = []
