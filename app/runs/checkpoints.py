@@ -21,7 +21,7 @@ from app.runs.context import RunContext
 from app.runs.fencing import Fencing
 from app.runs.handle import RunHandle
 from app.runs.records import RunRecords
-from app.storage import CheckpointRecord, StaleFence, StorageError
+from app.storage import CheckpointRecord, StaleFence, StorageError, StorageUnavailable
 
 __all__ = ["CheckpointFenced", "RunCheckpointSink", "first_checkpoint"]
 
@@ -84,5 +84,16 @@ class RunCheckpointSink:
         except StaleFence as exc:
             self._fencing.fence_off(handle, "the store refused its checkpoint (a newer lease)")
             raise CheckpointFenced(str(exc)) from exc
+        except StorageUnavailable:
+            if any(call.state == "started" for call in checkpoint.calls):
+                # a tool that must not run twice starts only once its start is recorded
+                raise
+            # an outage must not end a run that can finish (its end waits in memory for the
+            # store, app.runs.final_write): it stays resumable from its last stored checkpoint
+            logger.warning(
+                "could not store a checkpoint; the run goes on",
+                extra={"run_id": handle.run_id, "step": checkpoint.step},
+            )
+            return
         handle.checkpoint_step = max(handle.checkpoint_step or 0, checkpoint.step)
         context.metrics.checkpoints_saved.inc()

@@ -341,3 +341,54 @@ async def test_one_worker_on_sqlite_resumes_its_runs_after_a_restart(
             assert "Deleted notes.md" in rest[-1].data["data"]["output"]["content"]
     finally:
         server.stop()
+
+
+@needs_seam
+async def test_twenty_waiting_runs_survive_a_restart_on_sqlite(tmp_path: Path) -> None:
+    directory = tmp_path / "server"
+    server = launch(directory, {})
+    try:
+        async with server.client() as client:
+            runs = [
+                await start_background(client, new_session(), f"delete file{i}.md")
+                for i in range(20)
+            ]
+
+            async def all_waiting() -> bool:
+                for run_id in runs:
+                    if (await client.get(f"/v1/runs/{run_id}")).json()["status"] != "waiting":
+                        return False
+                return True
+
+            await wait_for(all_waiting, within=60)
+        server.signal(signal.SIGTERM)
+        assert server.wait(15) == 0  # parked at once, not drained
+        server = launch(directory, {})
+        async with server.client() as client:
+            for index, run_id in enumerate(runs):
+
+                async def request(run_id: str = run_id) -> Event | None:
+                    asked = [
+                        e
+                        for e in await _events_so_far(client, run_id)
+                        if e.type == "custom" and e.data["data"]["name"] == "confirmation_requested"
+                    ]
+                    return asked[-1] if asked else None
+
+                asked = await wait_for(request, within=30)
+                payload = asked.data["data"]["payload"]
+                answer = await client.post(
+                    "/external-events",
+                    json={
+                        "session_id": asked.data["session_id"],
+                        "run_id": run_id,
+                        "name": payload["response_event"],
+                        "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
+                    },
+                )
+                assert answer.status_code == 202, answer.text
+                rest = await follow(client, run_id, after=asked.id)
+                assert rest[-1].type == "run.completed"
+                assert f"Deleted file{index}.md" in rest[-1].data["data"]["output"]["content"]
+    finally:
+        server.stop()
