@@ -155,12 +155,19 @@ class unavailable:
                     f"Redis at {self._where} did not answer within {self._timeout:g} s "
                     f"while {self._doing}"
                 ) from expired
-        if isinstance(exc, RedisError | OSError):
+        if isinstance(exc, RedisError | OSError) or _closed_transport(exc):
             detail = str(exc) or type(exc).__name__
             raise BusUnavailable(
                 f"Redis at {self._where} failed while {self._doing}: {detail}"
             ) from exc
         return False
+
+
+def _closed_transport(exc: BaseException | None) -> bool:
+    """uvloop's answer to a write on a connection the server just closed: a RuntimeError
+    ("unable to perform operation on <TCPTransport closed=True ...>"), which redis-py lets
+    through; it is the socket failing, like an OSError."""
+    return isinstance(exc, RuntimeError) and "Transport closed=True" in str(exc)
 
 
 class Keys:
