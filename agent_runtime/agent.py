@@ -14,24 +14,21 @@ import dataclasses
 import fnmatch
 import logging
 import os
-import secrets
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .bindings import ModelBinding, ModelBindings
 from .capabilities.agent_calls import CapabilityCalls
 from .channel import Channel, ChannelClosed
-from .checkpoints import Checkpointer, CheckpointSink, RunCheckpoint, unknown_outcome
+from .checkpoints import Checkpointer, CheckpointSink, RunCheckpoint
 from .compaction import DEFAULT_MAX_HISTORY_MESSAGES, ContextCompactor, prepare_context
+from .conversation import ConversationStore, InMemoryConversationStore
 from .errors import (
     AgentClosedError,
     ConfigurationError,
@@ -46,15 +43,27 @@ from .errors import (
     ToolErrorLimitError,
 )
 from .events import AgentEvent, AgentEventType, AgentPhase
-from .extensions.base import AgentExtension, ToolOutcome
+from .extensions.base import AgentExtension
 from .extensions.events import RunCancelledEvent
-from .messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from .messages import AssistantMessage, Message, UserMessage
 from .model import Model, ModelEventKind, ModelRequest, ModelResponse, RetryOptions, Usage
 from .run_calls import RunCalls
-from .skills.activation import SkillState
+from .run_context import (
+    CANCELLED_CALL,
+    HANDOVER,
+    AgentResponse,
+    AgentRunConfig,
+    AgentRunContext,
+    AgentState,
+    PermissionCallback,
+    ToolGate,
+    build_run_options,
+    new_id,
+)
 from .skills.catalogue import SkillManager
-from .structured import OutputSpec, StructuredOutput, output_spec
-from .tools.base import Tool, ToolPolicy, _run_state, tool
+from .structured import StructuredOutput
+from .tool_calls import ToolCalls
+from .tools.base import Tool, ToolPolicy, _run_state
 from .tools.execution import ToolExecutor
 from .tools.registry import ToolRegistry
 from .tracing import NO_TRACER, RunTracer
@@ -64,6 +73,7 @@ if TYPE_CHECKING:
     from .mcp import MCPClient
 
 __all__ = [
+    "CANCELLED_CALL",
     "AgentCore",
     "AgentResponse",
     "AgentRunConfig",
@@ -71,16 +81,13 @@ __all__ = [
     "AgentState",
     "ConversationStore",
     "InMemoryConversationStore",
+    "ModelLike",
     "PermissionCallback",
     "ToolGate",
 ]
 
 logger = logging.getLogger("agent_runtime")
 
-PermissionCallback: TypeAlias = Callable[["AgentRunContext", ToolCall], "bool | Awaitable[bool]"]
-ToolGate: TypeAlias = Callable[[ToolCall], "str | None"]
-"""A run's last word on a tool call, asked (synchronously) right before the call executes, after
-its hooks, policy and approval: None lets it run, a string refuses it with that error."""
 ModelLike: TypeAlias = "Model | ModelBinding | ModelBindings"
 
 DEFAULT_MAX_ITERATIONS = 50
@@ -88,281 +95,7 @@ DEFAULT_TOOL_ERROR_LIMIT = 5
 _DEFAULT_RETRY = RetryOptions()
 
 
-class _Unset:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET: Any = _Unset()
-
-
-HANDOVER = "handover"
-"""The cancel reason of a run that stops here to go on elsewhere from its checkpoint."""
-
-
-def new_id(prefix: str) -> str:
-    """A random id with 128 bits of entropy."""
-    return f"{prefix}_{secrets.token_hex(16)}"
-
-
-@dataclass(frozen=True, slots=True)
-class AgentRunConfig:
-    """Routing identity of a run: its session, the caller's request id and an optional run id.
-
-    Without a ``session_id`` the run gets an anonymous session of its own.
-    """
-
-    session_id: str | None = None
-    request_id: str | None = None
-    run_id: str | None = None
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(eq=False, slots=True)
-class AgentState:
-    """The state of one run. ``messages`` is the conversation as the model last saw it;
-    ``added`` what this run added to it so far (its prompt first); ``partial`` the text of the
-    model call in flight; ``approvals`` the decision on each ``ask`` call, by call id."""
-
-    run_id: str = ""
-    session_id: str = ""
-    phase: AgentPhase = AgentPhase.IDLE
-    messages: list[Message] = field(default_factory=list)
-    iteration: int = 0
-    usage: Usage = field(default_factory=Usage)
-    consecutive_tool_errors: int = 0
-    error: BaseException | None = None
-    added: list[Message] = field(default_factory=list)
-    partial: list[str] = field(default_factory=list)
-    approvals: dict[str, Literal["approved", "denied"]] = field(default_factory=dict)
-
-    def stopped_messages(self) -> list[Message]:
-        """What the run added, as far as it got, as a conversation that can be carried on.
-
-        The text of a model call cut short becomes an assistant message of its own, and a tool
-        call that had not returned gets an error result (``CANCELLED_CALL``), so every call in
-        the list has its result, as every provider requires.
-        """
-        messages = list(self.added)
-        if self.partial:
-            messages.append(AssistantMessage("".join(self.partial)))
-        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-        for message in list(messages):
-            if isinstance(message, AssistantMessage):
-                for call in message.tool_calls:
-                    if call.id not in answered:
-                        messages.append(
-                            ToolMessage(call.id, call.name, f"Error: {CANCELLED_CALL}", True)
-                        )
-        return messages
-
-
-CANCELLED_CALL = "the run was cancelled before this call returned"
-"""The error result a cancelled run's unfinished tool call gets in ``run.cancelled``'s
-``messages`` (after ``"Error: "``, as every failed call's result reads)."""
-
-
-@dataclass(slots=True)
-class AgentResponse:
-    """The outcome of ``chat``: the final message, the run's id, usage and new messages
-    (and ``structured``, the validated answer, when the run asked for structured output)."""
-
-    message: AssistantMessage
-    run_id: str
-    session_id: str
-    usage: Usage
-    messages: list[Message]
-    structured: StructuredOutput | None = None
-
-    @property
-    def content(self) -> str:
-        """The final message's text."""
-        return self.message.content or ""
-
-
-class ConversationStore(Protocol):
-    """Where a session's conversation lives between runs."""
-
-    async def load(self, session_id: str) -> list[Message]:
-        """The session's messages, oldest first."""
-        ...
-
-    async def append(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Add one completed run's messages atomically."""
-        ...
-
-
-class InMemoryConversationStore:
-    """A ConversationStore in a dict; for scripts and tests."""
-
-    def __init__(self) -> None:
-        self._sessions: dict[str, list[Message]] = {}
-
-    async def load(self, session_id: str) -> list[Message]:
-        return list(self._sessions.get(session_id, ()))
-
-    async def append(self, session_id: str, messages: Sequence[Message]) -> None:
-        self._sessions.setdefault(session_id, []).extend(messages)
-
-    def clear(self, session_id: str) -> None:
-        """Forget a session."""
-        self._sessions.pop(session_id, None)
-
-
-@dataclass(slots=True)
-class _RunOptions:
-    run_timeout: float | None
-    max_iterations: int
-    tool_timeout: float | None
-    parallel_tool_calls: bool
-    system_prompt: str | None
-    permission_callback: PermissionCallback | None
-    conversation: list[Message] | None
-    tools: dict[str, Tool]
-    params: dict[str, Any]
-    agent_name: str | None
-    context_compactor: ContextCompactor | None = None
-    tool_gate: ToolGate | None = None
-    skill_state: SkillState | None = None
-    output: OutputSpec | None = None
-    tool_filter: Callable[[Tool], bool] | None = None
-    checkpoint_sink: CheckpointSink | None = None
-    resume: RunCheckpoint | None = None
-
-
-class AgentRunContext:
-    """Everything one run owns. Passed to every extension hook.
-
-    Compared and hashed by identity, so it is a safe key for request-local maps.
-    """
-
-    __slots__ = (
-        "_cancel_reason",
-        "_channel",
-        "_checkpoints",
-        "_decisions",
-        "_options",
-        "_resumed_asks",
-        "_task",
-        "agent",
-        "config",
-        "run_id",
-        "session_id",
-        "state",
-    )
-
-    def __init__(
-        self,
-        agent: AgentCore,
-        config: AgentRunConfig,
-        run_id: str,
-        session_id: str,
-        options: _RunOptions,
-        channel: Channel[AgentEvent],
-    ) -> None:
-        self.agent = agent
-        self.config = config
-        self.run_id = run_id
-        self.session_id = session_id
-        self.state = AgentState(run_id=run_id, session_id=session_id)
-        self._options = options
-        self._channel = channel
-        self._decisions: dict[str, tuple[bool, str | None]] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._cancel_reason: str | None = None
-        # with a checkpoint sink: the open calls' states and the saves (agent_runtime.checkpoints)
-        self._checkpoints: Checkpointer | None = None
-        # calls of a resumed run that were waiting for an approval: asked again, marked so
-        self._resumed_asks: frozenset[str] = frozenset()
-
-    def __repr__(self) -> str:
-        return f"<AgentRunContext run_id={self.run_id} session_id={self.session_id}>"
-
-    @property
-    def phase(self) -> AgentPhase:
-        """The run's current phase."""
-        return self.state.phase
-
-    @property
-    def tools(self) -> Mapping[str, Tool]:
-        """The tools of this run (read once when it started; the active skills may advertise
-        fewer, see ``skill_state``)."""
-        return self._options.tools
-
-    @property
-    def skill_state(self) -> SkillState | None:
-        """This run's skills (catalogue, active skills); None for an agent without skills."""
-        return self._options.skill_state
-
-    async def emit(self, event: AgentEvent) -> None:
-        """Send an event to the run's consumer; run and session ids are filled in if empty."""
-        if not event.run_id:
-            event.run_id = self.run_id
-        if event.session_id is None:
-            event.session_id = self.session_id
-        if event.type is AgentEventType.CUSTOM:
-            self.agent.tracer.event(self, event)
-        await self._channel.put(event)
-
-    def register_tool(self, new_tool: Tool | Callable[..., Any]) -> Tool:
-        """Add a tool to this run only. A name already taken raises ConfigurationError."""
-        built = new_tool if isinstance(new_tool, Tool) else tool(new_tool)
-        if built.name in self._options.tools:
-            raise ConfigurationError(
-                f"tool {built.name!r} is already registered for this run; choose another name"
-            )
-        self._options.tools[built.name] = built
-        return built
-
-    def tool_policy(self, name: str) -> ToolPolicy:
-        """The policy that applies to a tool in this run."""
-        found = self._options.tools.get(name)
-        return self.agent.policy_for(name, found)
-
-    def set_tool_decision(
-        self, tool_call_id: str, approved: bool, reason: str | None = None
-    ) -> None:
-        """Record the approval or denial of an ``ask`` call (used by approval extensions)."""
-        self._decisions[tool_call_id] = (approved, reason)
-
-    def take_tool_decision(self, tool_call_id: str) -> tuple[bool, str | None] | None:
-        """Pop the recorded decision for a call, if any."""
-        return self._decisions.pop(tool_call_id, None)
-
-    def has_tool_decision(self, tool_call_id: str) -> bool:
-        """Whether a call is already decided (a resumed run's approved or denied call)."""
-        return tool_call_id in self._decisions
-
-    def is_resumed_ask(self, tool_call_id: str) -> bool:
-        """Whether this call's approval was asked for before the run was resumed: the request
-        is made again, for the same call, and says so (``resumed``)."""
-        return tool_call_id in self._resumed_asks
-
-    @contextlib.contextmanager
-    def waiting(self) -> Iterator[None]:
-        """Mark the run as WAITING for an external answer for the duration of the block."""
-        previous = self.state.phase
-        self.state.phase = AgentPhase.WAITING
-        try:
-            yield
-        finally:
-            if self.state.phase is AgentPhase.WAITING:
-                self.state.phase = previous
-
-    def cancel(self, reason: str = "cancel_requested") -> bool:
-        """Cancel the run; False if it already finished."""
-        task = self._task
-        if task is None or task.done():
-            return False
-        if self._cancel_reason is None:
-            self._cancel_reason = reason
-        task.cancel()
-        return True
-
-
-class AgentCore(CapabilityCalls, RunCalls):
+class AgentCore(CapabilityCalls, RunCalls, ToolCalls):
     """An agent: a model (or bindings), tools and extensions, serving concurrent runs.
 
     One instance belongs to one event loop. It claims the loop of its first use; use from another
@@ -692,70 +425,6 @@ class AgentCore(CapabilityCalls, RunCalls):
             return
         self._claim_loop()
 
-    def _options(
-        self, options: Mapping[str, Any], conversation: Sequence[Message] | None
-    ) -> _RunOptions:
-        unknown = set(options) - _OPTION_NAMES
-        if unknown:
-            raise ConfigurationError(f"unknown run option(s): {', '.join(sorted(unknown))}")
-        max_iterations = options.get("max_iterations")
-        if max_iterations is None:
-            max_iterations = self.max_iterations
-        if max_iterations < 1:
-            raise ConfigurationError("max_iterations must be at least 1")
-        run_timeout = options.get("run_timeout", UNSET)
-        if run_timeout is UNSET:
-            run_timeout = self.run_timeout
-        if run_timeout is not None and run_timeout <= 0:
-            raise ConfigurationError("run_timeout must be positive or None")
-        tools = self.registry.snapshot()
-        for extra in options.get("extra_tools") or ():
-            built = extra if isinstance(extra, Tool) else tool(extra)
-            if built.name in tools:
-                raise ConfigurationError(
-                    f"extra tool {built.name!r} collides with a registered tool"
-                )
-            tools[built.name] = built
-        tool_filter = options.get("tool_filter")
-        if tool_filter is not None:
-            tools = {name: t for name, t in tools.items() if tool_filter(t)}
-        params = dict(self.model_params)
-        params.update(options.get("model_params") or {})
-        skill = options.get("skill")
-        skill_state: SkillState | None = None
-        if self.skills is not None:
-            skill_state = SkillState(
-                self.skills,
-                requested=skill,
-                dispatch=bool(options.get("skill_dispatch", True)),
-                system_one=self.bindings.system_one,
-            )
-        elif skill is not None:
-            raise ConfigurationError(f"skill {skill!r} was asked for, but this agent has no skills")
-        output = output_spec(
-            output_type=options.get("output_type"),
-            response_format=options.get("response_format"),
-            max_retries=options.get("output_retries"),
-        )
-        return _RunOptions(
-            run_timeout=run_timeout,
-            max_iterations=max_iterations,
-            tool_timeout=options.get("tool_timeout", self.tool_timeout),
-            parallel_tool_calls=options.get("parallel_tool_calls", self.parallel_tool_calls),
-            system_prompt=options.get("system_prompt", self.system_prompt),
-            permission_callback=options.get("permission_callback", self.permission_callback),
-            conversation=list(conversation) if conversation is not None else None,
-            tools=tools,
-            params=params,
-            agent_name=options.get("agent_name") or self.name,
-            context_compactor=options.get("context_compactor", self.context_compactor),
-            tool_gate=options.get("tool_gate"),
-            skill_state=skill_state,
-            output=output,
-            tool_filter=tool_filter,
-            checkpoint_sink=options.get("checkpoint_sink", self.checkpoint_sink),
-        )
-
     async def _stream(
         self,
         prompt: str,
@@ -770,7 +439,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         self._claim_loop()
         if not isinstance(prompt, str):
             raise ConfigurationError("prompt must be a string")
-        run_options = self._options(options, conversation)
+        run_options = build_run_options(self, options, conversation)
         run_options.resume = resume
         config = config if config is not None else (self.config or AgentRunConfig())
         run_id = config.run_id or new_id("run")
@@ -1167,221 +836,6 @@ class AgentCore(CapabilityCalls, RunCalls):
         assert last_error is not None
         raise last_error
 
-    async def _resume_tools(
-        self, context: AgentRunContext, checkpoint: RunCheckpoint
-    ) -> list[ToolMessage]:
-        """The open calls of a resumed run: each goes on from the state it was saved in."""
-        calls: list[ToolCall] = []
-        settled: dict[str, str] = {}  # a started call of a tool that must not run twice
-        asks: set[str] = set()
-        tools = context._options.tools
-        for call, call_state in checkpoint.open_calls():
-            calls.append(call)
-            found = tools.get(call.name)
-            if call_state == "started":
-                if found is not None and found.idempotent:
-                    context.set_tool_decision(call.id, True)  # it was allowed to start
-                else:
-                    settled[call.id] = unknown_outcome(call)
-            elif call_state == "approved":
-                context.set_tool_decision(call.id, True)
-                context.state.approvals[call.id] = "approved"
-            elif call_state == "denied":
-                context.set_tool_decision(
-                    call.id, False, f"the call to {call.name!r} was denied by the user"
-                )
-                context.state.approvals[call.id] = "denied"
-            elif call_state == "awaiting_approval":
-                asks.add(call.id)
-        context._resumed_asks = frozenset(asks)
-        checkpoints = context._checkpoints
-        if checkpoints is not None:
-            checkpoints.open(calls)
-            for call, call_state in checkpoint.open_calls():
-                checkpoints.mark(call, call_state)
-        return await self._run_tools(context, calls, settled=settled, announced=True)
-
-    async def _run_tools(
-        self,
-        context: AgentRunContext,
-        calls: list[ToolCall],
-        *,
-        settled: Mapping[str, str] | None = None,
-        announced: bool = False,
-    ) -> list[ToolMessage]:
-        """Run one model response's calls. ``settled``: calls whose result is this error, not
-        run (a resumed run's unknown outcomes); ``announced``: a resumed run's calls, whose
-        ``tool.call.started`` its consumer already saw unless they were still pending."""
-        options = context._options
-        if settled or announced:
-            pending = {
-                c.call_id
-                for c in (options.resume.calls if options.resume is not None else ())
-                if c.state == "pending"
-            }
-            results = []
-            for call in calls:
-                refusal = (settled or {}).get(call.id)
-                if refusal is not None:
-                    ready: Tool | str = refusal
-                else:
-                    ready = await self._prepare_call(
-                        context, call, announce=not announced or call.id in pending
-                    )
-                results.append(await self._finish_call(context, call, ready))
-            self._count_errors(context, results)
-            return results
-        if options.parallel_tool_calls and len(calls) > 1:
-            # checks (hooks, permissions) stay sequential in call order; execution overlaps
-            prepared = [await self._prepare_call(context, call) for call in calls]
-            finished = await asyncio.gather(
-                *(
-                    self._finish_call(context, call, ready)
-                    for call, ready in zip(calls, prepared, strict=True)
-                )
-            )
-            results = list(finished)
-        else:
-            results = []
-            for call in calls:
-                ready = await self._prepare_call(context, call)
-                results.append(await self._finish_call(context, call, ready))
-        self._count_errors(context, results)
-        return results
-
-    @staticmethod
-    def _count_errors(context: AgentRunContext, results: Sequence[ToolMessage]) -> None:
-        state = context.state
-        for result in results:
-            if result.is_error:
-                state.consecutive_tool_errors += 1
-            else:
-                state.consecutive_tool_errors = 0
-
-    async def _prepare_call(
-        self, context: AgentRunContext, call: ToolCall, *, announce: bool = True
-    ) -> Tool | str:
-        """Announce a call, run before_tool hooks and checks; a string is the refusal."""
-        if announce:
-            await context._channel.put(
-                AgentEvent(
-                    AgentEventType.TOOL_CALL_STARTED,
-                    context.run_id,
-                    context.session_id,
-                    tool_call_id=call.id,
-                    name=call.name,
-                    arguments=call.arguments,
-                )
-            )
-        found = context._options.tools.get(call.name)
-        if found is None:
-            return f"unknown tool {call.name!r}: it is not available in this run"
-        skills = context._options.skill_state
-        if skills is not None and not skills.allows(call.name):
-            # refused before any hook or approval: an unadvertised tool never asks anyone
-            return skills.refusal(call.name)
-        checkpoints = context._checkpoints
-        asks = (
-            checkpoints is not None
-            and not context.has_tool_decision(call.id)
-            and context.tool_policy(call.name) is ToolPolicy.ASK
-        )
-        if asks and checkpoints is not None:
-            # saved before the wait: a run parked or lost while it waits is resumed waiting
-            checkpoints.mark(call, "awaiting_approval")
-            await self._save_checkpoint(context)
-        for extension in self._extensions:
-            await extension.before_tool(context, call)
-        policy = context.tool_policy(call.name)
-        if policy is ToolPolicy.DENY:
-            return f"tool {call.name!r} is not allowed by policy"
-        if policy is ToolPolicy.ASK:
-            approved, reason = await self._ask(context, call)
-            context.state.approvals[call.id] = "approved" if approved else "denied"
-            if asks and checkpoints is not None:
-                checkpoints.mark(call, "approved" if approved else "denied")
-                await self._save_checkpoint(context)
-            if not approved:
-                return reason or f"the call to {call.name!r} was denied"
-        return found
-
-    async def _save_checkpoint(self, context: AgentRunContext) -> None:
-        checkpoints = context._checkpoints
-        if checkpoints is not None:
-            state = context.state
-            await checkpoints.save(state.added, state.iteration, state.usage)
-
-    async def _ask(self, context: AgentRunContext, call: ToolCall) -> tuple[bool, str | None]:
-        decision = context.take_tool_decision(call.id)
-        if decision is not None:
-            return decision
-        callback = context._options.permission_callback
-        if callback is None:
-            return False, (
-                f"the call to {call.name!r} was denied: it needs approval and no approver "
-                "is configured"
-            )
-        try:
-            verdict = callback(context, call)
-            if asyncio.iscoroutine(verdict) or isinstance(verdict, Awaitable):
-                verdict = await verdict
-        except Exception as exc:  # a failing approver fails closed
-            logger.warning(
-                "permission callback raised; the call is denied",
-                extra={"run_id": context.run_id, "tool": call.name, "error": type(exc).__name__},
-            )
-            return False, f"the call to {call.name!r} was denied (approval check failed)"
-        if verdict is True:
-            return True, None
-        return False, f"the call to {call.name!r} was denied"
-
-    async def _finish_call(
-        self, context: AgentRunContext, call: ToolCall, ready: Tool | str
-    ) -> ToolMessage:
-        checkpoints = context._checkpoints
-        if checkpoints is not None and not isinstance(ready, str) and not ready.idempotent:
-            # saved before the body starts: a resumed run does not run it a second time
-            checkpoints.mark(call, "started")
-            await self._save_checkpoint(context)
-        gate = context._options.tool_gate
-        if gate is not None and not isinstance(ready, str):
-            # asked here, with nothing awaited before the call starts: what it says holds
-            ready = gate(call) or ready
-        with self.tracer.tool_call(context, call) as trace:
-            if isinstance(ready, str):
-                outcome_error: str | None = ready
-                result: Any = None
-            else:
-                timeout = (
-                    ready.timeout if ready.timeout is not None else context._options.tool_timeout
-                )
-                result, outcome_error = await self._executor.execute(ready, call, timeout)
-            outcome = ToolOutcome(result, outcome_error)
-            trace.outcome(outcome, refused=isinstance(ready, str))
-            for extension in self._extensions:
-                await extension.after_tool(context, call, outcome)
-        is_error = outcome_error is not None
-        content = f"Error: {outcome_error}" if is_error else self._executor.render(result)
-        approval = context.state.approvals.get(call.id)
-        message = ToolMessage(call.id, call.name, content, is_error, approval=approval)
-        if checkpoints is not None:
-            # saved before it is told: a reader never sees a result a resume would not know
-            checkpoints.finished(message)
-            await self._save_checkpoint(context)
-        await context._channel.put(
-            AgentEvent(
-                AgentEventType.TOOL_CALL_COMPLETED,
-                context.run_id,
-                context.session_id,
-                tool_call_id=call.id,
-                name=call.name,
-                result=None if is_error else result,
-                error=outcome_error,
-                is_error=is_error,
-            )
-        )
-        return message
-
     async def _notify_cancelled(self, context: AgentRunContext, reason: str) -> None:
         notice = RunCancelledEvent(reason)
         for extension in self._extensions:
@@ -1404,30 +858,6 @@ class AgentCore(CapabilityCalls, RunCalls):
                     extension.name,
                     extra={"run_id": context.run_id},
                 )
-
-
-_OPTION_NAMES = frozenset(
-    {
-        "run_timeout",
-        "max_iterations",
-        "tool_timeout",
-        "parallel_tool_calls",
-        "system_prompt",
-        "permission_callback",
-        "extra_tools",
-        "tool_filter",
-        "model_params",
-        "agent_name",
-        "context_compactor",
-        "tool_gate",
-        "skill",
-        "skill_dispatch",
-        "output_type",
-        "response_format",
-        "output_retries",
-        "checkpoint_sink",
-    }
-)
 
 
 def _as_bindings(model: ModelLike) -> ModelBindings:

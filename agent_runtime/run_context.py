@@ -1,0 +1,383 @@
+"""The state one run owns: its routing identity (``AgentRunConfig``), its progress
+(``AgentState``), the options it runs with and the context every extension hook receives.
+
+``AgentCore`` (``agent_runtime.agent``) builds one ``AgentRunContext`` per run; nothing here
+outlives the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from .channel import Channel
+from .checkpoints import Checkpointer, CheckpointSink, RunCheckpoint
+from .compaction import ContextCompactor
+from .errors import ConfigurationError
+from .events import AgentEvent, AgentEventType, AgentPhase
+from .messages import AssistantMessage, Message, ToolCall, ToolMessage
+from .model import Usage
+from .skills.activation import SkillState
+from .structured import OutputSpec, StructuredOutput, output_spec
+from .tools.base import Tool, ToolPolicy, tool
+
+if TYPE_CHECKING:
+    from .agent import AgentCore
+
+__all__ = [
+    "CANCELLED_CALL",
+    "HANDOVER",
+    "OPTION_NAMES",
+    "UNSET",
+    "AgentResponse",
+    "AgentRunConfig",
+    "AgentRunContext",
+    "AgentState",
+    "PermissionCallback",
+    "RunOptions",
+    "ToolGate",
+    "build_run_options",
+    "new_id",
+]
+
+PermissionCallback: TypeAlias = Callable[["AgentRunContext", ToolCall], "bool | Awaitable[bool]"]
+ToolGate: TypeAlias = Callable[[ToolCall], "str | None"]
+"""A run's last word on a tool call, asked (synchronously) right before the call executes, after
+its hooks, policy and approval: None lets it run, a string refuses it with that error."""
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+HANDOVER = "handover"
+"""The cancel reason of a run that stops here to go on elsewhere from its checkpoint."""
+
+
+def new_id(prefix: str) -> str:
+    """A random id with 128 bits of entropy."""
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRunConfig:
+    """Routing identity of a run: its session, the caller's request id and an optional run id.
+
+    Without a ``session_id`` the run gets an anonymous session of its own.
+    """
+
+    session_id: str | None = None
+    request_id: str | None = None
+    run_id: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class AgentState:
+    """The state of one run. ``messages`` is the conversation as the model last saw it;
+    ``added`` what this run added to it so far (its prompt first); ``partial`` the text of the
+    model call in flight; ``approvals`` the decision on each ``ask`` call, by call id."""
+
+    run_id: str = ""
+    session_id: str = ""
+    phase: AgentPhase = AgentPhase.IDLE
+    messages: list[Message] = field(default_factory=list)
+    iteration: int = 0
+    usage: Usage = field(default_factory=Usage)
+    consecutive_tool_errors: int = 0
+    error: BaseException | None = None
+    added: list[Message] = field(default_factory=list)
+    partial: list[str] = field(default_factory=list)
+    approvals: dict[str, Literal["approved", "denied"]] = field(default_factory=dict)
+
+    def stopped_messages(self) -> list[Message]:
+        """What the run added, as far as it got, as a conversation that can be carried on.
+
+        The text of a model call cut short becomes an assistant message of its own, and a tool
+        call that had not returned gets an error result (``CANCELLED_CALL``), so every call in
+        the list has its result, as every provider requires.
+        """
+        messages = list(self.added)
+        if self.partial:
+            messages.append(AssistantMessage("".join(self.partial)))
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        for message in list(messages):
+            if isinstance(message, AssistantMessage):
+                for call in message.tool_calls:
+                    if call.id not in answered:
+                        messages.append(
+                            ToolMessage(call.id, call.name, f"Error: {CANCELLED_CALL}", True)
+                        )
+        return messages
+
+
+CANCELLED_CALL = "the run was cancelled before this call returned"
+"""The error result a cancelled run's unfinished tool call gets in ``run.cancelled``'s
+``messages`` (after ``"Error: "``, as every failed call's result reads)."""
+
+
+@dataclass(slots=True)
+class AgentResponse:
+    """The outcome of ``chat``: the final message, the run's id, usage and new messages
+    (and ``structured``, the validated answer, when the run asked for structured output)."""
+
+    message: AssistantMessage
+    run_id: str
+    session_id: str
+    usage: Usage
+    messages: list[Message]
+    structured: StructuredOutput | None = None
+
+    @property
+    def content(self) -> str:
+        """The final message's text."""
+        return self.message.content or ""
+
+
+@dataclass(slots=True)
+class RunOptions:
+    run_timeout: float | None
+    max_iterations: int
+    tool_timeout: float | None
+    parallel_tool_calls: bool
+    system_prompt: str | None
+    permission_callback: PermissionCallback | None
+    conversation: list[Message] | None
+    tools: dict[str, Tool]
+    params: dict[str, Any]
+    agent_name: str | None
+    context_compactor: ContextCompactor | None = None
+    tool_gate: ToolGate | None = None
+    skill_state: SkillState | None = None
+    output: OutputSpec | None = None
+    tool_filter: Callable[[Tool], bool] | None = None
+    checkpoint_sink: CheckpointSink | None = None
+    resume: RunCheckpoint | None = None
+
+
+class AgentRunContext:
+    """Everything one run owns. Passed to every extension hook.
+
+    Compared and hashed by identity, so it is a safe key for request-local maps.
+    """
+
+    __slots__ = (
+        "_cancel_reason",
+        "_channel",
+        "_checkpoints",
+        "_decisions",
+        "_options",
+        "_resumed_asks",
+        "_task",
+        "agent",
+        "config",
+        "run_id",
+        "session_id",
+        "state",
+    )
+
+    def __init__(
+        self,
+        agent: AgentCore,
+        config: AgentRunConfig,
+        run_id: str,
+        session_id: str,
+        options: RunOptions,
+        channel: Channel[AgentEvent],
+    ) -> None:
+        self.agent = agent
+        self.config = config
+        self.run_id = run_id
+        self.session_id = session_id
+        self.state = AgentState(run_id=run_id, session_id=session_id)
+        self._options = options
+        self._channel = channel
+        self._decisions: dict[str, tuple[bool, str | None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._cancel_reason: str | None = None
+        # with a checkpoint sink: the open calls' states and the saves (agent_runtime.checkpoints)
+        self._checkpoints: Checkpointer | None = None
+        # calls of a resumed run that were waiting for an approval: asked again, marked so
+        self._resumed_asks: frozenset[str] = frozenset()
+
+    def __repr__(self) -> str:
+        return f"<AgentRunContext run_id={self.run_id} session_id={self.session_id}>"
+
+    @property
+    def phase(self) -> AgentPhase:
+        """The run's current phase."""
+        return self.state.phase
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """The tools of this run (read once when it started; the active skills may advertise
+        fewer, see ``skill_state``)."""
+        return self._options.tools
+
+    @property
+    def skill_state(self) -> SkillState | None:
+        """This run's skills (catalogue, active skills); None for an agent without skills."""
+        return self._options.skill_state
+
+    async def emit(self, event: AgentEvent) -> None:
+        """Send an event to the run's consumer; run and session ids are filled in if empty."""
+        if not event.run_id:
+            event.run_id = self.run_id
+        if event.session_id is None:
+            event.session_id = self.session_id
+        if event.type is AgentEventType.CUSTOM:
+            self.agent.tracer.event(self, event)
+        await self._channel.put(event)
+
+    def register_tool(self, new_tool: Tool | Callable[..., Any]) -> Tool:
+        """Add a tool to this run only. A name already taken raises ConfigurationError."""
+        built = new_tool if isinstance(new_tool, Tool) else tool(new_tool)
+        if built.name in self._options.tools:
+            raise ConfigurationError(
+                f"tool {built.name!r} is already registered for this run; choose another name"
+            )
+        self._options.tools[built.name] = built
+        return built
+
+    def tool_policy(self, name: str) -> ToolPolicy:
+        """The policy that applies to a tool in this run."""
+        found = self._options.tools.get(name)
+        return self.agent.policy_for(name, found)
+
+    def set_tool_decision(
+        self, tool_call_id: str, approved: bool, reason: str | None = None
+    ) -> None:
+        """Record the approval or denial of an ``ask`` call (used by approval extensions)."""
+        self._decisions[tool_call_id] = (approved, reason)
+
+    def take_tool_decision(self, tool_call_id: str) -> tuple[bool, str | None] | None:
+        """Pop the recorded decision for a call, if any."""
+        return self._decisions.pop(tool_call_id, None)
+
+    def has_tool_decision(self, tool_call_id: str) -> bool:
+        """Whether a call is already decided (a resumed run's approved or denied call)."""
+        return tool_call_id in self._decisions
+
+    def is_resumed_ask(self, tool_call_id: str) -> bool:
+        """Whether this call's approval was asked for before the run was resumed: the request
+        is made again, for the same call, and says so (``resumed``)."""
+        return tool_call_id in self._resumed_asks
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Mark the run as WAITING for an external answer for the duration of the block."""
+        previous = self.state.phase
+        self.state.phase = AgentPhase.WAITING
+        try:
+            yield
+        finally:
+            if self.state.phase is AgentPhase.WAITING:
+                self.state.phase = previous
+
+    def cancel(self, reason: str = "cancel_requested") -> bool:
+        """Cancel the run; False if it already finished."""
+        task = self._task
+        if task is None or task.done():
+            return False
+        if self._cancel_reason is None:
+            self._cancel_reason = reason
+        task.cancel()
+        return True
+
+
+def build_run_options(
+    agent: AgentCore, options: Mapping[str, Any], conversation: Sequence[Message] | None
+) -> RunOptions:
+    """A run's options: the agent's defaults with the run's own ``options`` over them."""
+    unknown = set(options) - OPTION_NAMES
+    if unknown:
+        raise ConfigurationError(f"unknown run option(s): {', '.join(sorted(unknown))}")
+    max_iterations = options.get("max_iterations")
+    if max_iterations is None:
+        max_iterations = agent.max_iterations
+    if max_iterations < 1:
+        raise ConfigurationError("max_iterations must be at least 1")
+    run_timeout = options.get("run_timeout", UNSET)
+    if run_timeout is UNSET:
+        run_timeout = agent.run_timeout
+    if run_timeout is not None and run_timeout <= 0:
+        raise ConfigurationError("run_timeout must be positive or None")
+    tools = agent.registry.snapshot()
+    for extra in options.get("extra_tools") or ():
+        built = extra if isinstance(extra, Tool) else tool(extra)
+        if built.name in tools:
+            raise ConfigurationError(f"extra tool {built.name!r} collides with a registered tool")
+        tools[built.name] = built
+    tool_filter = options.get("tool_filter")
+    if tool_filter is not None:
+        tools = {name: t for name, t in tools.items() if tool_filter(t)}
+    params = dict(agent.model_params)
+    params.update(options.get("model_params") or {})
+    skill = options.get("skill")
+    skill_state: SkillState | None = None
+    if agent.skills is not None:
+        skill_state = SkillState(
+            agent.skills,
+            requested=skill,
+            dispatch=bool(options.get("skill_dispatch", True)),
+            system_one=agent.bindings.system_one,
+        )
+    elif skill is not None:
+        raise ConfigurationError(f"skill {skill!r} was asked for, but this agent has no skills")
+    output = output_spec(
+        output_type=options.get("output_type"),
+        response_format=options.get("response_format"),
+        max_retries=options.get("output_retries"),
+    )
+    return RunOptions(
+        run_timeout=run_timeout,
+        max_iterations=max_iterations,
+        tool_timeout=options.get("tool_timeout", agent.tool_timeout),
+        parallel_tool_calls=options.get("parallel_tool_calls", agent.parallel_tool_calls),
+        system_prompt=options.get("system_prompt", agent.system_prompt),
+        permission_callback=options.get("permission_callback", agent.permission_callback),
+        conversation=list(conversation) if conversation is not None else None,
+        tools=tools,
+        params=params,
+        agent_name=options.get("agent_name") or agent.name,
+        context_compactor=options.get("context_compactor", agent.context_compactor),
+        tool_gate=options.get("tool_gate"),
+        skill_state=skill_state,
+        output=output,
+        tool_filter=tool_filter,
+        checkpoint_sink=options.get("checkpoint_sink", agent.checkpoint_sink),
+    )
+
+
+OPTION_NAMES = frozenset(
+    {
+        "run_timeout",
+        "max_iterations",
+        "tool_timeout",
+        "parallel_tool_calls",
+        "system_prompt",
+        "permission_callback",
+        "extra_tools",
+        "tool_filter",
+        "model_params",
+        "agent_name",
+        "context_compactor",
+        "tool_gate",
+        "skill",
+        "skill_dispatch",
+        "output_type",
+        "response_format",
+        "output_retries",
+        "checkpoint_sink",
+    }
+)
