@@ -14,9 +14,9 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.messages import UserMessage
 from agent_runtime.model import Usage
-from app.runs import seam
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
 from app.runs.handle import RunHandle
@@ -35,7 +35,7 @@ class CheckpointFenced(StorageError):
 def first_checkpoint(handle: RunHandle) -> Any:
     """The checkpoint of a run before its first model response (step 0): a worker that dies
     while the first answer streams leaves a run that is resumed from its prompt."""
-    return seam.RunCheckpoint(
+    return RunCheckpoint(
         run_id=handle.run_id,
         session_id=handle.session_id,
         step=0,

@@ -22,12 +22,12 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, cast
 
 from agent_runtime.agent import AgentRunConfig
+from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import AgentClosedError, RunError
 from agent_runtime.events import AgentEvent, AgentEventType
 from agent_runtime.messages import Message, ToolCall, message_from_dict
 from app.admission import AdmissionRejected, QueueTimeout
 from app.bus.base import BusError, BusUnavailable, LeaseLost
-from app.runs import seam
 from app.runs.checkpoints import RunCheckpointSink, first_checkpoint
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
@@ -43,7 +43,7 @@ logger = logging.getLogger("app.runs")
 
 _WAITING_EVENT = "confirmation_requested"
 _TOOL_COMPLETED = AgentEventType.TOOL_CALL_COMPLETED
-_RUN_RESUMED = seam.RUN_RESUMED
+_RUN_RESUMED = AgentEventType.RUN_RESUMED
 _TERMINAL_TYPES = frozenset(
     {AgentEventType.RUN_COMPLETED, AgentEventType.RUN_FAILED, AgentEventType.RUN_CANCELLED}
 )
@@ -127,7 +127,7 @@ class Driver:
         )
         resumed = handle.resumed_from
         first: asyncio.Task[None] | None = None
-        if context.resume_runs and seam.AVAILABLE:
+        if context.resume_runs:
             sink = RunCheckpointSink(context, records, self._fencing, handle)
             options["checkpoint_sink"] = sink
             if resumed is None:  # beside the first model call, not before it
@@ -157,7 +157,7 @@ class Driver:
             agent = context.agent_for(handle)
             if resumed is not None:
                 source = agent.resume(  # type: ignore[attr-defined,unused-ignore]
-                    seam.RunCheckpoint.from_dict(resumed.data),
+                    RunCheckpoint.from_dict(resumed.data),
                     config=config,
                     conversation=list(history),
                     **options,

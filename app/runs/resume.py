@@ -21,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from agent_runtime.checkpoints import RunCheckpoint
+from agent_runtime.errors import CheckpointError
 from app.admission import AdmissionRejected
 from app.bus.base import Lease
-from app.runs import seam
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.fencing import Fencing
@@ -46,7 +47,7 @@ class Resumer:
     async def resumable(self, run_id: str) -> tuple[RunRecord, CheckpointRecord] | None:
         """The run's record and checkpoint if it may be resumed here; else None."""
         context = self._context
-        if not (context.resume_runs and seam.AVAILABLE):
+        if not context.resume_runs:
             return None
         record = await context.store.get_run(run_id)
         if record is None or record.is_finished or record.agent not in context.profiles:
@@ -73,8 +74,8 @@ class Resumer:
         if taken is None or taken.resumes > context.max_resumes:
             return False
         try:
-            seam.RunCheckpoint.from_dict(taken.data)
-        except seam.CheckpointError as exc:
+            RunCheckpoint.from_dict(taken.data)
+        except CheckpointError as exc:
             logger.error("cannot resume a run: %s", exc, extra={"run_id": run_id})
             return False
         try:

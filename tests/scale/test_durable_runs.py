@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 
-from app.runs import seam
 from tests.e2e.conftest import (
     Event,
     Server,
@@ -31,9 +30,6 @@ from tests.e2e.conftest import (
 from tests.scale.conftest import StartCluster
 
 ROOT = Path(__file__).resolve().parents[2]
-needs_seam = pytest.mark.skipif(
-    not seam.AVAILABLE, reason="the runtime has no checkpoint seam (agent_runtime.checkpoints)"
-)
 SLOW = " ".join(["slow"] + ["w"] * 60)
 
 
@@ -83,7 +79,6 @@ async def start_background(client: httpx.AsyncClient, session: str, text: str) -
     return run_id
 
 
-@needs_seam
 async def test_a_run_killed_mid_stream_completes_on_the_other_worker(
     start_cluster: StartCluster,
 ) -> None:
@@ -124,7 +119,6 @@ def _tool_config(directory: Path) -> Path:
     return config
 
 
-@needs_seam
 @pytest.mark.parametrize("tool", ["once_effect", "idempotent_effect"])
 async def test_a_tool_call_cut_by_a_kill_runs_again_only_if_idempotent(
     start_cluster: StartCluster, tmp_path: Path, tool: str
@@ -163,7 +157,6 @@ async def test_a_tool_call_cut_by_a_kill_runs_again_only_if_idempotent(
             assert output == "idempotent_effect -> recorded x"
 
 
-@needs_seam
 async def test_a_waiting_run_is_parked_at_sigterm_and_answered_on_the_other_worker(
     start_cluster: StartCluster,
 ) -> None:
@@ -215,7 +208,6 @@ async def test_a_waiting_run_is_parked_at_sigterm_and_answered_on_the_other_work
         assert "Deleted plans.md" in events[-1].data["data"]["output"]["content"]
 
 
-@needs_seam
 async def test_a_parked_run_cancelled_on_the_other_worker_ends_cancelled(
     start_cluster: StartCluster,
 ) -> None:
@@ -280,7 +272,6 @@ async def test_past_max_resumes_a_killed_worker_s_run_ends_worker_lost(
         assert events[-1].data["data"]["error"]["code"] == "worker_lost"
 
 
-@needs_seam
 @pytest.mark.parametrize("how", ["kill", "sigterm"])
 async def test_one_worker_on_sqlite_resumes_its_runs_after_a_restart(
     tmp_path: Path, how: str
@@ -343,7 +334,6 @@ async def test_one_worker_on_sqlite_resumes_its_runs_after_a_restart(
         server.stop()
 
 
-@needs_seam
 async def test_twenty_waiting_runs_survive_a_restart_on_sqlite(tmp_path: Path) -> None:
     directory = tmp_path / "server"
     server = launch(directory, {})
