@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from agent_runtime.errors import CheckpointError
@@ -55,6 +56,25 @@ class CheckpointedCall:
     call_id: str
     name: str
     state: CallState
+    expires_at: datetime | None = None
+    """When a call ``awaiting_approval`` stops waiting (its confirmation's expiry), if known:
+    the same request, asked again after a resume, expires then too."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form."""
+        data: dict[str, Any] = {"call_id": self.call_id, "name": self.name, "state": self.state}
+        if self.expires_at is not None:
+            data["expires_at"] = self.expires_at.astimezone(UTC).isoformat()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckpointedCall:
+        """Read ``to_dict``'s form."""
+        expires = data.get("expires_at")
+        moment = None if expires is None else datetime.fromisoformat(_text(expires))
+        if moment is not None and moment.tzinfo is None:
+            raise CheckpointError("a call's expires_at needs a time zone")
+        return cls(str(data["call_id"]), str(data["name"]), _state(data["state"]), moment)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +108,7 @@ class RunCheckpoint:
             "added": [message_to_dict(message) for message in self.added],
             "iteration": self.iteration,
             "usage": self.usage.to_dict(),
-            "calls": [{"call_id": c.call_id, "name": c.name, "state": c.state} for c in self.calls],
+            "calls": [c.to_dict() for c in self.calls],
             "skill": self.skill,
             "structured_answers": self.structured_answers,
         }
@@ -106,10 +126,7 @@ class RunCheckpoint:
             )
         try:
             usage = data.get("usage") or {}
-            calls = tuple(
-                CheckpointedCall(str(c["call_id"]), str(c["name"]), _state(c["state"]))
-                for c in data.get("calls") or ()
-            )
+            calls = tuple(CheckpointedCall.from_dict(c) for c in data.get("calls") or ())
             skill = data.get("skill")
             checkpoint = cls(
                 run_id=_text(data["run_id"]),
@@ -192,9 +209,9 @@ class Checkpointer:
         self.results.clear()
         self.calls = {c.id: CheckpointedCall(c.id, c.name, "pending") for c in calls}
 
-    def mark(self, call: ToolCall, state: CallState) -> None:
-        """Move one open call to ``state``."""
-        self.calls[call.id] = CheckpointedCall(call.id, call.name, state)
+    def mark(self, call: ToolCall, state: CallState, expires_at: datetime | None = None) -> None:
+        """Move one open call to ``state`` (``expires_at``: when its wait for an answer ends)."""
+        self.calls[call.id] = CheckpointedCall(call.id, call.name, state, expires_at)
 
     def finished(self, result: ToolMessage) -> None:
         """A call's result: it leaves the open calls."""

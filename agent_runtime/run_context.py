@@ -12,6 +12,7 @@ import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from .channel import Channel
@@ -207,8 +208,9 @@ class AgentRunContext:
         self._cancel_reason: str | None = None
         # with a checkpoint sink: the open calls' states and the saves (agent_runtime.checkpoints)
         self._checkpoints: Checkpointer | None = None
-        # calls of a resumed run that were waiting for an approval: asked again, marked so
-        self._resumed_asks: frozenset[str] = frozenset()
+        # calls of a resumed run that were waiting for an approval (asked again, marked so),
+        # with the expiry their request was first made with, when it was saved
+        self._resumed_asks: dict[str, datetime | None] = {}
 
     def __repr__(self) -> str:
         return f"<AgentRunContext run_id={self.run_id} session_id={self.session_id}>"
@@ -272,6 +274,21 @@ class AgentRunContext:
         """Whether this call's approval was asked for before the run was resumed: the request
         is made again, for the same call, and says so (``resumed``)."""
         return tool_call_id in self._resumed_asks
+
+    def resumed_ask_expiry(self, tool_call_id: str) -> datetime | None:
+        """When the request of a resumed ask expires: the ``expires_at`` it was first made
+        with, so a run handed over keeps its confirmation's deadline; None if not known."""
+        return self._resumed_asks.get(tool_call_id)
+
+    async def record_ask(self, call: ToolCall, expires_at: datetime) -> None:
+        """Note when a call's request for an answer expires, in the run's checkpoint (saved
+        now, before the request is made), so a resumed run asks with the same expiry."""
+        checkpoints = self._checkpoints
+        if checkpoints is None or call.id not in checkpoints.calls:
+            return
+        checkpoints.mark(call, "awaiting_approval", expires_at)
+        state = self.state
+        await checkpoints.save(state.added, state.iteration, state.usage)
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .checkpoints import RunCheckpoint, unknown_outcome
@@ -42,8 +43,9 @@ class ToolCalls:
         """The open calls of a resumed run: each goes on from the state it was saved in."""
         calls: list[ToolCall] = []
         settled: dict[str, str] = {}  # a started call of a tool that must not run twice
-        asks: set[str] = set()
+        asks: dict[str, datetime | None] = {}
         tools = context._options.tools
+        expiries = {c.call_id: c.expires_at for c in checkpoint.calls}
         for call, call_state in checkpoint.open_calls():
             calls.append(call)
             found = tools.get(call.name)
@@ -61,13 +63,13 @@ class ToolCalls:
                 )
                 context.state.approvals[call.id] = "denied"
             elif call_state == "awaiting_approval":
-                asks.add(call.id)
-        context._resumed_asks = frozenset(asks)
+                asks[call.id] = expiries.get(call.id)
+        context._resumed_asks = asks
         checkpoints = context._checkpoints
         if checkpoints is not None:
             checkpoints.open(calls)
             for call, call_state in checkpoint.open_calls():
-                checkpoints.mark(call, call_state)
+                checkpoints.mark(call, call_state, expiries.get(call.id))
         return await self._run_tools(context, calls, settled=settled, announced=True)
 
     async def _run_tools(

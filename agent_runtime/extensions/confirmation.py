@@ -107,12 +107,20 @@ class ConfirmationExtension(ExternalEventExtension):
             )
             return
         expires = ""
+        timeout = self.timeout
+        # asked again after a resume: the request keeps the expiry it was first made with
+        first = context.resumed_ask_expiry(call.id)
+        if first is not None:
+            expires = format_expiry(first)
+            timeout = (first - datetime.now(UTC)).total_seconds()
+            if timeout <= 0:  # it expired while the run was parked or being handed over
+                await self._expired(context, call, expires)
+                return
         try:
-            async with self._wait_for_external_event(
-                context, call.id, timeout=self.timeout
-            ) as wait:
-                if wait.expires_at is not None:  # always set: a timeout was given
+            async with self._wait_for_external_event(context, call.id, timeout=timeout) as wait:
+                if first is None and wait.expires_at is not None:  # always set: a timeout
                     expires = format_expiry(wait.expires_at)
+                    await context.record_ask(call, wait.expires_at)
                 await context.emit(
                     AgentEvent(
                         AgentEventType.CUSTOM,
@@ -130,13 +138,7 @@ class ConfirmationExtension(ExternalEventExtension):
                     )
                 )
         except ExternalEventExpiredError:
-            context.set_tool_decision(
-                call.id,
-                False,
-                f"the call to {call.name!r} was denied: its confirmation expired at {expires} "
-                "without an answer",
-            )
-            await self._resolved(context, call, "expired")
+            await self._expired(context, call, expires)
             return
         answer = self._take_external_event(context, call.id)
         if answer.payload["approved"] is True:
@@ -147,6 +149,15 @@ class ConfirmationExtension(ExternalEventExtension):
                 call.id, False, f"the call to {call.name!r} was denied by the user"
             )
             await self._resolved(context, call, "denied")
+
+    async def _expired(self, context: AgentRunContext, call: ToolCall, expires: str) -> None:
+        context.set_tool_decision(
+            call.id,
+            False,
+            f"the call to {call.name!r} was denied: its confirmation expired at {expires} "
+            "without an answer",
+        )
+        await self._resolved(context, call, "expired")
 
     @staticmethod
     async def _resolved(context: AgentRunContext, call: ToolCall, outcome: str) -> None:

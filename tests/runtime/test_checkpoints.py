@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,8 +21,10 @@ from agent_runtime import (
 from agent_runtime.checkpoints import CheckpointedCall
 from agent_runtime.extensions.confirmation import (
     CONFIRMATION_REQUESTED,
+    CONFIRMATION_RESOLVED,
     CONFIRMATION_RESPONSE,
     ConfirmationExtension,
+    format_expiry,
 )
 from agent_runtime.extensions.external import ExternalEvent
 from agent_runtime.messages import AssistantMessage, ToolCall, ToolMessage, message_to_dict
@@ -237,6 +240,59 @@ async def test_a_call_waiting_for_approval_asks_again_and_goes_on() -> None:
     assert conversation(events)[-1]["content"] == "Sent."
 
 
+async def test_a_resumed_ask_keeps_the_expiry_it_was_first_made_with() -> None:
+    sink = Sink()
+    effects = Effects()
+    core = ask_agent(effects, [tool_call_turn("send_mail", {"to": "ada"}, call_id="c9")])
+    stream = core.stream("mail ada", config=CONFIG, checkpoint_sink=sink)
+    first = ""
+    async for event in stream:
+        if event.type is AgentEventType.CUSTOM and event.name == CONFIRMATION_REQUESTED:
+            assert event.payload is not None
+            first = event.payload["expires_at"]
+            break
+    await stream.aclose()  # type: ignore[attr-defined]
+    await core.aclose()
+    # the expiry was saved before the request was made
+    waiting = sink.saved[-1]
+    assert waiting.calls[0].expires_at is not None
+    assert format_expiry(waiting.calls[0].expires_at) == first
+    resumed = ask_agent(Effects(), ["Sent."])
+    async for event in resumed.resume(waiting, checkpoint_sink=Sink()):
+        if event.type is AgentEventType.CUSTOM and event.name == CONFIRMATION_REQUESTED:
+            assert event.payload is not None
+            assert event.payload["resumed"] is True
+            assert event.payload["expires_at"] == first
+            assert resumed.emit_external_event(answer("c9", True), config=CONFIG)
+
+
+async def test_a_resumed_ask_whose_confirmation_expired_meanwhile_is_denied_at_once() -> None:
+    waiting = await waiting_checkpoint(Sink())
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    expired = RunCheckpoint.from_dict(
+        {
+            **waiting.to_dict(),
+            "calls": [
+                {
+                    "call_id": "c9",
+                    "name": "send_mail",
+                    "state": "awaiting_approval",
+                    "expires_at": past.isoformat(),
+                }
+            ],
+        }
+    )
+    effects = Effects()
+    events = [e async for e in ask_agent(effects, ["Not sent."]).resume(expired)]
+    assert not [e for e in events if e.name == CONFIRMATION_REQUESTED]
+    resolved = [e for e in events if e.name == CONFIRMATION_RESOLVED]
+    assert [e.payload["outcome"] for e in resolved if e.payload] == ["expired"]
+    assert effects.sent == []
+    result = conversation(events)[-2]
+    assert result["is_error"] is True
+    assert "expired" in result["content"]
+
+
 @pytest.mark.parametrize(("state", "sent"), [("approved", ["ada"]), ("denied", [])])
 async def test_a_decided_call_is_not_asked_again(state: str, sent: list[str]) -> None:
     waiting = await waiting_checkpoint(Sink())
@@ -274,6 +330,16 @@ async def test_a_handed_over_run_leaves_no_stopped_turn() -> None:
         {"added": "nope"},
         {"calls": [{"call_id": "zz", "name": "send_mail", "state": "pending"}]},
         {"calls": [{"call_id": "c9", "name": "send_mail", "state": "flying"}]},
+        {
+            "calls": [
+                {
+                    "call_id": "c9",
+                    "name": "send_mail",
+                    "state": "awaiting_approval",
+                    "expires_at": "2026-01-01T00:00:00",
+                }
+            ]
+        },
         {"run_id": 5},
     ],
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -380,5 +381,68 @@ async def test_twenty_waiting_runs_survive_a_restart_on_sqlite(tmp_path: Path) -
                 rest = await follow(client, run_id, after=asked.id)
                 assert rest[-1].type == "run.completed"
                 assert f"Deleted file{index}.md" in rest[-1].data["data"]["output"]["content"]
+    finally:
+        server.stop()
+
+
+async def test_a_confirmation_that_expires_while_parked_is_expired_when_resumed(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "server"
+    env = {"AGENT_CONFIRMATION_TIMEOUT": "3"}
+    server = launch(directory, env)
+    try:
+        async with server.client() as client:
+            run_id = await start_background(client, new_session(), "delete old.md")
+
+            async def request() -> Event | None:
+                for event in await _events_so_far(client, run_id):
+                    if (
+                        event.type == "custom"
+                        and event.data["data"]["name"] == "confirmation_requested"
+                    ):
+                        return event
+                return None
+
+            asked = await wait_for(request)
+        server.signal(signal.SIGTERM)
+        assert server.wait(15) == 0  # parked
+        expires = datetime.fromisoformat(asked.data["data"]["payload"]["expires_at"])
+
+        async def expired() -> bool:
+            return datetime.now(UTC) > expires
+
+        # nobody can answer while no worker runs: the request's own deadline passes
+        await wait_for(expired, within=10)
+        server = launch(directory, env)
+        async with server.client() as client:
+            rest = await follow(client, run_id, after=asked.id)
+            assert rest[-1].type == "run.completed"
+            outcomes = [
+                e.data["data"]["payload"]["outcome"]
+                for e in rest
+                if e.type == "custom" and e.data["data"]["name"] == "confirmation_resolved"
+            ]
+            assert outcomes == ["expired"]
+            # the restarted worker did not ask again with a fresh deadline
+            assert not [
+                e
+                for e in rest
+                if e.type == "custom" and e.data["data"]["name"] == "confirmation_requested"
+            ]
+            late = await client.post(
+                "/external-events",
+                json={
+                    "session_id": asked.data["session_id"],
+                    "run_id": run_id,
+                    "name": asked.data["data"]["payload"]["response_event"],
+                    "payload": {
+                        "tool_call_id": asked.data["data"]["payload"]["tool_call_id"],
+                        "approved": True,
+                    },
+                },
+            )
+            assert late.status_code == 409, late.text
+            assert "Deleted old.md" not in rest[-1].data["data"]["output"]["content"]
     finally:
         server.stop()
