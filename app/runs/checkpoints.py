@@ -11,6 +11,7 @@ it off and the run stops here instead of going on unrecorded.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,11 +20,22 @@ from agent_runtime.messages import UserMessage
 from agent_runtime.model import Usage
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
-from app.runs.handle import RunHandle
+from app.runs.handle import RunHandle, RunRequestOptions
 from app.runs.records import RunRecords
-from app.storage import CheckpointRecord, StaleFence, StorageError, StorageUnavailable
+from app.storage import CheckpointRecord, RunRecord, StaleFence, StorageError, StorageUnavailable
 
-__all__ = ["CheckpointFenced", "RunCheckpointSink", "first_checkpoint"]
+__all__ = [
+    "REQUEST_KEY",
+    "CheckpointFenced",
+    "RunCheckpointSink",
+    "first_checkpoint",
+    "request_options",
+    "resumed_options",
+]
+
+REQUEST_KEY = "request"
+"""Where a stored checkpoint keeps the options its run was requested with (the runtime's
+``RunCheckpoint.from_dict`` reads only its own keys)."""
 
 logger = logging.getLogger("app.runs")
 
@@ -47,6 +59,51 @@ def first_checkpoint(handle: RunHandle) -> Any:
         skill=handle.options.skill,
         structured_answers=0,
     )
+
+
+def request_options(options: RunRequestOptions) -> dict[str, Any]:
+    """The options of a run request a resumed run must keep, as JSON (those set)."""
+    kept = {
+        "run_timeout": options.run_timeout,
+        "max_iterations": options.max_iterations,
+        "system_prompt": options.system_prompt,
+        "response_format": dict(options.response_format) if options.response_format else None,
+        "webhook_url": options.webhook_url,
+        "skill": options.skill,
+    }
+    return {key: value for key, value in kept.items() if value is not None}
+
+
+def resumed_options(
+    record: RunRecord, data: Mapping[str, Any], profile_timeout: float | None
+) -> RunRequestOptions:
+    """The options of a run resumed from a checkpoint stored as ``data``: the request's own,
+    with what is left of its deadline (``run_timeout`` counts from the run's start, as it does
+    for a run that never moved; past it, the resumed run times out at once)."""
+    kept = data.get(REQUEST_KEY)
+    request: Mapping[str, Any] = kept if isinstance(kept, Mapping) else {}
+    run_timeout = request.get("run_timeout") or profile_timeout
+    if run_timeout is not None and record.started_at is not None:
+        elapsed = (datetime.now(UTC) - record.started_at).total_seconds()
+        run_timeout = max(float(run_timeout) - elapsed, _EXPIRED)
+    response_format = request.get("response_format")
+    return RunRequestOptions(
+        input=record.input,
+        agent=record.agent,
+        background=True,
+        on_disconnect="continue",
+        metadata=record.metadata,
+        run_timeout=run_timeout,
+        max_iterations=request.get("max_iterations"),
+        system_prompt=request.get("system_prompt"),
+        response_format=response_format if isinstance(response_format, Mapping) else None,
+        webhook_url=request.get("webhook_url"),
+        skill=request.get("skill"),
+    )
+
+
+# the run_timeout of a resumed run whose deadline has passed: it ends run_timeout at once
+_EXPIRED = 0.001
 
 
 class RunCheckpointSink:
@@ -76,7 +133,8 @@ class RunCheckpointSink:
             step=checkpoint.step,
             # the runtime saves between two events: every event before it went to the log
             event_seq=handle.seq,
-            data=checkpoint.to_dict(),
+            # the request's own options beside the runtime's state: a resumed run keeps them
+            data={**checkpoint.to_dict(), REQUEST_KEY: request_options(handle.options)},
             updated_at=datetime.now(UTC),
         )
         try:

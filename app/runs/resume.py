@@ -25,10 +25,11 @@ from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import CheckpointError
 from app.admission import AdmissionRejected
 from app.bus.base import Lease
+from app.runs.checkpoints import resumed_options
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.fencing import Fencing
-from app.runs.handle import RunHandle, RunRequestOptions
+from app.runs.handle import RunHandle
 from app.storage import CheckpointRecord, RunRecord, StaleFence
 
 __all__ = ["Resumer"]
@@ -82,18 +83,13 @@ class Resumer:
             ticket = context.admission.reserve(record.principal)
         except AdmissionRejected:
             return False
-        options = RunRequestOptions(
-            input=record.input,
-            agent=record.agent,
-            background=True,
-            on_disconnect="continue",
-            metadata=record.metadata,
-        )
+        profile = context.profiles[record.agent]
+        options = resumed_options(record, taken.data, profile.run_timeout)
         handle = RunHandle(
             run_id,
             record.session_id,
             record.principal,
-            context.profiles[record.agent],
+            profile,
             options,
             lease,
             ticket,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -444,5 +444,45 @@ async def test_a_confirmation_that_expires_while_parked_is_expired_when_resumed(
             )
             assert late.status_code == 409, late.text
             assert "Deleted old.md" not in rest[-1].data["data"]["output"]["content"]
+    finally:
+        server.stop()
+
+
+async def test_a_resumed_run_keeps_its_request_s_deadline(tmp_path: Path) -> None:
+    directory = tmp_path / "server"
+    server = launch(directory, {})
+    try:
+        async with server.client() as client:
+            started = await client.post(
+                f"/v1/sessions/{new_session()}/runs",
+                json={"input": "delete soon.md", "background": True, "run_timeout": 4},
+            )
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run_id"]
+
+            async def waiting() -> dict[str, Any] | None:
+                view: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
+                return view if view["status"] == "waiting" else None
+
+            view = await wait_for(waiting)
+        server.signal(signal.SIGTERM)
+        assert server.wait(15) == 0  # parked, with 4 s from its start to finish
+        deadline = datetime.fromisoformat(view["started_at"]) + timedelta(seconds=4)
+
+        async def past() -> bool:
+            return datetime.now(UTC) > deadline
+
+        await wait_for(past, within=10)
+        server = launch(directory, {})
+        async with server.client() as client:
+            events = await follow(client, run_id)
+            # the log of the in-process bus begins again after the checkpoint's seq
+            first = events[0].id
+            assert [e.id for e in events] == list(range(first, first + len(events)))
+            assert events[0].type == "run.resumed"
+            # the deadline counts from the run's start, across the restart: not a fresh one,
+            # and not none (the confirmation alone would wait 300 s)
+            assert events[-1].type == "run.failed"
+            assert events[-1].data["data"]["error"]["code"] == "run_timeout"
     finally:
         server.stop()
