@@ -70,8 +70,6 @@ def request_options(options: RunRequestOptions) -> dict[str, Any]:
         "response_format": dict(options.response_format) if options.response_format else None,
         "webhook_url": options.webhook_url,
         "skill": options.skill,
-        "background": options.background,
-        "on_disconnect": options.on_disconnect,
     }
     return {key: value for key, value in kept.items() if value is not None}
 
@@ -89,13 +87,11 @@ def resumed_options(
         elapsed = (datetime.now(UTC) - record.started_at).total_seconds()
         run_timeout = max(float(run_timeout) - elapsed, _EXPIRED)
     response_format = request.get("response_format")
-    # a checkpoint stored before these were kept: the run goes on, as it always did
-    cancel = request.get("on_disconnect") == "cancel" and request.get("background") is False
     return RunRequestOptions(
         input=record.input,
         agent=record.agent,
-        background=not cancel,
-        on_disconnect="cancel" if cancel else "continue",
+        background=True,
+        on_disconnect="continue",
         metadata=record.metadata,
         run_timeout=run_timeout,
         max_iterations=request.get("max_iterations"),

@@ -63,12 +63,11 @@ class DisconnectGrace:
                 self._name(run_id), repr(time.time()), self._grace + _MARGIN
             )
 
-    def policy(self, run_id: str, since: float | None = None) -> Callable[[], None]:
+    def policy(self, run_id: str) -> Callable[[], None]:
         """What a response of ``run_id`` calls when its client is gone: cancel the run
         after the grace, unless another reader attached since the policy was made (as the
-        response began; a reader's own attach comes before), or since ``since`` (epoch
-        seconds) if given."""
-        since = time.time() if since is None else since
+        response began; a reader's own attach comes before)."""
+        since = time.time()
 
         def gone() -> None:
             if self._grace <= 0:

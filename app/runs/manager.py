@@ -131,13 +131,11 @@ class RunManager:
         )
         self._starter.on_busy = self._multitask.on_busy
         self._starter.lease_sent = self._multitask.lease_sent
-        resumer = Resumer(context, driver, self.fencing)
-        self._sweep = LostRunSweep(context, resumer)
+        self._sweep = LostRunSweep(context, Resumer(context, driver, self.fencing))
         self._routing.resume_parked = self._sweep.resume_parked
         self.leases = LeaseKeeper(context, self.fencing, self._sweep)
         self._drain = Drain(context, self._routing, self._writes, handover)
         self._grace = DisconnectGrace(context, self._routing, disconnect_grace)
-        resumer.reader_lost = lambda run_id, since: self._grace.policy(run_id, since)()
         # a pending claim outlives the longest admission (the queue's wait, the record's
         # write), so only a worker that died while admitting leaves one to expire
         self.idempotency = IdempotentStarts(

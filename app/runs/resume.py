@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import CheckpointError
@@ -45,9 +44,6 @@ class Resumer:
         self._context = context
         self._driver = driver
         self._fencing = fencing
-        # a resumed run whose request cancels it when its client leaves: the disconnect grace,
-        # armed for it (set by the run manager; app.runs.grace)
-        self.reader_lost: Callable[[str, float], None] | None = None
 
     async def resumable(self, run_id: str) -> tuple[RunRecord, CheckpointRecord] | None:
         """The run's record and checkpoint if it may be resumed here; else None."""
@@ -62,18 +58,9 @@ class Resumer:
             return None
         return record, checkpoint
 
-    async def resume(
-        self,
-        record: RunRecord,
-        lease: Lease,
-        sent: float,
-        *,
-        last: CheckpointRecord | None = None,
-    ) -> bool:
+    async def resume(self, record: RunRecord, lease: Lease, sent: float) -> bool:
         """Resume the run under ``lease`` (the session's lock, held for the run's id, taken by
-        a request sent at ``sent``; ``last``: its checkpoint as read before); False if it
-        cannot be (the caller ends it lost)."""
-
+        a request sent at ``sent``); False if it cannot be (the caller ends it lost)."""
         context = self._context
         run_id = record.run_id
         advance = getattr(context.bus.locks, "advance", None)
@@ -116,25 +103,19 @@ class Resumer:
         handle.checkpoint_step = taken.step
         handle.recorded = asyncio.get_running_loop().create_task(_stored())
         events = context.events
-        seq = await events.last_seq(run_id)
-        if seq is None:
+        last = await events.last_seq(run_id)
+        if last is None:
             # the in-process log did not outlive the process: a new one, whose seq goes on
             # from the checkpoint's (readers of the old log are gone with it)
             await events.create(run_id, session_id=record.session_id, fence=lease.token)
             skip = getattr(events, "skip_to", None)
             if callable(skip):
                 skip(run_id, taken.event_seq)
-            seq = taken.event_seq
-        handle.seq = seq
+            last = taken.event_seq
+        handle.seq = last
         context.hold(handle)
         await context.bus.router.register(run_id, record.session_id)
         handle.task = context.spawn(self._driver.execute(handle), run_id)
-        if options.on_disconnect == "cancel" and self.reader_lost is not None:
-            # its response was on the lost worker: its client has the disconnect grace to
-            # come back (a reader attached since the last checkpoint counts), as after any
-            # dropped connection, else the run is cancelled instead of going on for nobody
-            since = (last or taken).updated_at.timestamp()
-            self.reader_lost(run_id, since)
         reason = taken.handover or "worker_lost"
         context.metrics.runs_resumed.labels(reason).inc()
         logger.warning(

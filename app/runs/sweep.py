@@ -134,7 +134,7 @@ class LostRunSweep:
         if lease is None:
             return True  # taken by another worker meanwhile (or the session is busy): theirs
         try:
-            if await resumer.resume(found[0], lease, sent, last=found[1]):
+            if await resumer.resume(found[0], lease, sent):
                 return True
         except BaseException:
             await context.bus.locks.release(lease)

@@ -49,13 +49,6 @@ def test_every_kept_option_survives_a_resume() -> None:
     assert resumed.run_timeout is None
     assert resumed.input == "hello"
     assert resumed.metadata == {"k": "v"}
-    assert resumed.background is False
-    assert resumed.on_disconnect == "cancel"  # the request's default
-
-
-def test_a_background_run_goes_on_without_readers_after_a_resume() -> None:
-    asked = RunRequestOptions(input="hello", background=True, on_disconnect="cancel")
-    resumed = resumed_options(record(None), stored(asked), None)
     assert resumed.background is True
     assert resumed.on_disconnect == "continue"
 
@@ -82,4 +75,3 @@ def test_a_checkpoint_stored_without_the_request_resumes_with_the_agent_s_defaul
     assert resumed.run_timeout is None
     assert resumed.system_prompt is None
     assert resumed.max_iterations is None
-    assert resumed.on_disconnect == "continue"

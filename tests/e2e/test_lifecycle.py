@@ -156,9 +156,14 @@ async def vanish(client: httpx.AsyncClient) -> tuple[str, str]:
 async def test_two_hundred_clients_vanish_mid_run(start_server: Launch) -> None:
     # a short disconnect grace: each run is cancelled well before its last word, however
     # loaded the machine (the grace's own timers are part of what must leave nothing behind)
-    # (resume on: a run whose lease lapses under this load and is resumed keeps its
-    # on_disconnect=cancel, so it is cancelled all the same)
-    server = start_server({"AGENT_MAX_CONCURRENT_RUNS": "256", "AGENT_DISCONNECT_GRACE": "0.2"})
+    # resume off: a run whose lease lapses under this load would be resumed, not cancelled
+    server = start_server(
+        {
+            "AGENT_MAX_CONCURRENT_RUNS": "256",
+            "AGENT_DISCONNECT_GRACE": "0.2",
+            "AGENT_RESUME_RUNS": "0",
+        }
+    )
     async with server.client() as client:
         gone = await asyncio.gather(*(vanish(client) for _ in range(200)))
 

@@ -10,7 +10,6 @@ one ``run.resumed``, one terminal event.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -487,44 +486,3 @@ async def test_a_resumed_run_keeps_its_request_s_deadline(tmp_path: Path) -> Non
             assert events[-1].data["data"]["error"]["code"] == "run_timeout"
     finally:
         server.stop()
-
-
-@pytest.mark.parametrize("comes_back", [False, True])
-async def test_a_foreground_run_resumed_without_its_client_is_cancelled_after_the_grace(
-    start_cluster: StartCluster, comes_back: bool
-) -> None:
-    victim, survivor = start_cluster(2)
-    session = new_session()
-    run_id = ""
-    async with victim.client() as cv, survivor.client() as cs:
-        # a streamed run that cancels when its client leaves (on_disconnect=cancel, the
-        # default): its client is on the worker that dies
-        with contextlib.suppress(httpx.HTTPError):
-            async with open_stream(
-                cv, "POST", f"/v1/sessions/{session}/runs", json={"input": SLOW}
-            ) as (response, stream):
-                assert response.status_code == 200
-                async for event in stream:
-                    run_id = event.data["run_id"]
-                    if event.id == 3:
-                        kill(victim)
-        assert run_id
-        if comes_back:
-            # the client re-attaches on the other worker, within the grace: the run goes on
-            events = await follow(cs, run_id, after=3)
-            assert events[-1].type == "run.completed"
-            assert len(resumed(events)) == 1
-        else:
-
-            async def ended() -> dict[str, Any] | None:
-                view: dict[str, Any] = (await cs.get(f"/v1/runs/{run_id}")).json()
-                return view if view["status"] in ("cancelled", "completed", "failed") else None
-
-            view = await wait_for(ended, within=60)
-            # resumed, then cancelled for nobody reading, instead of run to its end
-            assert view["status"] == "cancelled", view
-            events = await follow(cs, run_id)
-            assert_well_formed(events, run_id)
-            assert len(resumed(events)) == 1
-            assert events[-1].type == "run.cancelled"
-            assert events[-1].data["data"]["reason"] == "client_disconnected"
