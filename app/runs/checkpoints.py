@@ -44,7 +44,7 @@ class CheckpointFenced(StorageError):
     """A checkpoint of a run this worker no longer holds (fenced off, or taken over)."""
 
 
-def first_checkpoint(handle: RunHandle) -> Any:
+def first_checkpoint(handle: RunHandle) -> RunCheckpoint:
     """The checkpoint of a run before its first model response (step 0): a worker that dies
     while the first answer streams leaves a run that is resumed from its prompt."""
     return RunCheckpoint(
@@ -117,7 +117,7 @@ class RunCheckpointSink:
         self._fencing = fencing
         self._handle = handle
 
-    async def save(self, checkpoint: Any) -> None:
+    async def save(self, checkpoint: RunCheckpoint) -> None:
         """Store ``checkpoint`` with the seq of the run's last event so far; raises
         ``CheckpointFenced`` once the run is no longer this worker's."""
         handle = self._handle

@@ -156,7 +156,7 @@ class Driver:
         try:
             agent = context.agent_for(handle)
             if resumed is not None:
-                source = agent.resume(  # type: ignore[attr-defined,unused-ignore]
+                source = agent.resume(
                     RunCheckpoint.from_dict(resumed.data),
                     config=config,
                     conversation=list(history),
