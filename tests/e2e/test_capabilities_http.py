@@ -278,8 +278,12 @@ async def test_jobs_share_the_admission_of_runs(server: Server, upstream: FakeUp
             assert run.status_code == 429
             # the queued job can be cancelled before it starts
             cancelled = await client.post(f"/v1/media/{ids[2]}/cancel")
-            assert cancelled.status_code == 202
-            assert (await _job(client, ids[2]))["status"] == "cancelled"
+            assert cancelled.status_code == 202  # accepted: the job's task ends it
+
+            async def queued_cancelled() -> bool:
+                return bool((await _job(client, ids[2]))["status"] == "cancelled")
+
+            await wait_for(queued_cancelled)
             # a running one too: its upstream request ends
             disconnects = upstream.disconnects
             assert (await client.post(f"/v1/media/{ids[1]}/cancel")).status_code == 202
