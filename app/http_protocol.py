@@ -226,8 +226,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         STATS.open += 1
         self._counted = True
         super().connection_made(transport)
-        self._extensions = {"agent.abort": transport.abort}
+        self._extensions = {"agent.abort": self._abort}
         self._arm_head_timer()
+
+    def _abort(self) -> None:
+        """Drop the connection now, with what its transport still buffers. The response in
+        flight counts as disconnected at once (asyncio reports the loss a step later): it
+        was cut on purpose, not left incomplete by mistake, which uvicorn would log."""
+        self.transport.abort()
+        if self.cycle is not None:
+            self.cycle.disconnected = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:

@@ -17,7 +17,9 @@ Each response:
   ``app.http_protocol``), which frees what the transport still buffers for it;
 - starts with a ``retry:`` field (``AGENT_SSE_RETRY_MS``), an EventSource's reconnect delay;
 - sends ``: ping`` after ``ping`` seconds of silence;
-- on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy).
+- on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy);
+- ends without a terminal event, dropping the connection, when this worker loses the run's
+  lease or its drain is over (``RunManager.drained``): the client resumes on another worker.
 
 The stream sends the log's own SSE frames, or, with an ``encoder``, what that encoder makes of
 them: the standard protocols (``app.protocols``) speak their own events over the same response.
@@ -166,11 +168,15 @@ class EventStreamResponse(Response):
                 abort()
 
     async def _stream(self, subscription: Subscription, receive: Receive, send: Send) -> bool:
-        """Send the log until its end or the client's; True if a write timed out."""
+        """Send the log until its end or the client's; True if the connection is to be dropped:
+        a write timed out, or the stream ends early (fenced off, or this worker's drain is
+        over) without a terminal event, which a client's transport reports as a cut, its cue
+        to resume with ``Last-Event-ID``."""
         loop = asyncio.get_running_loop()
         gone = False
         completed = False
         timed_out = False
+        cut = False  # ended before the run's end, for the client to resume elsewhere
         last_send = loop.time()
         ticker: asyncio.TimerHandle | None = None
         ping = self._ping
@@ -194,6 +200,17 @@ class EventStreamResponse(Response):
             fenced = True
             subscription.interrupt()
 
+        # this worker's drain is over: once caught up with the log, the stream ends without a
+        # terminal event and its client resumes with Last-Event-ID elsewhere (or here after
+        # the restart); uvicorn would otherwise hold the shutdown until it gave up on it
+        closing = False
+        drained = self._manager.drained() if self._manager is not None else None
+
+        def on_drained(_: asyncio.Future[None]) -> None:
+            nonlocal closing
+            closing = True
+            subscription.interrupt()
+
         def tick() -> None:
             nonlocal ticker
             idle = loop.time() - last_send
@@ -207,6 +224,8 @@ class EventStreamResponse(Response):
         watcher.add_done_callback(on_disconnect)
         if fenced_off is not None:
             fenced_off.add_done_callback(on_fenced)
+        if drained is not None:
+            drained.add_done_callback(on_drained)
         ticker = loop.call_later(ping, tick)
         try:
             async with asyncio.timeout(send_timeout):
@@ -225,6 +244,14 @@ class EventStreamResponse(Response):
                         "event stream of run %s ended: this worker lost the run's lease",
                         self._run_id,
                     )
+                    cut = True
+                    break
+                if closing and not batch and not subscription.finished:
+                    logger.info(
+                        "event stream of run %s ended: this worker is shutting down",
+                        self._run_id,
+                    )
+                    cut = True
                     break
                 if encoder is not None:
                     body, more = await self._translate(encoder, pausing, batch, subscription)
@@ -282,12 +309,14 @@ class EventStreamResponse(Response):
             watcher.remove_done_callback(on_disconnect)
             if fenced_off is not None:
                 fenced_off.remove_done_callback(on_fenced)
+            if drained is not None:
+                drained.remove_done_callback(on_drained)
             watcher.cancel()
             await _reap(watcher)
             await subscription.aclose()
             if gone and not completed and self._on_gone is not None:
                 self._on_gone()
-        return timed_out
+        return timed_out or cut
 
     async def _translate(
         self,

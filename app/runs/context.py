@@ -100,10 +100,19 @@ class RunContext:
         # the monotonic clock the runs' lease deadlines are on (app.runs.fencing)
         self.clock = clock
         self.draining = False
+        # resolved once the drain is over: the event streams still open here end, so that
+        # their clients resume on another worker (or on this one after its restart)
+        self._drained: asyncio.Future[None] | None = None
         self.runs: dict[str, RunHandle] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.idle = asyncio.Event()
         self.idle.set()
+
+    def drained(self) -> asyncio.Future[None]:
+        """Resolved once this worker's drain is over."""
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+        return self._drained
 
     def webhook_url(self, handle: RunHandle) -> str | None:
         """Where the run's notifications go: the request's URL, else its agent's, else

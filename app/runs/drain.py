@@ -64,6 +64,16 @@ class Drain:
         await asyncio.shield(self._task)
 
     async def _drain(self, budget: float) -> None:
+        try:
+            await self._settle(budget)
+        finally:
+            # the streams still open here end (no terminal event): their clients resume with
+            # Last-Event-ID on another worker, or on this one after its restart
+            drained = self._context.drained()
+            if not drained.done():
+                drained.set_result(None)
+
+    async def _settle(self, budget: float) -> None:
         deadline = asyncio.get_running_loop().time() + budget
         if not await self._wait_idle(budget):
             await self.stop_remaining()

@@ -172,6 +172,11 @@ class RunManager:
         """The core that runs the handle's agent."""
         return self._context.agent_for(handle)
 
+    def drained(self) -> asyncio.Future[None]:
+        """Resolved once this worker's drain is over; the streams it serves then end without
+        a terminal event, and their clients resume with ``Last-Event-ID`` elsewhere."""
+        return self._context.drained()
+
     def local(self, run_id: str) -> RunHandle | None:
         """The run if this worker holds it."""
         return self._context.runs.get(run_id)
@@ -360,6 +365,7 @@ class RunManager:
 
     async def aclose(self) -> None:
         """Stop the lease renewer, sweep, grace timers and queued runs (after ``drain``)."""
+        await self._sweep.aclose()
         await self._multitask.aclose()
         await self._writes.aclose()
         await self._grace.aclose()

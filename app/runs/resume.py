@@ -23,7 +23,6 @@ import logging
 
 from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import CheckpointError
-from app.admission import AdmissionRejected
 from app.bus.base import Lease
 from app.runs.checkpoints import resumed_options
 from app.runs.context import RunContext
@@ -58,30 +57,46 @@ class Resumer:
             return None
         return record, checkpoint
 
+    async def past_checkpoint(self, lease: Lease, run_id: str) -> Lease:
+        """``lease`` with a token above the stored checkpoint's: the in-process bus begins its
+        tokens again after a restart (the caller releases the lease this returns)."""
+        advance = getattr(self._context.bus.locks, "advance", None)
+        if not callable(advance):
+            return lease
+        stored = await self._context.store.get_checkpoint(run_id)
+        if stored is None:
+            return lease
+        advanced: Lease = advance(lease, stored.fence + 1)
+        return advanced
+
     async def resume(self, record: RunRecord, lease: Lease, sent: float) -> bool:
         """Resume the run under ``lease`` (the session's lock, held for the run's id, taken by
-        a request sent at ``sent``); False if it cannot be (the caller ends it lost)."""
+        a request sent at ``sent``); False if it cannot be (the caller ends it lost).
+
+        Raises ``AdmissionRejected`` when this worker has no slot for it now (nothing taken:
+        the run stays resumable).
+        """
         context = self._context
         run_id = record.run_id
-        advance = getattr(context.bus.locks, "advance", None)
-        if callable(advance):  # the in-process bus, after a restart: tokens begin again
-            stored = await context.store.get_checkpoint(run_id)
-            if stored is not None:
-                lease = advance(lease, stored.fence + 1)
+        # a slot first: a worker too full to take the run now leaves it for another worker
+        # or a later round (AdmissionRejected, to the caller), without spending a resume
+        ticket = context.admission.reserve(record.principal)
         try:
             taken = await context.store.take_over_checkpoint(run_id, fence=lease.token)
         except StaleFence:
+            ticket.release()
             return False
+        except BaseException:
+            ticket.release()
+            raise
         if taken is None or taken.resumes > context.max_resumes:
+            ticket.release()
             return False
         try:
             RunCheckpoint.from_dict(taken.data)
         except CheckpointError as exc:
+            ticket.release()
             logger.error("cannot resume a run: %s", exc, extra={"run_id": run_id})
-            return False
-        try:
-            ticket = context.admission.reserve(record.principal)
-        except AdmissionRejected:
             return False
         profile = context.profiles[record.agent]
         options = resumed_options(record, taken.data, profile.run_timeout)

@@ -14,6 +14,7 @@ import secrets
 import time
 from typing import Any
 
+from app.admission import AdmissionRejected
 from app.bus.base import BusError, LogNotFound, WireEvent
 from app.runs.context import RunContext
 from app.runs.handle import RunHandle
@@ -24,6 +25,9 @@ __all__ = ["LostRunSweep"]
 
 logger = logging.getLogger("app.runs")
 
+# how often runs found at start with no slot to resume in are tried again
+_RETRY_SECONDS = 1.0
+
 
 class LostRunSweep:
     """Ends the runs whose worker is gone."""
@@ -31,6 +35,7 @@ class LostRunSweep:
     def __init__(self, context: RunContext, resumer: Resumer | None = None) -> None:
         self._context = context
         self._resumer = resumer
+        self._retry: asyncio.Task[None] | None = None
 
     async def recover(self) -> int:
         """Resume, or else fail, the runs a previous process left unfinished (one worker, no
@@ -38,10 +43,13 @@ class LostRunSweep:
         context = self._context
         store = context.store
         count = 0
+        deferred: list[tuple[str, str]] = []
         for record in await store.list_unfinished_runs():
             if record.run_id in context.runs:
                 continue
             if await self._resume(record.run_id, record.session_id):
+                if record.run_id not in context.runs:
+                    deferred.append((record.run_id, record.session_id))  # no slot yet
                 continue
             await store.update_run(
                 record.run_id,
@@ -54,7 +62,38 @@ class LostRunSweep:
             count += 1
         if count:
             logger.warning("marked runs of a previous process as lost", extra={"count": count})
+        if deferred:
+            # more runs to resume than slots: each waits for one (nobody else will take them)
+            logger.info("runs wait for a slot to resume", extra={"count": len(deferred)})
+            self._retry = asyncio.get_running_loop().create_task(
+                self._resume_later(deferred), name="resume-deferred"
+            )
         return count
+
+    async def _resume_later(self, deferred: list[tuple[str, str]]) -> None:
+        """Resume the runs ``recover`` found no slot for, as slots free up."""
+        context = self._context
+        while deferred and not context.draining:
+            await asyncio.sleep(_RETRY_SECONDS)
+            waiting = []
+            for run_id, session_id in deferred:
+                if run_id in context.runs:
+                    continue
+                try:
+                    resumed = await self._resume(run_id, session_id)
+                except Exception:
+                    logger.warning("could not resume a run", exc_info=True)
+                    resumed = True
+                if resumed and run_id not in context.runs:
+                    waiting.append((run_id, session_id))
+            deferred = waiting
+
+    async def aclose(self) -> None:
+        """Stop resuming deferred runs."""
+        task, self._retry = self._retry, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     async def reap_lost_runs(self, *, from_store: bool = True) -> int:
         """End the runs whose worker no longer holds their session's lease.
@@ -133,9 +172,15 @@ class LostRunSweep:
         lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
         if lease is None:
             return True  # taken by another worker meanwhile (or the session is busy): theirs
+        lease = await resumer.past_checkpoint(lease, run_id)
         try:
             if await resumer.resume(found[0], lease, sent):
                 return True
+        except AdmissionRejected as exc:
+            # no slot here now: the run stays resumable, for another worker or a later round
+            await context.bus.locks.release(lease)
+            logger.info("not resuming a run here now: %s", exc, extra={"run_id": run_id})
+            return True
         except BaseException:
             await context.bus.locks.release(lease)
             raise

@@ -31,6 +31,7 @@ from app.metrics import Metrics
 from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.runs.fencing import FENCE_MARGIN
 from app.storage import Store, open_store
+from app.wire import WireEncoder
 from tests.app.conftest import wait_until
 
 LEASE_SECONDS = 30.0
@@ -346,6 +347,41 @@ async def test_a_stream_of_a_fenced_off_run_ends_without_a_terminal_event(world:
     assert all(m.get("more_body", True) for m in sent if m["type"] == "http.response.body")
     disconnect.set()
     await asyncio.wait_for(asyncio.shield(handle.finished), 10)
+
+
+async def test_a_stream_still_open_when_the_drain_is_over_is_cut_without_a_terminal_event(
+    world: World,
+) -> None:
+    # a reader here of a run that goes on elsewhere (held by another worker, or parked to
+    # be resumed) must not hold this worker's shutdown: uvicorn would wait for it. Once the
+    # drain is over it is cut, and resumes with Last-Event-ID where the run goes on
+    events = world.bus.events
+    await events.create("run_elsewhere", session_id="s9", fence=1)
+    wire = WireEncoder("run_elsewhere", "s9").encode(1, "run.started", 0.0, {})
+    await events.append("run_elsewhere", wire, fence=1)
+    response = EventStreamResponse(
+        events=events, run_id="run_elsewhere", manager=world.manager, ping=600
+    )
+    sent: list[dict[str, Any]] = []
+    aborted: list[bool] = []
+    disconnect = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
+
+    scope = {"type": "http", "extensions": {"agent.abort": lambda: aborted.append(True)}}
+    streaming = asyncio.ensure_future(response(scope, receive, send))
+    await wait_until(lambda: any(b"run.started" in m.get("body", b"") for m in sent))
+    assert not streaming.done()
+    await world.manager.drain(1)
+    await asyncio.wait_for(streaming, 10)
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert all(m.get("more_body", True) for m in bodies)  # not ended: cut
+    assert aborted == [True]
 
 
 async def test_an_answer_taken_just_before_the_deadline_starts_no_tool_after_it(

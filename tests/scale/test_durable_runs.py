@@ -486,3 +486,85 @@ async def test_a_resumed_run_keeps_its_request_s_deadline(tmp_path: Path) -> Non
             assert events[-1].data["data"]["error"]["code"] == "run_timeout"
     finally:
         server.stop()
+
+
+async def test_a_streaming_run_is_handed_over_at_the_drain_timeout(
+    start_cluster: StartCluster,
+) -> None:
+    leaving, staying = start_cluster(2)  # AGENT_DRAIN_TIMEOUT=1: the run needs ~6 s
+    session = new_session()
+    async with leaving.client() as cl, staying.client() as cs:
+        run_id = await start_background(cl, session, SLOW)
+        # a reader on the stopping worker: its stream is cut once the drain is over, and it
+        # reads on from the other worker after the last event it saw
+        first: list[Event] = []
+        with pytest.raises(httpx.RemoteProtocolError):
+            async with open_stream(cl, "GET", f"/v1/runs/{run_id}/events") as (response, stream):
+                assert response.status_code == 200
+                async for event in stream:
+                    first.append(event)
+                    if len(first) == 3:
+                        leaving.signal(signal.SIGTERM)
+        assert len(first) > 3  # it streamed on while the drain waited for the run
+        assert not resumed(first)
+        assert first[-1].type not in ("run.completed", "run.failed", "run.cancelled")
+        assert leaving.wait(15) == 0
+        rest = await follow(cs, run_id, after=first[-1].id)
+        events = first + rest
+        assert_well_formed(events, run_id)
+        (marker,) = resumed(events)
+        assert marker.data["data"]["reason"] == "shutdown"
+        assert events[-1].type == "run.completed"
+        words = events[-1].data["data"]["output"]["content"].split()
+        assert words == ["You", "said:", *SLOW.split()]
+        messages = (await cs.get(f"/v1/sessions/{session}/messages")).json()["messages"]
+        assert [m["role"] for m in messages] == ["user", "assistant"]
+
+
+async def test_runs_found_at_a_restart_with_too_few_slots_wait_for_one(tmp_path: Path) -> None:
+    directory = tmp_path / "server"
+    server = launch(directory, {"AGENT_MAX_CONCURRENT_RUNS": "4"})
+    try:
+        async with server.client() as client:
+            runs = [
+                await start_background(client, new_session(), f"delete slot{i}.md")
+                for i in range(4)
+            ]
+
+            async def all_waiting() -> bool:
+                views = [(await client.get(f"/v1/runs/{r}")).json() for r in runs]
+                return all(view["status"] == "waiting" for view in views)
+
+            await wait_for(all_waiting)
+        server.signal(signal.SIGTERM)
+        assert server.wait(15) == 0
+        # restarted with room for two: two resume now, the others once a slot frees
+        server = launch(directory, {"AGENT_MAX_CONCURRENT_RUNS": "2", "AGENT_MAX_QUEUED_RUNS": "0"})
+        async with server.client() as client:
+            for index, run_id in enumerate(runs):
+
+                async def request(run_id: str = run_id) -> Event | None:
+                    asked = [e for e in await _events_so_far(client, run_id) if _asks(e)]
+                    return asked[-1] if asked else None
+
+                asked = await wait_for(request, within=30)
+                payload = asked.data["data"]["payload"]
+                answer = await client.post(
+                    "/external-events",
+                    json={
+                        "session_id": asked.data["session_id"],
+                        "run_id": run_id,
+                        "name": payload["response_event"],
+                        "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
+                    },
+                )
+                assert answer.status_code == 202, answer.text
+                rest = await follow(client, run_id, after=asked.id)
+                assert rest[-1].type == "run.completed"  # not worker_lost for want of a slot
+                assert f"Deleted slot{index}.md" in rest[-1].data["data"]["output"]["content"]
+    finally:
+        server.stop()
+
+
+def _asks(event: Event) -> bool:
+    return event.type == "custom" and event.data["data"]["name"] == "confirmation_requested"
