@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast
 
 from .channel import Channel
 from .checkpoints import Checkpointer, CheckpointSink, RunCheckpoint
@@ -38,6 +38,7 @@ __all__ = [
     "AgentRunConfig",
     "AgentRunContext",
     "AgentState",
+    "AnswerGate",
     "PermissionCallback",
     "RunOptions",
     "ToolGate",
@@ -164,6 +165,20 @@ class RunOptions:
     tool_filter: Callable[[Tool], bool] | None = None
     checkpoint_sink: CheckpointSink | None = None
     resume: RunCheckpoint | None = None
+
+
+class AnswerGate(Protocol):
+    """An extension whose waits take external answers (``ExternalEventExtension``): a run
+    being handed over asks it to stop taking them, atomically with respect to ``accept``."""
+
+    def suspend_answers(self, context: AgentRunContext) -> bool:
+        """Refuse answers to the run's waits from now on; False, changing nothing, if one of
+        them already took an answer."""
+        ...
+
+    def resume_answers(self, context: AgentRunContext) -> None:
+        """Take answers again (the hand-over did not happen)."""
+        ...
 
 
 class AgentRunContext:
@@ -302,13 +317,39 @@ class AgentRunContext:
                 self.state.phase = previous
 
     def cancel(self, reason: str = "cancel_requested") -> bool:
-        """Cancel the run; False if it already finished."""
+        """Cancel the run; False if it already finished.
+
+        With reason ``HANDOVER`` (the run is to go on elsewhere from its checkpoint), False
+        also when the run holds an answer its checkpoint does not record yet (claimed, staged,
+        or decided and not yet acted on): cancelled now, the answer would be lost, so the run
+        goes on here. Otherwise its waits take no answer from now on (a late one is refused,
+        and its sender posts it again where the run is resumed).
+        """
         task = self._task
         if task is None or task.done():
+            return False
+        if reason == HANDOVER and self._cancel_reason is None and not self._suspend_answers():
             return False
         if self._cancel_reason is None:
             self._cancel_reason = reason
         task.cancel()
+        return True
+
+    def _suspend_answers(self) -> bool:
+        """Stop every extension's waits of this run taking answers; False (nothing changed)
+        if an answer was taken already."""
+        if self._decisions:
+            return False
+        suspended: list[AnswerGate] = []
+        for extension in self.agent.extensions:
+            if not callable(getattr(extension, "suspend_answers", None)):
+                continue
+            gate = cast(AnswerGate, extension)
+            if not gate.suspend_answers(self):
+                for done in suspended:
+                    done.resume_answers(self)
+                return False
+            suspended.append(gate)
         return True
 
 

@@ -100,6 +100,7 @@ class ExternalWait:
 
 class _State(enum.Enum):
     OPEN = "open"  # registered, nobody answered yet
+    SUSPENDED = "suspended"  # the run is being handed over: no answer is taken here
     CLAIMED = "claimed"  # an answer won; its delivery to the loop is scheduled
     CLOSED = "closed"  # over: answered and staged, expired, cancelled or failed
 
@@ -307,7 +308,7 @@ class ExternalEventExtension(AgentExtension):
                 await asyncio.wait((future,), timeout=remaining)
             if not future.done():
                 with self._lock:
-                    expired = wait.state is _State.OPEN
+                    expired = wait.state in (_State.OPEN, _State.SUSPENDED)
                     if expired:
                         wait.state = _State.CLOSED
                         self._forget(wait)
@@ -387,6 +388,27 @@ class ExternalEventExtension(AgentExtension):
                 return False
             wait.state = _State.CLAIMED
         return True
+
+    # hand-over --------------------------------------------------------------------------------
+
+    def suspend_answers(self, context: AgentRunContext) -> bool:
+        """Refuse answers to the run's waits from now on (it is being handed over); False,
+        changing nothing, if one of them claimed an answer or one is staged, not yet used."""
+        with self._lock:
+            waits = list(self._run_waits.get(context, {}).values())
+            if self._staged.get(context) or any(w.state is _State.CLAIMED for w in waits):
+                return False
+            for wait in waits:
+                if wait.state is _State.OPEN:
+                    wait.state = _State.SUSPENDED
+        return True
+
+    def resume_answers(self, context: AgentRunContext) -> None:
+        """Take answers to the run's waits again (its hand-over did not happen)."""
+        with self._lock:
+            for wait in self._run_waits.get(context, {}).values():
+                if wait.state is _State.SUSPENDED:
+                    wait.state = _State.OPEN
 
     # cleanup ----------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ _PROBLEM = {"model": Problem, "content": {"application/problem+json": {}}}
     summary="Deliver an answer to a waiting run",
     status_code=202,
     response_model=AcceptedBy,
-    responses={409: _PROBLEM, 404: _PROBLEM, 422: _PROBLEM},
+    responses={409: _PROBLEM, 404: _PROBLEM, 422: _PROBLEM, 503: _PROBLEM},
 )
 async def deliver(
     body: ExternalEventRequest, principal: Principal, services: ServicesDep

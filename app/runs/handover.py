@@ -14,10 +14,15 @@
       readers, on any worker, see ``run.resumed`` (``reason: shutdown``) and the rest
 
 A confirmation a parked run waits for stays pending: the resumed run asks for the same call
-again (same id) and the answer, posted to any worker, reaches it there. A fenced-off run with
-a checkpoint is let go the same way, without the mark: the worker that takes its lease
-resumes it (``reason: worker_lost``). A run that cannot be parked (resume off, no checkpoint
-yet, not in the runtime) is cancelled with reason ``shutdown`` as before.
+again (same id) and the answer, posted to any worker, reaches it there. An answer and the
+hand-over race at the runtime's waits (``AgentRunContext.cancel``): a run that took an answer
+its checkpoint does not record yet is not handed over while it waits (it goes on here, within
+the drain's budget); a run being handed over takes no answer, and the answer posted here
+meanwhile gets 503 ``draining`` (post it again: another worker resumes the run with it).
+
+A fenced-off run with a checkpoint is let go the same way, without the mark: the worker that
+takes its lease resumes it (``reason: worker_lost``). A run that cannot be parked (resume
+off, no checkpoint yet, not in the runtime) is cancelled with reason ``shutdown`` as before.
 """
 
 from __future__ import annotations
@@ -78,7 +83,12 @@ class HandOver:
             handle.cancel_reason = HANDOVER
         elif handle.cancel_reason != HANDOVER:
             return False
-        return bool(agent.cancel_run(handle.run_id, HANDOVER))
+        if agent.cancel_run(handle.run_id, HANDOVER):
+            return True
+        # refused: the run took an answer its checkpoint does not hold yet, and goes on here
+        # (a waiting run then counts as streaming: the drain's budget, then hand-over)
+        handle.cancel_reason = None
+        return False
 
     async def park(self, handle: RunHandle) -> bool:
         """End the run here without ending it: its checkpoint marked handed over (unless it

@@ -17,9 +17,9 @@ from agent_runtime.errors import AgentClosedError
 from agent_runtime.events import AgentPhase
 from agent_runtime.extensions.external import ExternalEvent
 from app.bus.base import BusError
-from app.errors import NotFound
+from app.errors import Draining, NotFound
 from app.runs.context import RunContext, lease_lapsed
-from app.runs.handle import RunHandle
+from app.runs.handle import HANDOVER, RunHandle
 from app.storage import RunStatus
 
 __all__ = ["Routing"]
@@ -30,6 +30,9 @@ _DECIDED = frozenset({AgentPhase.COMPLETED, AgentPhase.FAILED})
 _SETTLE = 2.0
 # seconds an answer to a run resumed for it waits for the run to ask again
 _RESUME_WAIT = 10.0
+# when an answer refused during a hand-over may be posted again (the sweep takes the run within
+# a fraction of the lease)
+_RETRY_HANDED_OVER = 1.0
 _STATUS_OF: dict[str, RunStatus] = {
     "run.completed": "completed",
     "run.failed": "failed",
@@ -237,8 +240,29 @@ class Routing:
             handle = await self.resume_parked(run_id, session_id)
             if handle is not None:
                 accepted = await self._answer_resumed(handle, name, payload)
+        if not accepted and run_id is not None and await self._handed_over(run_id, session_id):
+            context.metrics.external_events.labels("not_accepted").inc()
+            raise Draining(
+                f"run {run_id!r} is being handed over to another server, which has not taken "
+                "it yet: post the answer again (to any server)",
+                retry_after=_RETRY_HANDED_OVER,
+            )
         context.metrics.external_events.labels("accepted" if accepted else "not_accepted").inc()
         return accepted
+
+    async def _handed_over(self, run_id: str, session_id: str) -> bool:
+        """True if this draining worker hands the run over (or has parked it) and no worker
+        holds it yet: an answer refused now is taken once another worker resumes the run."""
+        context = self._context
+        if not context.draining:
+            return False
+        local = context.runs.get(run_id)
+        if local is not None:
+            return local.cancel_reason == HANDOVER
+        if await context.bus.locks.holder(session_id) is not None:
+            return False
+        record = await context.store.get_run(run_id)
+        return record is not None and not record.is_finished
 
     async def _answer_resumed(
         self, handle: RunHandle, name: str, payload: Mapping[str, Any]
