@@ -8,8 +8,8 @@ its own, prints a table per scenario, writes ``bench/results/<timestamp>.json`` 
 ``latest.json``) and the plots ``docs/images/bench-*.png``. ``--quick`` (CI) runs every
 scenario at a tiny size, skips the peers and writes its results to ``bench/results/quick/``
 without touching the plots. ``docs`` rewrites the results section of docs/benchmarks.md from
-a results file. Scenarios 8 and 9 (Redis farther away, two workers) run in ``--quick`` only
-when named (``--scenario 8``). See docs/benchmarks.md.
+a results file. Scenarios 8, 9 and 10 (Redis farther away, two workers, hand-over) run in
+``--quick`` only when named (``--scenario 8``). See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from bench.handover import scenario_handover
 from bench.peers import scenario_peers
 from bench.procs import ROOT
 from bench.redis_latency import scenario_redis_latency, scenario_workers
@@ -36,8 +37,14 @@ from bench.scenarios import SCENARIOS, Config, Outcome
 
 __all__ = ["main", "run"]
 
-ALL = {**SCENARIOS, 7: scenario_peers, 8: scenario_redis_latency, 9: scenario_workers}
-REDIS_SCENARIOS = (8, 9)
+ALL = {
+    **SCENARIOS,
+    7: scenario_peers,
+    8: scenario_redis_latency,
+    9: scenario_workers,
+    10: scenario_handover,
+}
+REDIS_SCENARIOS = (8, 9, 10)
 
 
 def machine() -> dict[str, Any]:

@@ -61,6 +61,8 @@ def test_quick_run_of_the_redis_scenarios(tmp_path: Path) -> None:
             "8",
             "--scenario",
             "9",
+            "--scenario",
+            "10",
             "--results",
             str(tmp_path),
         ],
@@ -73,7 +75,7 @@ def test_quick_run_of_the_redis_scenarios(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((tmp_path / "latest.json").read_text())
     by_number = {scenario["number"]: scenario for scenario in report["scenarios"]}
-    assert set(by_number) == {8, 9}
+    assert set(by_number) == {8, 9, 10}
     latency = by_number[8]["raw"]
     # every delay was measured (no "pending"), and the runs streamed to their end
     assert all("stream" in measured for measured in latency.values()), latency
@@ -86,3 +88,6 @@ def test_quick_run_of_the_redis_scenarios(tmp_path: Path) -> None:
     ]
     assert levels, codes
     assert all(level["ok"] == level["runs"] > 0 for level in levels), levels
+    # every run waiting on the stopped worker was handed over twice and then completed
+    handover = by_number[10]["raw"]
+    assert handover["completed"] == handover["runs"] > 0, handover

@@ -27,6 +27,8 @@ logger = logging.getLogger("app.runs")
 
 # how often runs found at start with no slot to resume in are tried again
 _RETRY_SECONDS = 1.0
+# candidates of one sweep round looked at (resumed or ended) at once
+_SWEEP_CONCURRENCY = 16
 
 
 class LostRunSweep:
@@ -120,30 +122,46 @@ class LostRunSweep:
             for record in await context.store.list_unfinished_runs():
                 candidates.setdefault(record.run_id, record.session_id)
         ours.update(runs)
+        todo = [(r, s) for r, s in candidates.items() if r not in ours and r not in runs]
+        if not todo:
+            return 0
+        # a few at a time: after a deploy a worker takes over hundreds of parked runs, each a
+        # handful of round trips to the store and the bus, most of it waiting
+        gate = asyncio.Semaphore(_SWEEP_CONCURRENCY)
+
+        async def one(run_id: str, session_id: str) -> bool:
+            async with gate:
+                return await self._reap(run_id, session_id)
+
+        outcomes = await asyncio.gather(*(one(r, s) for r, s in todo), return_exceptions=True)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures:
+            raise failures[0]
+        return sum(1 for o in outcomes if o is True)
+
+    async def _reap(self, run_id: str, session_id: str) -> bool:
+        """Resume, or else end, one candidate of the sweep; True if it was failed as lost."""
+        context = self._context
         locks = context.bus.locks
-        reaped = 0
-        for run_id, session_id in candidates.items():
-            if run_id in ours or run_id in runs:
-                continue
-            if await locks.holder(session_id) == run_id:
-                continue  # its worker still renews the lease
-            if await self._ended(run_id):
-                # it ended where it ran since the candidates were listed (its lock released
-                # after both of these): taking the lock now would only make a client's next
-                # run in the session find it busy
-                continue
-            if await self._resume(run_id, session_id):
-                continue
-            reaper = f"reaper_{secrets.token_hex(8)}"
-            lease = await locks.acquire(session_id, reaper, context.lease_ttl)
-            if lease is None:
-                continue  # the session is busy again; a later round decides
-            try:
-                if await self.settle(run_id, session_id, lease.token):
-                    reaped += 1
-            finally:
-                await locks.release(lease)
-        return reaped
+        if run_id in context.runs:
+            return False
+        if await locks.holder(session_id) == run_id:
+            return False  # its worker still renews the lease
+        if await self._ended(run_id):
+            # it ended where it ran since the candidates were listed (its lock released
+            # after both of these): taking the lock now would only make a client's next
+            # run in the session find it busy
+            return False
+        if await self._resume(run_id, session_id):
+            return False
+        reaper = f"reaper_{secrets.token_hex(8)}"
+        lease = await locks.acquire(session_id, reaper, context.lease_ttl)
+        if lease is None:
+            return False  # the session is busy again; a later round decides
+        try:
+            return await self.settle(run_id, session_id, lease.token)
+        finally:
+            await locks.release(lease)
 
     async def resume_parked(self, run_id: str, session_id: str) -> RunHandle | None:
         """Resume here a run no worker holds (an answer came for it); its handle, or None."""
