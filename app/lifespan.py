@@ -143,6 +143,7 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             unavailable=agents.states.unavailable,
             budgets=budgets,
             disconnect_grace=settings.disconnect_grace,
+            reader_refresh=settings.sse_ping,
             idempotency_ttl=settings.idempotency_ttl,
             tracing=tracing,
             webhooks=webhooks,

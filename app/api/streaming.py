@@ -33,8 +33,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -220,6 +220,12 @@ class EventStreamResponse(Response):
             else:
                 ticker = loop.call_later(ping - idle, tick)
 
+        # the reader renews its attach mark while it reads: a run resumed on another worker
+        # then knows its client still reads it (app.runs.grace)
+        manager = self._manager
+        refresh = manager.reader_refresh if manager is not None else None
+        renewed = loop.time()
+
         watcher = loop.create_task(_wait_disconnect(receive))
         watcher.add_done_callback(on_disconnect)
         if fenced_off is not None:
@@ -239,6 +245,11 @@ class EventStreamResponse(Response):
                 batch = await subscription.next()
                 if gone:
                     break
+                if refresh is not None and manager is not None:
+                    now = loop.time()
+                    if now - renewed >= refresh:
+                        renewed = now
+                        _renew(manager.reader_alive(self._run_id))
                 if fenced:
                     logger.warning(
                         "event stream of run %s ended: this worker lost the run's lease",
@@ -338,6 +349,17 @@ class EventStreamResponse(Response):
             if last is None or last <= subscription.cursor:
                 body += pausing.pause()
         return body, not (encoder.done or subscription.finished)
+
+
+# renewals of readers' marks in flight, kept until they end (never cancelled: a Redis call
+# cut half-way would cost its connection)
+_renewals: set[asyncio.Task[None]] = set()
+
+
+def _renew(renewal: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.get_running_loop().create_task(renewal)
+    _renewals.add(task)
+    task.add_done_callback(_renewals.discard)
 
 
 def _slices(body: bytes) -> list[bytes]:

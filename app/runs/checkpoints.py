@@ -70,6 +70,11 @@ def request_options(options: RunRequestOptions) -> dict[str, Any]:
         "response_format": dict(options.response_format) if options.response_format else None,
         "webhook_url": options.webhook_url,
         "skill": options.skill,
+        # a run its client reads (or waits for) and that ends when the client leaves: resumed
+        # elsewhere, it is cancelled unless a reader is found (app.runs.grace)
+        "on_disconnect": (
+            "cancel" if not options.background and options.on_disconnect == "cancel" else None
+        ),
     }
     return {key: value for key, value in kept.items() if value is not None}
 

@@ -14,6 +14,11 @@ response began. (Not with the disconnect's: a retry may attach before the server
 noticed that the first connection broke.)
 The timer ends early when the run does. With a grace of 0 the run is cancelled at once, as
 before the grace existed.
+
+A reader renews its mark every ``refresh`` seconds while it reads (the SSE ping interval), so
+that a run resumed on another worker (``resumed``) can tell a client still reading, through
+any worker, from one that is gone: such a run, whose request cancels it once nobody reads it,
+is cancelled if no mark is renewed within the grace or a renewal period, whichever is longer.
 """
 
 from __future__ import annotations
@@ -41,11 +46,21 @@ _MARGIN = 10.0
 class DisconnectGrace:
     """Disconnect policies of this worker's responses, and their pending timers."""
 
-    def __init__(self, context: RunContext, routing: Routing, grace: float) -> None:
+    def __init__(
+        self, context: RunContext, routing: Routing, grace: float, refresh: float = 15.0
+    ) -> None:
         self._context = context
         self._routing = routing
         self._grace = grace
+        # how often every reader renews its mark (the SSE ping interval)
+        self._refresh = refresh
         self._timers: set[asyncio.Task[None]] = set()
+
+    @property
+    def refresh(self) -> float | None:
+        """How often a reader of a live run renews its mark; None when none is kept
+        (a grace of 0)."""
+        return self._refresh if self._grace > 0 else None
 
     @staticmethod
     def _name(run_id: str) -> str:
@@ -57,11 +72,21 @@ class DisconnectGrace:
         return len(self._timers)
 
     async def attached(self, run_id: str) -> None:
-        """A reader (re-)attached to the live run ``run_id``."""
+        """A reader (re-)attached to the live run ``run_id``, or is still reading it (each
+        reader renews its mark every ``refresh`` seconds)."""
         if self._grace > 0:
-            await self._context.bus.values.set(
-                self._name(run_id), repr(time.time()), self._grace + _MARGIN
-            )
+            ttl = max(self._grace, self._refresh) + 2 * _MARGIN
+            await self._context.bus.values.set(self._name(run_id), repr(time.time()), ttl)
+
+    def resumed(self, run_id: str) -> None:
+        """The run, whose request cancels it once nobody reads it, was resumed here: its
+        client's connection was to the worker it left. Cancel it unless a reader attaches,
+        or renews its mark (one still reading through the old worker), within the grace or
+        a renewal period, whichever is longer."""
+        if self._grace <= 0:
+            return  # no marks kept: a reader cannot be told from none, so the run goes on
+        window = max(self._grace, self._refresh + _MARGIN)
+        self._track(self._after_grace(run_id, time.time(), window), f"grace:{run_id}")
 
     def policy(self, run_id: str) -> Callable[[], None]:
         """What a response of ``run_id`` calls when its client is gone: cancel the run
@@ -73,7 +98,7 @@ class DisconnectGrace:
             if self._grace <= 0:
                 self._cancel_now(run_id)
                 return
-            self._track(self._after_grace(run_id, since), f"grace:{run_id}")
+            self._track(self._after_grace(run_id, since, self._grace), f"grace:{run_id}")
 
         return gone
 
@@ -87,16 +112,16 @@ class DisconnectGrace:
             # held by another worker (an idempotent repeat was answered here)
             self._track(self._cancel_remote(run_id), f"cancel:{run_id}")
 
-    async def _after_grace(self, run_id: str, since: float) -> None:
+    async def _after_grace(self, run_id: str, since: float, grace: float) -> None:
         handle = self._context.runs.get(run_id)
         try:
             if handle is not None:
                 # the run's end makes the timer pointless: stop waiting then
-                await asyncio.wait([handle.finished], timeout=self._grace)
+                await asyncio.wait([handle.finished], timeout=grace)
                 if handle.done:
                     return
             else:
-                await asyncio.sleep(self._grace)
+                await asyncio.sleep(grace)
             last = await self._context.bus.values.get(self._name(run_id))
         except BusError as exc:
             # whether a reader came back cannot be told: keep the run (its own timeout still

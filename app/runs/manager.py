@@ -26,6 +26,7 @@ from its own cursor (``app.api.streaming``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,8 @@ from app.tracing import Tracing
 
 __all__ = ["RunManager"]
 
+logger = logging.getLogger("app.runs")
+
 
 class RunManager:
     """Runs of one worker. Also the bus's ``CommandHandler`` for this worker."""
@@ -91,6 +94,7 @@ class RunManager:
         resume_runs: bool = False,
         max_resumes: int = 3,
         hand_over: bool = False,
+        reader_refresh: float = 15.0,
     ) -> None:
         """``clock``: the monotonic clock of the runs' lease deadlines; ``keep_leases``:
         whether a shared bus's leases are renewed and watched in the background (tests
@@ -131,11 +135,12 @@ class RunManager:
         )
         self._starter.on_busy = self._multitask.on_busy
         self._starter.lease_sent = self._multitask.lease_sent
-        self._sweep = LostRunSweep(context, Resumer(context, driver, self.fencing))
+        self._grace = DisconnectGrace(context, self._routing, disconnect_grace, reader_refresh)
+        resumer = Resumer(context, driver, self.fencing, self._grace)
+        self._sweep = LostRunSweep(context, resumer)
         self._routing.resume_parked = self._sweep.resume_parked
         self.leases = LeaseKeeper(context, self.fencing, self._sweep)
         self._drain = Drain(context, self._routing, self._writes, handover)
-        self._grace = DisconnectGrace(context, self._routing, disconnect_grace)
         # a pending claim outlives the longest admission (the queue's wait, the record's
         # write), so only a worker that died while admitting leaves one to expire
         self.idempotency = IdempotentStarts(
@@ -303,6 +308,19 @@ class RunManager:
     async def reader_attached(self, run_id: str) -> None:
         """A reader (re-)attached to the live run (the disconnect grace looks for it)."""
         await self._grace.attached(run_id)
+
+    @property
+    def reader_refresh(self) -> float | None:
+        """How often a reader renews its attach mark (``reader_alive``); None: never."""
+        return self._grace.refresh
+
+    async def reader_alive(self, run_id: str) -> None:
+        """A reader still reads the run: its mark renewed (a failure only logged: a run
+        resumed elsewhere may then count the reader as gone)."""
+        try:
+            await self._grace.attached(run_id)
+        except Exception as exc:
+            logger.warning("could not renew a reader's mark of run %s: %s", run_id, exc)
 
     # --- commands ---------------------------------------------------------------------------
 

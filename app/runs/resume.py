@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import CheckpointError
 from app.bus.base import Lease
-from app.runs.checkpoints import resumed_options
+from app.runs.checkpoints import REQUEST_KEY, resumed_options
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.fencing import Fencing
+from app.runs.grace import DisconnectGrace
 from app.runs.handle import RunHandle
 from app.storage import CheckpointRecord, RunRecord, StaleFence
 
@@ -39,10 +42,17 @@ logger = logging.getLogger("app.runs")
 class Resumer:
     """Takes over runs no worker holds, from their checkpoints."""
 
-    def __init__(self, context: RunContext, driver: Driver, fencing: Fencing) -> None:
+    def __init__(
+        self,
+        context: RunContext,
+        driver: Driver,
+        fencing: Fencing,
+        grace: DisconnectGrace | None = None,
+    ) -> None:
         self._context = context
         self._driver = driver
         self._fencing = fencing
+        self._grace = grace
 
     async def resumable(self, run_id: str) -> tuple[RunRecord, CheckpointRecord] | None:
         """The run's record and checkpoint if it may be resumed here; else None."""
@@ -93,7 +103,7 @@ class Resumer:
             ticket.release()
             return False
         try:
-            RunCheckpoint.from_dict(taken.data)
+            checkpoint = RunCheckpoint.from_dict(taken.data)
         except CheckpointError as exc:
             ticket.release()
             logger.error("cannot resume a run: %s", exc, extra={"run_id": run_id})
@@ -131,6 +141,8 @@ class Resumer:
         context.hold(handle)
         await context.bus.router.register(run_id, record.session_id)
         handle.task = context.spawn(self._driver.execute(handle), run_id)
+        if self._grace is not None and abandoned_without_readers(taken.data, checkpoint):
+            self._grace.resumed(run_id)
         reason = taken.handover or "worker_lost"
         context.metrics.runs_resumed.labels(reason).inc()
         logger.warning(
@@ -138,6 +150,17 @@ class Resumer:
             extra={"run_id": run_id, "reason": reason, "step": taken.step},
         )
         return True
+
+
+def abandoned_without_readers(data: Mapping[str, Any], checkpoint: RunCheckpoint) -> bool:
+    """True if the resumed run is to be cancelled when nobody reads it: its request streamed
+    it (or waited for it) with ``on_disconnect=cancel``, and it does not wait for an answer (a
+    person may answer hours later, with no stream open: AI SDK and AG-UI streams end at the
+    request)."""
+    request = data.get(REQUEST_KEY)
+    if not isinstance(request, Mapping) or request.get("on_disconnect") != "cancel":
+        return False
+    return not any(call.state == "awaiting_approval" for call in checkpoint.calls)
 
 
 async def _stored() -> None:

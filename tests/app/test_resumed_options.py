@@ -53,6 +53,23 @@ def test_every_kept_option_survives_a_resume() -> None:
     assert resumed.on_disconnect == "continue"
 
 
+@pytest.mark.parametrize(
+    ("background", "on_disconnect", "kept"),
+    [(False, "cancel", "cancel"), (False, "continue", None), (True, "cancel", None)],
+)
+def test_a_run_read_by_its_client_keeps_its_disconnect_policy(
+    background: bool, on_disconnect: str, kept: str | None
+) -> None:
+    asked = RunRequestOptions(
+        input="hello",
+        background=background,
+        on_disconnect=on_disconnect,  # type: ignore[arg-type]
+    )
+    assert stored(asked)[REQUEST_KEY].get("on_disconnect") == kept  # type: ignore[attr-defined]
+    # the resumed handle itself has no response to lose: the grace looks for readers instead
+    assert resumed_options(record(None), stored(asked), None).on_disconnect == "continue"
+
+
 @pytest.mark.parametrize("from_request", [True, False])
 def test_the_deadline_counts_from_the_run_s_start(from_request: bool) -> None:
     asked = RunRequestOptions(input="hello", run_timeout=60 if from_request else None)

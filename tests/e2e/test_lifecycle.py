@@ -156,12 +156,13 @@ async def vanish(client: httpx.AsyncClient) -> tuple[str, str]:
 async def test_two_hundred_clients_vanish_mid_run(start_server: Launch) -> None:
     # a short disconnect grace: each run is cancelled well before its last word, however
     # loaded the machine (the grace's own timers are part of what must leave nothing behind)
-    # resume off: a run whose lease lapses under this load would be resumed, not cancelled
+    # resume on: a run whose lease lapses under this load is resumed, and cancelled there all
+    # the same once no reader renews its mark (every second here) within a renewal period
     server = start_server(
         {
             "AGENT_MAX_CONCURRENT_RUNS": "256",
             "AGENT_DISCONNECT_GRACE": "0.2",
-            "AGENT_RESUME_RUNS": "0",
+            "AGENT_SSE_PING": "1",
         }
     )
     async with server.client() as client:

@@ -10,6 +10,7 @@ one ``run.resumed``, one terminal event.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -568,3 +569,90 @@ async def test_runs_found_at_a_restart_with_too_few_slots_wait_for_one(tmp_path:
 
 def _asks(event: Event) -> bool:
     return event.type == "custom" and event.data["data"]["name"] == "confirmation_requested"
+
+
+@pytest.mark.parametrize("comes_back", [False, True])
+async def test_a_streamed_run_resumed_without_its_client_is_cancelled(
+    start_cluster: StartCluster, comes_back: bool
+) -> None:
+    # readers renew their mark every second (the ping): a run resumed on the survivor is
+    # cancelled ~11 s after the resume unless a reader is found; the run needs ~20 s
+    victim, survivor = start_cluster(2, {"AGENT_SSE_PING": "1"})
+    session = new_session()
+    text = " ".join(["slow"] + ["w"] * 200)
+    run_id = ""
+    async with victim.client() as cv, survivor.client() as cs:
+        # a streamed run that is cancelled once its client leaves (on_disconnect=cancel, the
+        # default): its client reads it from the worker that dies
+        with contextlib.suppress(httpx.HTTPError):
+            async with open_stream(
+                cv, "POST", f"/v1/sessions/{session}/runs", json={"input": text}
+            ) as (response, stream):
+                assert response.status_code == 200
+                async for event in stream:
+                    run_id = event.data["run_id"]
+                    if event.id == 3:
+                        kill(victim)
+        assert run_id
+        if comes_back:
+            # the client reads on from the survivor: the run goes on to its end
+            events = await follow(cs, run_id, after=3)
+            assert events[-1].type == "run.completed"
+            assert len(resumed(events)) == 1
+            return
+
+        async def ended() -> dict[str, Any] | None:
+            view: dict[str, Any] = (await cs.get(f"/v1/runs/{run_id}")).json()
+            return view if view["status"] in ("cancelled", "completed", "failed") else None
+
+        view = await wait_for(ended, within=60)
+        # resumed, then cancelled for nobody reading it, instead of run to its end
+        assert view["status"] == "cancelled", view
+        events = await follow(cs, run_id)
+        assert_well_formed(events, run_id)
+        assert len(resumed(events)) == 1
+        assert events[-1].type == "run.cancelled"
+        assert events[-1].data["data"]["reason"] == "client_disconnected"
+
+
+async def test_a_waiting_streamed_run_resumed_without_a_reader_still_waits(
+    start_cluster: StartCluster,
+) -> None:
+    # an AI SDK or AG-UI client's stream ends at the request for an answer, and the person
+    # answers later: a run resumed while it waits is not cancelled for want of a reader
+    victim, survivor = start_cluster(2, {"AGENT_SSE_PING": "1"})
+    session = new_session()
+    async with victim.client() as cv, survivor.client() as cs:
+        run_id = ""
+        payload: dict[str, Any] = {}
+        with contextlib.suppress(httpx.HTTPError):
+            async with open_stream(
+                cv, "POST", f"/v1/sessions/{session}/runs", json={"input": "delete x.md"}
+            ) as (response, stream):
+                assert response.status_code == 200
+                async for event in stream:
+                    run_id = event.data["run_id"]
+                    if _asks(event):
+                        payload = event.data["data"]["payload"]
+                        break
+        assert payload
+        kill(victim)
+
+        async def asked_again() -> bool:
+            return any(e.type == "run.resumed" for e in await _events_so_far(cs, run_id))
+
+        await wait_for(asked_again, within=30)
+        await asyncio.sleep(12)  # past the window a streamed run would be cancelled in
+        assert (await cs.get(f"/v1/runs/{run_id}")).json()["status"] == "waiting"
+        answer = await cs.post(
+            "/external-events",
+            json={
+                "session_id": session,
+                "run_id": run_id,
+                "name": payload["response_event"],
+                "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
+            },
+        )
+        assert answer.status_code == 202, answer.text
+        events = await follow(cs, run_id)
+        assert events[-1].type == "run.completed"
