@@ -81,6 +81,20 @@ async def start_background(client: httpx.AsyncClient, session: str, text: str) -
     return run_id
 
 
+async def approve(client: httpx.AsyncClient, asked: Event) -> httpx.Response:
+    """Approve the call a ``confirmation_requested`` event asks about."""
+    payload = asked.data["data"]["payload"]
+    return await client.post(
+        "/external-events",
+        json={
+            "session_id": asked.data["session_id"],
+            "run_id": asked.data["run_id"],
+            "name": payload["response_event"],
+            "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
+        },
+    )
+
+
 async def test_a_run_killed_mid_stream_completes_on_the_other_worker(
     start_cluster: StartCluster,
 ) -> None:
@@ -368,16 +382,7 @@ async def test_twenty_waiting_runs_survive_a_restart_on_sqlite(tmp_path: Path) -
                     return asked[-1] if asked else None
 
                 asked = await wait_for(request, within=30)
-                payload = asked.data["data"]["payload"]
-                answer = await client.post(
-                    "/external-events",
-                    json={
-                        "session_id": asked.data["session_id"],
-                        "run_id": run_id,
-                        "name": payload["response_event"],
-                        "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
-                    },
-                )
+                answer = await approve(client, asked)
                 assert answer.status_code == 202, answer.text
                 rest = await follow(client, run_id, after=asked.id)
                 assert rest[-1].type == "run.completed"
@@ -545,20 +550,11 @@ async def test_runs_found_at_a_restart_with_too_few_slots_wait_for_one(tmp_path:
             for index, run_id in enumerate(runs):
 
                 async def request(run_id: str = run_id) -> Event | None:
-                    asked = [e for e in await _events_so_far(client, run_id) if _asks(e)]
+                    asked = [e for e in await _events_so_far(client, run_id) if is_request(e)]
                     return asked[-1] if asked else None
 
                 asked = await wait_for(request, within=30)
-                payload = asked.data["data"]["payload"]
-                answer = await client.post(
-                    "/external-events",
-                    json={
-                        "session_id": asked.data["session_id"],
-                        "run_id": run_id,
-                        "name": payload["response_event"],
-                        "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
-                    },
-                )
+                answer = await approve(client, asked)
                 assert answer.status_code == 202, answer.text
                 rest = await follow(client, run_id, after=asked.id)
                 assert rest[-1].type == "run.completed"  # not worker_lost for want of a slot
@@ -567,7 +563,7 @@ async def test_runs_found_at_a_restart_with_too_few_slots_wait_for_one(tmp_path:
         server.stop()
 
 
-def _asks(event: Event) -> bool:
+def is_request(event: Event) -> bool:
     return event.type == "custom" and event.data["data"]["name"] == "confirmation_requested"
 
 
@@ -624,7 +620,7 @@ async def test_a_waiting_streamed_run_resumed_without_a_reader_still_waits(
     session = new_session()
     async with victim.client() as cv, survivor.client() as cs:
         run_id = ""
-        payload: dict[str, Any] = {}
+        asked: Event | None = None
         with contextlib.suppress(httpx.HTTPError):
             async with open_stream(
                 cv, "POST", f"/v1/sessions/{session}/runs", json={"input": "delete x.md"}
@@ -632,10 +628,10 @@ async def test_a_waiting_streamed_run_resumed_without_a_reader_still_waits(
                 assert response.status_code == 200
                 async for event in stream:
                     run_id = event.data["run_id"]
-                    if _asks(event):
-                        payload = event.data["data"]["payload"]
+                    if is_request(event):
+                        asked = event
                         break
-        assert payload
+        assert asked is not None
         kill(victim)
 
         async def asked_again() -> bool:
@@ -644,15 +640,7 @@ async def test_a_waiting_streamed_run_resumed_without_a_reader_still_waits(
         await wait_for(asked_again, within=30)
         await asyncio.sleep(12)  # past the window a streamed run would be cancelled in
         assert (await cs.get(f"/v1/runs/{run_id}")).json()["status"] == "waiting"
-        answer = await cs.post(
-            "/external-events",
-            json={
-                "session_id": session,
-                "run_id": run_id,
-                "name": payload["response_event"],
-                "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
-            },
-        )
+        answer = await approve(cs, asked)
         assert answer.status_code == 202, answer.text
         events = await follow(cs, run_id)
         assert events[-1].type == "run.completed"

@@ -16,9 +16,22 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import Event, Server, assert_well_formed, open_stream, wait_for
+from tests.e2e.conftest import (
+    TERMINAL,
+    Event,
+    Server,
+    assert_well_formed,
+    open_stream,
+    wait_for,
+)
 from tests.scale.conftest import StartCluster
-from tests.scale.test_durable_runs import new_session, resumed, start_background
+from tests.scale.test_durable_runs import (
+    approve,
+    is_request,
+    new_session,
+    resumed,
+    start_background,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 200
@@ -64,21 +77,14 @@ class Readers:
                     if response.status_code == 200:
                         async for event in stream:
                             events.append(event)
-                            if _is_request(event) and not asked.done():
+                            if is_request(event) and not asked.done():
                                 asked.set_result(event)
-                            if event.type.startswith("run.") and event.type in _TERMINAL:
+                            if event.type in TERMINAL:
                                 return events
             except httpx.HTTPError:
                 pass  # its worker stopped: read on from another, after the last event seen
             self.reconnects += 1
             await asyncio.sleep(0.05)
-
-
-_TERMINAL = {"run.completed", "run.failed", "run.cancelled"}
-
-
-def _is_request(event: Event) -> bool:
-    return event.type == "custom" and event.data["data"]["name"] == "confirmation_requested"
 
 
 async def _resumed_total(server: Server) -> float:
@@ -145,19 +151,8 @@ async def test_a_rolling_restart_loses_no_waiting_run(
         # B now holds every run, its own and A's: stopping it hands all of them to the new A
         b = await roll(b, a, RUNS)
         for index, run_id in enumerate(runs):
-            asked = readers.asked[run_id].result()
-            payload = asked.data["data"]["payload"]
-            target = alive[index % 2]
-            async with target.client() as client:
-                answer = await client.post(
-                    "/external-events",
-                    json={
-                        "session_id": asked.data["session_id"],
-                        "run_id": run_id,
-                        "name": payload["response_event"],
-                        "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
-                    },
-                )
+            async with alive[index % 2].client() as client:
+                answer = await approve(client, readers.asked[run_id].result())
             assert answer.status_code == 202, answer.text
         streams = await asyncio.wait_for(asyncio.gather(*follows), timeout=120)
     finally:
