@@ -35,7 +35,7 @@ BACKENDS = ("default", "redis+postgres")
 # the modules whose tests run on every backend
 _ON_EVERY_BACKEND = frozenset({"test_server", "test_lifecycle"})
 TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
-START_TIMEOUT = 30.0
+START_TIMEOUT = 120.0
 
 # Idle connections are dropped here before the server closes them (AGENT_KEEP_ALIVE_TIMEOUT,
 # 5 s): with equal timeouts a request may go out on a connection the server is closing
