@@ -25,7 +25,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_runtime.agent import AgentCore
 from agent_runtime.bindings import ModelBinding, ModelBindings, binding_from_spec
@@ -33,7 +33,6 @@ from agent_runtime.compaction import LlmCompactor
 from agent_runtime.errors import ConfigurationError, ProviderError
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.integrations.lifespan import warm_up
-from agent_runtime.mcp import MCPClient
 from agent_runtime.providers.demo import DemoModel
 from agent_runtime.skills import SkillManager
 from agent_runtime.tracing import RunTracer
@@ -54,6 +53,9 @@ from app.agent_health import AgentStates
 from app.capability_config import SECTIONS, CapabilitySpec, capability_binding
 from app.errors import NotFound
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from agent_runtime.mcp import MCPClient
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -463,7 +465,11 @@ async def build_agents(
         await _close_all([core.aclose for core in cores.values()])
         await _close_all([binding.aclose for binding in owned.values()])
         raise
-    clients = {name: MCPClient([server]) for name, server in config.mcp_servers.items()}
+    clients: dict[str, MCPClient] = {}
+    if config.mcp_servers:
+        from agent_runtime.mcp import MCPClient  # the SDK loads only when a server is configured
+
+        clients = {name: MCPClient([server]) for name, server in config.mcp_servers.items()}
     capabilities = {
         purpose: {name: _capability(spec, settings) for name, spec in named.items()}
         for purpose, named in config.capabilities.items()

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
@@ -33,15 +34,27 @@ from app.middleware import BodyLimitMiddleware, LoadShedMiddleware
 from app.protocols import agui, ai_sdk
 from app.protocols import openai as openai_protocol
 from app.protocols.a2a import install_a2a
-from app.protocols.mcp_server import McpEndpoint
+from app.protocols.loading import DeferredEndpoint
 from app.security import SecurityHeadersMiddleware
 from app.settings import Settings
 from app.tracing import TraceContextMiddleware, tracing_requested
+
+if TYPE_CHECKING:
+    from app.protocols.mcp_server import McpEndpoint
 
 __all__ = ["UI_DIR", "create_app"]
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 VERSION = "0.1.0"
+
+
+def _mcp_endpoint(module: ModuleType) -> McpEndpoint:
+    endpoint: McpEndpoint = module.McpEndpoint()
+    return endpoint
+
+
+def _mcp_transport(endpoint: McpEndpoint) -> AbstractAsyncContextManager[None]:
+    return endpoint.running()
 
 
 def create_app(settings: Settings | None = None, *, configure_logs: bool = True) -> FastAPI:
@@ -69,7 +82,8 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     )
     metrics = Metrics()
     service_lifespan = make_lifespan(settings, metrics)
-    mcp = McpEndpoint()
+    # the MCP SDK loads on the first request to /mcp (see app.protocols.loading)
+    mcp = DeferredEndpoint("app.protocols.mcp_server", _mcp_endpoint, serve=_mcp_transport)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

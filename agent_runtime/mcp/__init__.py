@@ -26,9 +26,13 @@ Inside a run, either error becomes a tool-error result the model reads; the run 
 
 from __future__ import annotations
 
-from .client import MCPClient
+from typing import TYPE_CHECKING, Any
+
 from .config import DEFAULT_TIMEOUT, MCPServerConfig, Transport, mcp_tool_name
 from .errors import MCPClientError, MCPClientStateError, MCPServerError, MCPToolError
+
+if TYPE_CHECKING:
+    from .client import MCPClient
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -41,3 +45,13 @@ __all__ = [
     "Transport",
     "mcp_tool_name",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # the ``mcp`` SDK takes about a second to import: only a process that talks to an MCP
+    # server pays for it, on its first use of ``MCPClient``
+    if name == "MCPClient":
+        from .client import MCPClient
+
+        return MCPClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
 from app.errors import Unavailable
-from app.protocols.a2a.endpoint import A2AEndpoint, service_card
+from app.protocols.loading import DeferredEndpoint
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.protocols.a2a.endpoint import A2AEndpoint
 
 __all__ = ["install_a2a"]
 
@@ -17,13 +23,24 @@ _GRACE_BEYOND_DRAIN = 15.0
 
 
 def install_a2a(app: FastAPI, settings: Settings) -> None:
-    """Serve the service's agent card and mount ``/a2a``."""
+    """Serve the service's agent card and mount ``/a2a`` (the SDK loads on the first request
+    to either: see ``app.protocols.loading``)."""
+
+    def build(module: ModuleType) -> A2AEndpoint:
+        built: A2AEndpoint = module.A2AEndpoint(
+            v03=settings.a2a_v03,
+            shutdown_grace_period=settings.drain_timeout + _GRACE_BEYOND_DRAIN,
+        )
+        return built
+
+    endpoint = DeferredEndpoint("app.protocols.a2a.endpoint", build)
 
     async def agent_card(request: Request) -> Response:
         services = request.app.state.services
         if services is None:
             raise Unavailable("the server is starting", retry_after=1)
-        return JSONResponse(service_card(request, services))
+        module = await endpoint.module()
+        return JSONResponse(module.service_card(request, services))
 
     app.add_api_route(
         "/.well-known/agent-card.json",
@@ -32,11 +49,4 @@ def install_a2a(app: FastAPI, settings: Settings) -> None:
         summary="The A2A agent card",
         include_in_schema=False,  # the A2A specification describes it
     )
-    app.mount(
-        "/a2a",
-        A2AEndpoint(
-            v03=settings.a2a_v03,
-            shutdown_grace_period=settings.drain_timeout + _GRACE_BEYOND_DRAIN,
-        ),
-        name="a2a",
-    )
+    app.mount("/a2a", endpoint, name="a2a")
