@@ -63,8 +63,8 @@ class DeferredEndpoint(Generic[T]):
         self._build = build
         self._serve = serve
         self._endpoint: T | None = None
-        self._lock = asyncio.Lock()
-        self._stopping: asyncio.Event | None = None
+        self._making: asyncio.Future[T] | None = None
+        self._stopping = asyncio.Event()
         self._lifetime: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -77,21 +77,21 @@ class DeferredEndpoint(Generic[T]):
         service has ended."""
         if self._endpoint is not None:
             return self._endpoint
-        async with self._lock:
-            if self._endpoint is None:
-                if self._closed:
-                    return None
-                endpoint = self._build(await self._module.load())
-                if self._serve is not None:
-                    await self._enter(endpoint)
-                self._endpoint = endpoint
+        if self._making is None:
+            if self._closed:
+                return None
+            self._making = asyncio.ensure_future(self._make())
+        # shielded: a request that goes away does not leave a half-entered lifetime behind
+        self._endpoint = await asyncio.shield(self._making)
         return self._endpoint
 
-    async def _enter(self, endpoint: T) -> None:
-        assert self._serve is not None
+    async def _make(self) -> T:
+        endpoint = self._build(await self._module.load())
         serve = self._serve
+        if serve is None:
+            return endpoint
         entered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        stopping = self._stopping = asyncio.Event()
+        stopping = self._stopping
 
         async def lifetime() -> None:
             try:
@@ -105,6 +105,7 @@ class DeferredEndpoint(Generic[T]):
 
         self._lifetime = asyncio.get_running_loop().create_task(lifetime())
         await entered
+        return endpoint
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -112,13 +113,13 @@ class DeferredEndpoint(Generic[T]):
         try:
             yield
         finally:
-            async with self._lock:
-                self._closed = True
-                lifetime = self._lifetime
-                if self._stopping is not None:
-                    self._stopping.set()
-            if lifetime is not None:
-                await lifetime
+            self._closed = True
+            if self._making is not None:
+                # one still being made is entered first, then left like the others
+                await asyncio.wait([self._making])
+            self._stopping.set()
+            if self._lifetime is not None:
+                await self._lifetime
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = await self.endpoint()

@@ -112,3 +112,19 @@ async def test_a_request_that_goes_away_does_not_abandon_the_import() -> None:
         module = await deferred.module()
         assert module.__name__ == "json"
         assert await deferred.endpoint() is recorder.built[0]
+
+
+async def test_a_request_that_goes_away_while_it_is_entered_leaves_one_lifetime() -> None:
+    recorder = _Recorder()
+    deferred = DeferredEndpoint("json", recorder.build, serve=recorder.serve)
+    async with deferred.running():
+        first = asyncio.ensure_future(deferred.endpoint())
+        await recorder.entering.wait()
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        recorder.release.set()
+        endpoint = await deferred.endpoint()
+        assert endpoint is recorder.built[0] and endpoint.serving
+        assert len(recorder.built) == 1 and recorder.entered == 1
+    assert recorder.left == 1 and not endpoint.serving
