@@ -295,6 +295,11 @@ class Bus(Protocol):
         """True when other worker processes see the same state (Redis)."""
         ...
 
+    async def open_run(self, run_id: str, *, session_id: str, fence: int) -> None:
+        """Start a new run's log (``EventLog.create``) and route its commands to this worker
+        (``Router.register``): on a shared bus in one round trip, both or neither."""
+        ...
+
     def stats(self) -> dict[str, int]:
         """Counts for leak checks: logs, subscribers, locks, routed runs."""
         ...

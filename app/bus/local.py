@@ -419,6 +419,11 @@ class LocalBus:
     def values(self) -> LocalValues:
         return self._values
 
+    async def open_run(self, run_id: str, *, session_id: str, fence: int) -> None:
+        """The run's log, then its route (``app.bus.base.Bus.open_run``)."""
+        await self.events.create(run_id, session_id=session_id, fence=fence)
+        await self.router.register(run_id, session_id)
+
     def stats(self) -> dict[str, int]:
         return {
             "event_logs": self._events.logs,

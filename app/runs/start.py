@@ -313,10 +313,9 @@ class Starter:
             handle.status = "running"
             handle.started_at = now()
         recorded = self._records.create(handle)
-        await context.events.create(
+        await context.bus.open_run(
             handle.run_id, session_id=handle.session_id, fence=handle.lease.token
         )
-        await context.bus.router.register(handle.run_id, handle.session_id)
         return recorded
 
     def shed(self) -> ServiceError | None:

@@ -392,6 +392,26 @@ async def test_commands_reach_the_worker_holding_the_run(buses: Buses) -> None:
     assert await other.router.cancel("run_h", "cancel_requested") is False
 
 
+async def test_open_run_starts_the_log_and_routes_the_run_in_one_call(buses: Buses) -> None:
+    holder, other = await buses.open(), await buses.open()
+    held = Handler({"run_o"})
+    holder.router.bind(held)
+    other.router.bind(Handler(set()))
+    await holder.open_run("run_o", session_id="s-open", fence=7)
+    assert await other.events.exists("run_o")
+    assert holder.stats()["routed_runs"] == 1
+    assert await other.router.cancel("run_o", "cancel_requested") is True
+    assert held.calls[-1:] == [("cancel", "run_o", "cancel_requested")]
+    await holder.events.append("run_o", event(1, run_id="run_o"), fence=7)
+    # a second start of the same run changes nothing: not the log, not where it is routed
+    with pytest.raises(BusError):
+        await other.open_run("run_o", session_id="s-open", fence=8)
+    assert other.stats()["routed_runs"] == 0
+    assert await other.events.last_seq("run_o") == 1
+    assert await other.router.cancel("run_o", "cancel_requested") is True
+    assert held.calls[-1:] == [("cancel", "run_o", "cancel_requested")]
+
+
 async def test_a_gone_worker_is_answered_for_at_once(buses: Buses) -> None:
     holder, other = await buses.open(), await buses.open()
     holder.router.bind(Handler({"run_h"}))

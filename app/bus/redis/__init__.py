@@ -201,6 +201,12 @@ class RedisBus:
     def values(self) -> RedisValues:
         return self._values
 
+    async def open_run(self, run_id: str, *, session_id: str, fence: int) -> None:
+        """The run's log and its route in one script call (``app.bus.base.Bus.open_run``)."""
+        router = self._router
+        await self._events.create(run_id, session_id=session_id, fence=fence, route=router.route)
+        router.routed_here(run_id, session_id)
+
     def stats(self) -> dict[str, int]:
         live = self._events.live_logs
         return {

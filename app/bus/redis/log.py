@@ -470,13 +470,24 @@ class RedisEventLog:
     def start(self) -> None:
         self.follower.start()
 
-    async def create(self, run_id: str, *, session_id: str, fence: int) -> None:
+    async def create(
+        self,
+        run_id: str,
+        *,
+        session_id: str,
+        fence: int,
+        route: tuple[str, int] | None = None,
+    ) -> None:
+        """Start the run's log; with ``route`` (worker id, ttl in ms), route the run's
+        commands to that worker in the same call (``RedisBus.open_run``)."""
         keys = self._keys
+        names = [keys.meta(run_id), keys.live]
+        args: list[str | int] = [session_id, fence, self._live_ttl_ms, run_id]
+        if route is not None:
+            names.append(keys.route(run_id))
+            args.extend(route)
         async with unavailable(self._where, "creating an event log"):
-            created = await self._create(
-                keys=[keys.meta(run_id), keys.live],
-                args=[session_id, fence, self._live_ttl_ms, run_id],
-            )
+            created = await self._create(keys=names, args=args)
         if not created:
             raise BusError(f"run {run_id!r} already has an event log")
         self._writing[run_id] = session_id

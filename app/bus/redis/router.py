@@ -104,6 +104,16 @@ class RedisRouter:
             await self._client.set(self._keys.route(run_id), self.worker, px=self._route_ms)
         self._runs[run_id] = session_id
 
+    @property
+    def route(self) -> tuple[str, int]:
+        """What a run's route key holds, and for how long (ms): for a script that routes a
+        run to this worker itself (``RedisEventLog.create``), which then calls ``routed_here``."""
+        return self.worker, self._route_ms
+
+    def routed_here(self, run_id: str, session_id: str) -> None:
+        """Note a run routed here by such a script (``register`` without the call)."""
+        self._runs[run_id] = session_id
+
     def forget(self, run_id: str) -> None:
         """Drop this worker's own entry for ``run_id`` (its session lock was released); the
         route key, if unregistering cannot reach Redis, expires with its TTL."""

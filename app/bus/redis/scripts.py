@@ -77,14 +77,18 @@ return 0
 # KEYS: route. ARGV: worker id. Deletes the route only if it still names this worker.
 UNREGISTER: Final = RELEASE
 
-# KEYS: meta, live set. ARGV: session id, fence, live ttl (ms), run id.
-# 1 if created, 0 if the log exists already.
+# KEYS: meta, live set[, route]. ARGV: session id, fence, live ttl (ms), run id[, worker id,
+# route ttl (ms)]. 1 if created (and, given a route, the run routed to that worker), 0 if the
+# log exists already (and nothing changed).
 CREATE: Final = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
 redis.call('HSET', KEYS[1], 'session', ARGV[1], 'fence', ARGV[2], 'last', 0, 'sealed', 0)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if KEYS[3] then
+  redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[6])
+end
 local now = redis.call('TIME')
 redis.call('ZADD', KEYS[2], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),
   ARGV[4])
