@@ -9,10 +9,9 @@ any arriving meanwhile) waits for it while the event loop goes on serving everyt
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import ModuleType
 from typing import Any, Generic, TypeVar
 
@@ -57,7 +56,7 @@ class DeferredEndpoint(Generic[T]):
         self,
         module: str,
         build: Callable[[ModuleType], T],
-        serve: Callable[[T], contextlib.AbstractAsyncContextManager[Any]] | None = None,
+        serve: Callable[[T], AbstractAsyncContextManager[Any]] | None = None,
     ) -> None:
         self._module = DeferredModule(module)
         self._build = build
