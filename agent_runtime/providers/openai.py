@@ -5,6 +5,11 @@ serves every host that implements it (DeepSeek, Groq, Together, OpenRouter, Olla
 given a ``base_url``. One request per model call, ``stream=True`` with usage requested in the
 final chunk. Tool-call arguments arrive as string fragments keyed by the call's index; each call
 is yielded once the stream says the calls are finished.
+
+The request goes through the client's own ``post``, so its retries, auth, timeouts and error
+types all apply, but the body is sent as built here and each chunk is read as the decoded JSON:
+the typed ``create`` walks the body's type annotations and builds a pydantic model per chunk,
+which was most of a run's time before its first token.
 """
 
 from __future__ import annotations
@@ -17,8 +22,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from openai import NOT_GIVEN, AsyncOpenAI, AsyncStream, OpenAIError, omit
-from openai.types.chat import ChatCompletionChunk
+from openai import AsyncOpenAI, AsyncStream, OpenAIError
 
 from ..errors import ProviderError
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
@@ -31,12 +35,20 @@ from ..model import (
     ToolSpec,
     Usage,
 )
-from .errors import configuration_error, redact, stream_ended_early, translate_errors
+from .errors import (
+    MALFORMED_RESPONSE,
+    configuration_error,
+    redact,
+    stream_ended_early,
+    translate_errors,
+)
 
 __all__ = ["OpenAIModel"]
 
 # request options the SDK takes as arguments of create(); every other param goes in the body
 _SDK_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+# what the typed create() asks of the client for this endpoint: the API key as a bearer token
+_SECURITY = {"bearer_auth": True}
 
 # imported lazily by a first call (asyncio backend of anyio, HTTP/1.1 machinery, SDK helpers)
 _FIRST_CALL_MODULES = (
@@ -46,6 +58,9 @@ _FIRST_CALL_MODULES = (
     "httpcore2._backends.anyio",
     "openai.lib.streaming.chat",
 )
+
+
+_EMPTY: dict[str, Any] = {}
 
 
 @dataclass(slots=True)
@@ -148,23 +163,39 @@ class OpenAIModel:
 
     # requests ---------------------------------------------------------------------------------
 
-    async def _open(self, request: ModelRequest) -> AsyncStream[ChatCompletionChunk]:
+    async def _open(self, request: ModelRequest) -> AsyncStream[object]:
         params = {**self.params, **request.params}
         options = {key: params.pop(key) for key in list(params) if key in _SDK_OPTIONS}
-        extra_body: dict[str, Any] = dict(options.get("extra_body") or {})
         stream_options = params.pop("stream_options", {"include_usage": True})
-        extra_body.update(params)
-        return await self._client.chat.completions.create(
-            model=self._model,
-            messages=cast(Any, _messages(request.system, request.messages)),
+        body: dict[str, Any] = {
+            "model": self._model,
+            "messages": _messages(request.system, request.messages),
+            "stream": True,
+        }
+        if stream_options is not None:
+            body["stream_options"] = stream_options
+        if request.tools:
+            body["tools"] = _tools(request.tools)
+        if request.output_schema is not None:
+            body["response_format"] = _response_format(request.output_schema)
+        # the request's params and extra_body win over what is built here, as they do in create()
+        body.update(params)
+        body.update(options.get("extra_body") or {})
+        sent: dict[str, Any] = {"security": _SECURITY}
+        if options.get("extra_headers") is not None:
+            sent["headers"] = options["extra_headers"]
+        if options.get("extra_query") is not None:
+            sent["params"] = options["extra_query"]
+        if "timeout" in options:
+            sent["timeout"] = options["timeout"]
+        # cast_to=object: the SDK hands each chunk over as its decoded JSON, unconverted
+        return await self._client.post(
+            "/chat/completions",
+            body=body,
+            cast_to=object,
+            options=cast(Any, sent),
             stream=True,
-            stream_options=stream_options if stream_options is not None else omit,
-            tools=cast(Any, _tools(request.tools)) if request.tools else omit,
-            response_format=_response_format(request.output_schema),
-            extra_body=extra_body or None,
-            extra_headers=options.get("extra_headers"),
-            extra_query=options.get("extra_query"),
-            timeout=options.get("timeout", NOT_GIVEN),
+            stream_cls=AsyncStream[object],
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
@@ -184,35 +215,31 @@ class OpenAIModel:
             chunks = await self._open(request)
             try:
                 async for chunk in chunks:
-                    if chunk.usage is not None:
-                        usage = Usage(
-                            chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0
-                        )
-                    for choice in chunk.choices:
-                        if choice.index != 0:
+                    if not isinstance(chunk, dict):
+                        raise self._malformed("a chunk that is not a JSON object")
+                    counted = chunk.get("usage")
+                    if counted:
+                        usage = _usage(counted)
+                    for choice in chunk.get("choices") or ():
+                        if not isinstance(choice, dict):
+                            raise self._malformed("a choice that is not a JSON object")
+                        if choice.get("index", 0) != 0:
                             continue
-                        delta = choice.delta
-                        piece = delta.content or delta.refusal
+                        delta = choice.get("delta") or _EMPTY
+                        if not isinstance(delta, dict):
+                            raise self._malformed("a delta that is not a JSON object")
+                        piece = delta.get("content") or delta.get("refusal")
                         if piece:
+                            if not isinstance(piece, str):
+                                raise self._malformed("content that is not a string")
                             text.append(piece)
                             yield ModelEvent.text(piece)
-                        for fragment in delta.tool_calls or ():
-                            partial = calls.get(fragment.index)
-                            if partial is None:
-                                partial = _PartialCall(
-                                    fragment.id or f"call_{secrets.token_hex(12)}"
-                                )
-                                calls[fragment.index] = partial
-                            elif fragment.id:
-                                partial.id = fragment.id
-                            function = fragment.function
-                            if function is not None:
-                                if function.name:
-                                    partial.name += function.name
-                                if function.arguments:
-                                    partial.fragments.append(function.arguments)
-                        if choice.finish_reason is not None:
-                            finish_reason = choice.finish_reason
+                        fragments = delta.get("tool_calls")
+                        if fragments:
+                            self._gather(calls, fragments)
+                        reason = choice.get("finish_reason")
+                        if reason is not None:
+                            finish_reason = str(reason)
                     if finish_reason is not None and done is None and calls:
                         # the calls are complete: yield them now, usage may still follow
                         done = self._complete(calls)
@@ -233,6 +260,43 @@ class OpenAIModel:
                 yield ModelEvent.tool_call(call)
         message = AssistantMessage("".join(text) or None, done)
         yield ModelEvent.completed(ModelResponse(message, usage, finish_reason))
+
+    def _gather(self, calls: dict[int, _PartialCall], fragments: Any) -> None:
+        """Add one chunk's tool-call fragments to the calls being assembled."""
+        if not isinstance(fragments, list):
+            raise self._malformed("tool_calls that are not a list")
+        for fragment in fragments:
+            if not isinstance(fragment, dict):
+                raise self._malformed("a tool call that is not a JSON object")
+            index = fragment.get("index", 0)
+            if not isinstance(index, int):
+                raise self._malformed("a tool call whose index is not an integer")
+            call_id = fragment.get("id")
+            partial = calls.get(index)
+            if partial is None:
+                partial = _PartialCall(
+                    call_id
+                    if isinstance(call_id, str) and call_id
+                    else f"call_{secrets.token_hex(12)}"
+                )
+                calls[index] = partial
+            elif isinstance(call_id, str) and call_id:
+                partial.id = call_id
+            function = fragment.get("function")
+            if isinstance(function, dict):
+                name = function.get("name")
+                if isinstance(name, str):
+                    partial.name += name
+                arguments = function.get("arguments")
+                if isinstance(arguments, str) and arguments:
+                    partial.fragments.append(arguments)
+
+    def _malformed(self, what: str) -> ProviderError:
+        return ProviderError(
+            f"model {self._model!r} sent {what} in its stream",
+            provider=self.provider_name,
+            reason=MALFORMED_RESPONSE,
+        )
 
     def _complete(self, calls: Mapping[int, _PartialCall]) -> list[ToolCall]:
         finished: list[ToolCall] = []
@@ -310,14 +374,22 @@ def _messages(system: str | None, messages: Sequence[Message]) -> list[dict[str,
     return wire
 
 
-def _response_format(output: OutputSchema | None) -> Any:
+def _response_format(output: OutputSchema) -> dict[str, Any]:
     """Structured output, natively: the answer's text is JSON matching the schema."""
-    if output is None:
-        return omit
     return {
         "type": "json_schema",
         "json_schema": {"name": output.name, "schema": output.schema, "strict": output.strict},
     }
+
+
+def _usage(counted: Any) -> Usage | None:
+    if not isinstance(counted, dict):
+        return None
+    prompt = counted.get("prompt_tokens")
+    completion = counted.get("completion_tokens")
+    return Usage(
+        prompt if isinstance(prompt, int) else 0, completion if isinstance(completion, int) else 0
+    )
 
 
 def _tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:

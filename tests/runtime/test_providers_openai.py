@@ -319,6 +319,30 @@ async def test_failures_map_to_provider_errors(
         assert error.__cause__ is not None  # the SDK's exception stays attached, scrubbed
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[1, 2]",
+        b'{"choices": "none"}',
+        b'{"choices": [{"index": 0, "delta": "hello"}]}',
+        b'{"choices": [{"index": 0, "delta": {"content": 7}}]}',
+        b'{"choices": [{"index": 0, "delta": {"tool_calls": {"index": 0}}}]}',
+        b'{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": "0"}]}}]}',
+    ],
+    ids=["array", "choices", "delta", "content", "tool_calls", "index"],
+)
+async def test_a_chunk_of_the_wrong_shape_is_a_malformed_answer(
+    upstream: FakeUpstream, model: OpenAIModel, data: bytes
+) -> None:
+    # the chunks are read as plain JSON: a shape the protocol does not have is named, not a crash
+    upstream.script(Malformed(data, sse=True))
+    with pytest.raises(ProviderError) as caught:
+        await collect(model, ask())
+    assert type(caught.value) is ProviderError
+    assert caught.value.reason == "malformed_response"
+    assert "gpt-test" in str(caught.value) and "in its stream" in str(caught.value)
+
+
 async def test_a_400_keeps_the_upstream_text_beside_its_message(
     upstream: FakeUpstream, model: OpenAIModel
 ) -> None:
