@@ -136,6 +136,7 @@ class RunHandle:
         "lease",
         "lease_deadline",
         "metadata",
+        "new_session",
         "options",
         "output",
         "principal",
@@ -198,6 +199,8 @@ class RunHandle:
         self.t_first_event: float | None = None
         # messages the session held when the run was admitted; 0 spares reading them back
         self.history_size = -1
+        # the session did not exist at admission: the run's record creates it (one write)
+        self.new_session = False
         # the write of the run's record, which runs beside the run's start (see app.runs.records)
         self.recorded: asyncio.Task[None] | None = None
         self.lease_deadline = lease_deadline

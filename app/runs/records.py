@@ -55,14 +55,16 @@ class RunRecords:
             metadata=handle.metadata,
         )
         recorded = asyncio.get_running_loop().create_task(
-            self._create(record, handle.options.firing)
+            self._create(record, handle.options.firing, handle.new_session)
         )
         handle.recorded = recorded
         return recorded
 
-    async def _create(self, record: RunRecord, firing: FiringFence | None) -> None:
+    async def _create(
+        self, record: RunRecord, firing: FiringFence | None, create_session: bool
+    ) -> None:
         try:
-            await self._store.create_run(record, firing=firing)
+            await self._store.create_run(record, firing=firing, create_session=create_session)
         except SessionNotFound:
             # deleted between the ownership check and the lock
             raise NotFound(f"no session {record.session_id!r}") from None

@@ -5,9 +5,9 @@
     start()
       admit:   admission ticket (in memory, so a 429 costs nothing) → session read (store;
                404 if another's) → session lock (bus; 409 if held) → the replaced turn
-               → session created if new → the run's handle
-      launch:  wait for a slot (unless background) → record (beside the start) → event log
-               → route → the run's task (``Driver.execute``)
+               → session created if new and waiting for a slot → the run's handle
+      launch:  wait for a slot (unless background) → record, with the session if new
+               (beside the start) → event log and route → the run's task (``Driver.execute``)
       answer once the record is stored
 """
 
@@ -274,7 +274,8 @@ class Starter:
             except BaseException:
                 await context.bus.locks.release(lease)
                 raise
-        if session is None:
+        if session is None and not ticket.granted and not options.background:
+            # it waits for a slot before its record is written: its session is visible meanwhile
             try:
                 session = await context.store.get_or_create_session(session_id, principal)
             except BaseException as exc:
@@ -292,8 +293,14 @@ class Starter:
             ticket,
             lease_deadline=self._fencing.deadline_after(sent),
         )
-        # a superseded run stored its turn since the session was read: read the messages back
-        handle.history_size = session.message_count if superseded is None else -1
+        if session is None:
+            # a new session of a run that has its slot: the run's record creates it, in the
+            # same write (a start refused before then leaves no session behind)
+            handle.new_session = True
+            handle.history_size = 0 if superseded is None else -1
+        else:
+            # a superseded run stored its turn since the session was read: read them back
+            handle.history_size = session.message_count if superseded is None else -1
         return handle
 
     async def _launch(self, handle: RunHandle) -> asyncio.Task[None]:

@@ -488,13 +488,17 @@ class Store(Protocol):
 
     # runs
 
-    async def create_run(self, run: RunRecord, *, firing: FiringFence | None = None) -> None:
+    async def create_run(
+        self, run: RunRecord, *, firing: FiringFence | None = None, create_session: bool = False
+    ) -> None:
         """Store a new run of an existing session owned by `run.principal`.
 
         A session without a title takes `title_of(run.input)`. Raises `SessionNotFound`,
-        `SessionOwnedByOther` or `RunAlreadyExists`. With `firing`, the run is a schedule's:
-        it is stored only together with moving that firing, still held with `firing.token`,
-        to `started` (else `FiringLost`, and nothing is written).
+        `SessionOwnedByOther` or `RunAlreadyExists`. With `create_session`, a missing session
+        is created for `run.principal` in the same transaction instead (a new session's first
+        run: one write, not two). With `firing`, the run is a schedule's: it is stored only
+        together with moving that firing, still held with `firing.token`, to `started` (else
+        `FiringLost`, and nothing is written).
         """
         ...
 

@@ -565,13 +565,28 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
     # --- runs -----------------------------------------------------------------------------
 
     @finish_on_cancel
-    async def create_run(self, run: RunRecord, *, firing: FiringFence | None = None) -> None:
-        """Store a new run of an existing session owned by `run.principal`."""
+    async def create_run(
+        self, run: RunRecord, *, firing: FiringFence | None = None, create_session: bool = False
+    ) -> None:
+        """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
         async with self._connection() as conn, conn.transaction():
-            # FOR KEY SHARE keeps the session from being deleted before the INSERT.
-            owner: str | None = await conn.fetchval(
-                "SELECT principal FROM sessions WHERE id = $1 FOR KEY SHARE", run.session_id
-            )
+            owner: str | None = None
+            if create_session:
+                # a row another transaction inserts meanwhile is skipped here and read below;
+                # the row this one inserts is locked until the commit
+                now = utcnow()
+                owner = await conn.fetchval(
+                    "INSERT INTO sessions (id, principal, created_at, updated_at)"
+                    " VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO NOTHING RETURNING principal",
+                    run.session_id,
+                    run.principal,
+                    now,
+                )
+            if owner is None:
+                # FOR KEY SHARE keeps the session from being deleted before the INSERT.
+                owner = await conn.fetchval(
+                    "SELECT principal FROM sessions WHERE id = $1 FOR KEY SHARE", run.session_id
+                )
             if owner is None:
                 raise SessionNotFound(run.session_id)
             if owner != run.principal:

@@ -335,9 +335,11 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules):
     # --- runs -----------------------------------------------------------------------------
 
     @finish_on_cancel
-    async def create_run(self, run: RunRecord, *, firing: FiringFence | None = None) -> None:
-        """Store a new run of an existing session owned by `run.principal`."""
-        await self._write(_create_run, run, firing)
+    async def create_run(
+        self, run: RunRecord, *, firing: FiringFence | None = None, create_session: bool = False
+    ) -> None:
+        """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
+        await self._write(_create_run, run, firing, create_session)
 
     @finish_on_cancel
     async def update_run(
@@ -680,11 +682,19 @@ def _append_messages(
     db.executemany(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows)
 
 
-def _create_run(db: sqlite3.Connection, run: RunRecord, firing: FiringFence | None) -> None:
-    row = db.execute("SELECT principal FROM sessions WHERE id = ?", (run.session_id,)).fetchone()
-    if row is None:
-        raise SessionNotFound(run.session_id)
-    if row["principal"] != run.principal:
+def _create_run(
+    db: sqlite3.Connection, run: RunRecord, firing: FiringFence | None, create_session: bool
+) -> None:
+    if create_session:
+        owner = _get_or_create_session(db, run.session_id, run.principal).principal
+    else:
+        row = db.execute(
+            "SELECT principal FROM sessions WHERE id = ?", (run.session_id,)
+        ).fetchone()
+        if row is None:
+            raise SessionNotFound(run.session_id)
+        owner = row["principal"]
+    if owner != run.principal:
         raise SessionOwnedByOther(run.session_id)
     try:
         db.execute(

@@ -370,6 +370,22 @@ async def test_run_cancelled_while_queued_never_started(store: Store) -> None:
     assert cancelled.finished_at is not None
 
 
+async def test_a_first_run_creates_its_session_in_the_same_write(store: Store) -> None:
+    await store.create_run(_run("r1", "fresh"), create_session=True)
+    session = await store.get_session("fresh")
+    assert session is not None
+    assert (session.principal, session.title) == ("alice", "input of r1")
+    assert {run.run_id for run in await store.list_runs("fresh")} == {"r1"}
+    # an existing session is used as it is; another's is refused, and nothing is written
+    await store.create_run(_run("r2", "fresh"), create_session=True)
+    with pytest.raises(SessionOwnedByOther):
+        await store.create_run(_run("r3", "fresh", principal="mallory"), create_session=True)
+    assert {run.run_id for run in await store.list_runs("fresh")} == {"r1", "r2"}
+    with pytest.raises(RunAlreadyExists):
+        await store.create_run(_run("r1", "other"), create_session=True)
+    assert await store.get_session("other") is None  # rolled back with the run's insert
+
+
 async def test_run_errors(store: Store) -> None:
     with pytest.raises(SessionNotFound):
         await store.create_run(_run("r1"))
