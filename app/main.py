@@ -25,6 +25,7 @@ from app.api import capabilities, external_events, health, runs, schedules, sess
 from app.api.docs import DOCS_PATHS, install_docs
 from app.api.errors import CatchAllMiddleware, install_error_handlers
 from app.api.openapi import install_openapi
+from app.api.start_path import RunStartMiddleware
 from app.auth import Authenticator
 from app.http_protocol import EdgeLimits, configure, effective_max_connections
 from app.lifespan import make_lifespan
@@ -125,6 +126,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.router.routes.append(_UIMount("/", app=_UIFiles(directory=UI_DIR, html=True), name="ui"))
 
     # added innermost first: CORS wraps everything, so error answers carry its headers too
+    app.add_middleware(RunStartMiddleware)
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(LoadShedMiddleware)

@@ -8,7 +8,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.errors import ProblemError, problem_response
 from app.errors import ServiceError, Unauthorized
 
-__all__ = ["BodyLimitMiddleware", "BodyTooLarge", "LoadShedMiddleware"]
+__all__ = ["BodyLimitMiddleware", "BodyTooLarge", "LoadShedMiddleware", "replay"]
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -111,7 +111,7 @@ class LoadShedMiddleware:
                 body = await _read_body(receive, limit)
                 if body is None:
                     return  # the client went away
-                receive = _replay(body, receive)
+                receive = replay(body, receive)
                 if marker not in body:
                     problem = _refusal(scope)
                     if problem is not None:
@@ -166,7 +166,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay(body: bytes, receive: Receive) -> Receive:
     """A ``receive`` that hands the body already read over once, then goes on as before."""
     sent = False
 
