@@ -9,11 +9,11 @@ parses and validates it the way the route would (``json.loads``, then ``RunReque
 calls the route's own function with the values FastAPI would have passed.
 
 Anything it does not take, it hands on untouched (with the body it read, replayed): another
-path or method, another content type, either header, a body that does not validate, a caller
-the authenticator refuses, a worker still starting. Those answers are FastAPI's own, so an
-error is shaped exactly as it would be. The route stays registered, for them and for the
-OpenAPI document. What the route function raises is answered by the app's own exception
-handlers, as FastAPI's exception middleware would.
+path or method, another content type, either header, a body that does not parse or validate
+(however it fails), a caller the authenticator refuses, a worker still starting. Those
+answers are FastAPI's own, so an error is shaped exactly as it would be. The route stays
+registered, for them and for the OpenAPI document. What the route function raises is
+answered by the app's own exception handlers, as FastAPI's exception middleware would.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from pydantic import ValidationError
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -31,7 +31,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.runs import start_run
 from app.api.schemas import SESSION_ID_PATTERN, RunRequest
 from app.auth import principal_of
-from app.errors import ServiceError
 from app.middleware import replay
 
 __all__ = ["RunStartMiddleware"]
@@ -55,7 +54,11 @@ class RunStartMiddleware:
         if match is None or not _plain_json(scope):
             await self.app(scope, receive, send)
             return
-        body = await _read(receive)
+        try:
+            body = await _read(receive)
+        except HTTPException as exc:  # the body limit's 413, raised by the receive outside
+            await (await _handled(Request(scope, receive), exc))(scope, receive, send)
+            return
         if body is None:
             return  # the client went away before its request was whole
         receive = replay(body, receive)
@@ -104,7 +107,7 @@ async def _arguments(request: Request, session_id: str, body: bytes) -> tuple[An
     try:
         parsed = RunRequest.model_validate(json.loads(body))
         principal = await principal_of(request)
-    except (ValueError, ValidationError, ServiceError):  # JSONDecodeError is a ValueError
+    except Exception:  # any of them (not JSON, too deep, invalid, refused): the route answers
         return None
     return session_id, parsed, principal, services, None, None
 

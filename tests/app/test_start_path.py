@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from app.api import start_path
+from app.api.runs import start_run
 from app.api.start_path import RunStartMiddleware
 from tests.app.conftest import Serve
 
@@ -39,6 +41,12 @@ CASES: list[tuple[str, dict[str, str], bytes, str | None]] = [
     ("long session id", JSON, b'{"input": "hello"}', "/v1/sessions/" + "s" * 129 + "/runs"),
     ("idempotency key", {**JSON, "idempotency-key": "k-{n}"}, b'{"input": "hello"}', None),
     ("bad last event id", {**JSON, "last-event-id": "x"}, b'{"input": "hello"}', None),
+    (
+        "nested too deep",
+        JSON,
+        b'{"input": "x", "metadata": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        None,
+    ),
 ]
 
 
@@ -75,7 +83,7 @@ async def _both(serve: Serve, monkeypatch: pytest.MonkeyPatch, **settings: Any) 
         await self.app(scope, receive, send)
 
     taken: list[str] = []
-    real = start_path.start_run
+    real = start_run
 
     async def counted(*args: Any) -> Any:
         taken.append(args[0])
@@ -141,3 +149,31 @@ async def test_a_caller_the_authenticator_refuses_gets_the_routes_answer(
             "/v1/sessions/auth", headers={"authorization": "Bearer key-a"}
         )
         assert other.status_code == 200  # alice's, made by her allowed start
+
+
+async def test_a_chunked_body_over_the_limit_gets_the_routes_413(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def passthrough(
+        self: RunStartMiddleware, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        await self.app(scope, receive, send)
+
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
+        yield b'{"input": "'
+        for _ in range(8):
+            yield b"x" * 1024
+        yield b'"}'
+
+    async with serve(max_body_bytes=4096) as served:
+        answers = []
+        for short in (True, False):
+            with monkeypatch.context() as patch:
+                if not short:
+                    patch.setattr(RunStartMiddleware, "__call__", passthrough)
+                response = await served.client.post(
+                    "/v1/sessions/big/runs", content=chunks(), headers=JSON
+                )
+                answers.append((response.status_code, response.json()["code"]))
+        assert answers[0] == answers[1] == (413, "payload_too_large")
+        assert (await served.client.get("/v1/sessions/big")).status_code == 404
