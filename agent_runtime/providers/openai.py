@@ -178,9 +178,9 @@ class OpenAIModel:
             body["tools"] = _tools(request.tools)
         if request.output_schema is not None:
             body["response_format"] = _response_format(request.output_schema)
-        # the request's params and extra_body win over what is built here, as they do in create()
-        body.update(params)
+        # extra_body, then the params, win over what is built here (as they did through create())
         body.update(options.get("extra_body") or {})
+        body.update(params)
         sent: dict[str, Any] = {"security": _SECURITY}
         if options.get("extra_headers") is not None:
             sent["headers"] = options["extra_headers"]

@@ -107,6 +107,38 @@ async def test_text_streams_as_deltas_then_completed_with_usage(
     assert "tools" not in body
 
 
+async def test_params_and_request_options_reach_the_wire(upstream: FakeUpstream) -> None:
+    # the body is built here, not by create(): what the SDK's options did must still happen
+    model = OpenAIModel(
+        "gpt-test",
+        api_key=KEY,
+        base_url=upstream.openai_url,
+        max_retries=0,
+        params={"temperature": 0.5, "seed": 1},
+    )
+    upstream.script(Text("ok"))
+    request = ask(
+        params={
+            "seed": 2,
+            "stream_options": None,
+            "extra_body": {"seed": 3, "top_k": 5},
+            "extra_headers": {"X-Trace": "t-1"},
+            "timeout": 30.0,
+        }
+    )
+    try:
+        await collect(model, request)
+    finally:
+        await model.aclose()
+    (sent,) = upstream.requests
+    body = sent.json
+    # the request's params win over the model's and over extra_body, as they did before
+    assert (body["temperature"], body["seed"], body["top_k"]) == (0.5, 2, 5)
+    assert "stream_options" not in body and "extra_body" not in body and "timeout" not in body
+    assert sent.headers["x-trace"] == "t-1"
+    assert sent.headers["authorization"] == f"Bearer {KEY}"
+
+
 async def test_fragmented_tool_calls_are_assembled_by_index(
     upstream: FakeUpstream, model: OpenAIModel
 ) -> None:
