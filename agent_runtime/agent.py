@@ -34,7 +34,6 @@ from .errors import (
     ConfigurationError,
     LoopAffinityError,
     MaxIterationsError,
-    ProviderError,
     RunCancelledError,
     RunError,
     RunTimeoutError,
@@ -46,7 +45,8 @@ from .events import AgentEvent, AgentEventType, AgentPhase
 from .extensions.base import AgentExtension
 from .extensions.events import RunCancelledEvent
 from .messages import AssistantMessage, Message, UserMessage
-from .model import Model, ModelEventKind, ModelRequest, ModelResponse, RetryOptions, Usage
+from .model import Model, ModelRequest, Usage
+from .model_calls import ModelCalls
 from .run_calls import RunCalls
 from .run_context import (
     CANCELLED_CALL,
@@ -92,10 +92,9 @@ ModelLike: TypeAlias = "Model | ModelBinding | ModelBindings"
 
 DEFAULT_MAX_ITERATIONS = 50
 DEFAULT_TOOL_ERROR_LIMIT = 5
-_DEFAULT_RETRY = RetryOptions()
 
 
-class AgentCore(CapabilityCalls, RunCalls, ToolCalls):
+class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
     """An agent: a model (or bindings), tools and extensions, serving concurrent runs.
 
     One instance belongs to one event loop. It claims the loop of its first use; use from another
@@ -749,92 +748,6 @@ class AgentCore(CapabilityCalls, RunCalls, ToolCalls):
                 structured=structured,
             )
         )
-
-    async def _call_model(self, context: AgentRunContext, request: ModelRequest) -> ModelResponse:
-        """One model call, with retries on the same binding and failover to the next one."""
-        channel = context._channel
-        run_id = context.run_id
-        session_id = context.session_id
-        last_error: ProviderError | None = None
-        partial = context.state.partial
-        tracer = self.tracer
-        for binding in self.bindings.llm:
-            attempt = 0
-            while True:
-                model_call_id = new_id("mcall")
-                request.model_call_id = model_call_id
-                emitted = False
-                response: ModelResponse | None = None
-                retry = _DEFAULT_RETRY
-                try:
-                    with tracer.model_call(context, binding, request) as trace:
-                        async with binding.lease_provider() as provider:
-                            retry = getattr(provider, "retry", None) or _DEFAULT_RETRY
-                            stream = provider.stream(request)
-                            try:
-                                async for item in stream:
-                                    kind = item.kind
-                                    if kind is ModelEventKind.TEXT:
-                                        if item.delta:
-                                            emitted = True
-                                            partial.append(item.delta)
-                                            await channel.put(
-                                                AgentEvent(
-                                                    AgentEventType.TEXT_DELTA,
-                                                    run_id,
-                                                    session_id,
-                                                    model_call_id,
-                                                    delta=item.delta,
-                                                )
-                                            )
-                                    elif kind is ModelEventKind.COMPLETED:
-                                        response = item.response
-                            finally:
-                                aclose = getattr(stream, "aclose", None)
-                                if aclose is not None:
-                                    await aclose()
-                        if response is None:
-                            raise ProviderError(
-                                f"model {binding.model} ended its stream without a completed event"
-                            )
-                        trace.response(response)
-                except ProviderError as exc:
-                    exc.run_id = run_id
-                    if emitted or not exc.retryable:
-                        raise
-                    last_error = exc
-                    attempt += 1
-                    if attempt <= retry.max_retries:
-                        await asyncio.sleep(retry.delay(attempt, exc.retry_after))
-                        continue
-                    logger.warning(
-                        "model binding failed, trying the next one",
-                        extra={"run_id": run_id, "model": binding.model, "status": exc.status_code},
-                    )
-                    break
-                # the answer is whole: it joins the conversation, its text is no longer partial
-                partial.clear()
-                if response.usage is not None:
-                    # the binding that answered, which after a failover is not the primary
-                    usage = Usage(
-                        response.usage.input_tokens,
-                        response.usage.output_tokens,
-                        response.usage.model or binding.model,
-                    )
-                    context.state.usage.add(usage)
-                    await channel.put(
-                        AgentEvent(
-                            AgentEventType.USAGE,
-                            run_id,
-                            session_id,
-                            model_call_id,
-                            usage=usage,
-                            model=usage.model,
-                        )
-                    )
-                return response
-        assert last_error is not None
-        raise last_error
 
     async def _notify_cancelled(self, context: AgentRunContext, reason: str) -> None:
         notice = RunCancelledEvent(reason)
