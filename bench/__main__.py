@@ -29,11 +29,12 @@ from typing import Any
 import psutil
 
 from bench.handover import scenario_handover
+from bench.outcome import Config, Outcome
 from bench.peers import scenario_peers
 from bench.procs import ROOT
 from bench.redis_latency import scenario_redis_latency, scenario_workers
 from bench.report import markdown_report, print_outcome, write_plots
-from bench.scenarios import SCENARIOS, Config, Outcome
+from bench.scenarios import SCENARIOS
 
 __all__ = ["main", "run"]
 

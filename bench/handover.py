@@ -30,8 +30,9 @@ from typing import Any
 
 import httpx
 
+from bench.outcome import Config, Outcome, Target
 from bench.procs import Server, ServerFailed, agent_server
-from bench.scenarios import Config, Outcome, Target, _redis_ready
+from bench.scenarios import _redis_ready
 
 __all__ = ["scenario_handover"]
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.outcome import Config, Outcome
 from bench.procs import (
     HOST,
     ROOT,
@@ -33,7 +34,7 @@ from bench.procs import (
     run_loadgen,
     start_server,
 )
-from bench.scenarios import Config, Outcome, relay_input
+from bench.scenarios import relay_input
 
 __all__ = ["PEERS", "Peer", "PeerUnavailable", "install", "scenario_peers"]
 

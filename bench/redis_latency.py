@@ -24,12 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.outcome import Config, Outcome, Target
 from bench.procs import HOST, ServerFailed, agent_server, checkout, delay_proxy, proxy_port
 from bench.procs import run_loadgen as loadgen
 from bench.scenarios import (
-    Config,
-    Outcome,
-    Target,
     _ratio,
     _redis_ready,
     _serving,

@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.outcome import Outcome
 from bench.procs import ROOT
-from bench.scenarios import Outcome
 
 __all__ = [
     "IMAGES",
