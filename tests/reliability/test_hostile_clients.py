@@ -216,8 +216,11 @@ async def test_non_reading_followers_of_a_live_run_are_let_go(tmp_path: Path) ->
                 )
                 assert held == 200
                 assert left == 0
-                # bounded by the followers' pieces, not their backlogs (60 to 92 MiB seen)
-                assert peak - before < 110 * MiB, (before, peak)
+                # bounded by the followers' pieces, not their backlogs: each backlog is the
+                # run's whole log (~18 MB), 3.6 GB for all 200; 60 to 92 MiB seen on a quiet
+                # machine, 150 MiB on a loaded one (more followers are between their first
+                # write and their send timeout at once)
+                assert peak - before < 200 * MiB, (before, peak)
                 # the followers' leaving does not touch the run
                 assert status in ("running", "completed")
             finally:
