@@ -217,7 +217,7 @@ async def test_non_reading_followers_of_a_live_run_are_let_go(tmp_path: Path) ->
                 assert held == 200
                 assert left == 0
                 # bounded by the followers' pieces, not their backlogs: each backlog is the
-                # run's whole log (~18 MB), 3.6 GB for all 200; 60 to 92 MiB seen on a quiet
+                # run's whole log (~15 MB), about 3 GB for all 200; 60 to 92 MiB seen on a quiet
                 # machine, 150 MiB on a loaded one (more followers are between their first
                 # write and their send timeout at once)
                 assert peak - before < 200 * MiB, (before, peak)
