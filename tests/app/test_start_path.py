@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -14,6 +14,8 @@ from app.api import start_path
 from app.api.runs import start_run
 from app.api.start_path import RunStartMiddleware
 from tests.app.conftest import Serve
+
+T = TypeVar("T")
 
 JSON = {"content-type": "application/json"}
 _sessions = itertools.count()
@@ -76,35 +78,47 @@ def _session_of(response: httpx.Response) -> str:
     return response.request.url.path.split("/")[3]
 
 
-async def _both(serve: Serve, monkeypatch: pytest.MonkeyPatch, **settings: Any) -> None:
-    async def passthrough(
-        self: RunStartMiddleware, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        await self.app(scope, receive, send)
+async def _passthrough(
+    self: RunStartMiddleware, scope: Scope, receive: Receive, send: Send
+) -> None:
+    await self.app(scope, receive, send)
 
+
+async def _each_way(monkeypatch: pytest.MonkeyPatch, send: Callable[[], Awaitable[T]]) -> list[T]:
+    """``send()`` twice: through the short path, then with it stepped over (the route)."""
+    answers = []
+    for short in (True, False):
+        with monkeypatch.context() as patch:
+            if not short:
+                patch.setattr(RunStartMiddleware, "__call__", _passthrough)
+            answers.append(await send())
+    return answers
+
+
+async def _both(serve: Serve, monkeypatch: pytest.MonkeyPatch, **settings: Any) -> None:
     taken: list[str] = []
-    real = start_run
 
     async def counted(*args: Any) -> Any:
         taken.append(args[0])
-        return await real(*args)
+        return await start_run(*args)
 
     monkeypatch.setattr(start_path, "start_run", counted)
     async with serve(**settings) as served:
         for name, case_headers, body, path in CASES:
-            answers = []
-            for short in (True, False):
-                with monkeypatch.context() as patch:
-                    if not short:
-                        patch.setattr(RunStartMiddleware, "__call__", passthrough)
-                    number = next(_sessions)
-                    url = path or f"/v1/sessions/path-{number}/runs"
-                    sent = {
-                        key: value.replace("{n}", str(number))
-                        for key, value in case_headers.items()
-                    }
-                    response = await served.client.post(url, content=body, headers=sent)
-                    answers.append(_shape(response))
+
+            async def send(
+                case_headers: dict[str, str] = case_headers,
+                body: bytes = body,
+                path: str | None = path,
+            ) -> dict[str, Any]:
+                number = next(_sessions)
+                url = path or f"/v1/sessions/path-{number}/runs"
+                sent = {
+                    key: value.replace("{n}", str(number)) for key, value in case_headers.items()
+                }
+                return _shape(await served.client.post(url, content=body, headers=sent))
+
+            answers = await _each_way(monkeypatch, send)
             assert answers[0] == answers[1], name
             await served.wait_idle()
     # the short path took the plain starts (the first five cases, once each), nothing else
@@ -120,23 +134,17 @@ async def test_the_short_path_answers_as_the_route_does(
 async def test_a_caller_the_authenticator_refuses_gets_the_routes_answer(
     serve: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def passthrough(
-        self: RunStartMiddleware, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        await self.app(scope, receive, send)
-
     async with serve(api_keys="key-a=alice") as served:
         for authorization in (None, "Bearer wrong", "Basic a2V5LWE="):
             headers = {**JSON, **({"authorization": authorization} if authorization else {})}
-            answers = []
-            for short in (True, False):
-                with monkeypatch.context() as patch:
-                    if not short:
-                        patch.setattr(RunStartMiddleware, "__call__", passthrough)
-                    response = await served.client.post(
-                        "/v1/sessions/auth/runs", content=b'{"input": "hi"}', headers=headers
-                    )
-                    answers.append((response.status_code, response.json()["code"]))
+
+            async def send(headers: dict[str, str] = headers) -> tuple[int, str]:
+                response = await served.client.post(
+                    "/v1/sessions/auth/runs", content=b'{"input": "hi"}', headers=headers
+                )
+                return response.status_code, response.json()["code"]
+
+            answers = await _each_way(monkeypatch, send)
             assert answers[0] == answers[1] == (401, "unauthorized")
         allowed = await served.client.post(
             "/v1/sessions/auth/runs",
@@ -144,21 +152,16 @@ async def test_a_caller_the_authenticator_refuses_gets_the_routes_answer(
             headers={"authorization": "Bearer key-a"},
         )
         assert allowed.status_code == 200 and allowed.json()["status"] == "completed"
-        # the session a refused caller named was not created for anyone
+        # the session exists, made by alice's allowed start, not by the refused ones
         other = await served.client.get(
             "/v1/sessions/auth", headers={"authorization": "Bearer key-a"}
         )
-        assert other.status_code == 200  # alice's, made by her allowed start
+        assert other.status_code == 200
 
 
 async def test_a_chunked_body_over_the_limit_gets_the_routes_413(
     serve: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def passthrough(
-        self: RunStartMiddleware, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        await self.app(scope, receive, send)
-
     async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
         yield b'{"input": "'
         for _ in range(8):
@@ -166,14 +169,13 @@ async def test_a_chunked_body_over_the_limit_gets_the_routes_413(
         yield b'"}'
 
     async with serve(max_body_bytes=4096) as served:
-        answers = []
-        for short in (True, False):
-            with monkeypatch.context() as patch:
-                if not short:
-                    patch.setattr(RunStartMiddleware, "__call__", passthrough)
-                response = await served.client.post(
-                    "/v1/sessions/big/runs", content=chunks(), headers=JSON
-                )
-                answers.append((response.status_code, response.json()["code"]))
+
+        async def send() -> tuple[int, str]:
+            response = await served.client.post(
+                "/v1/sessions/big/runs", content=chunks(), headers=JSON
+            )
+            return response.status_code, response.json()["code"]
+
+        answers = await _each_way(monkeypatch, send)
         assert answers[0] == answers[1] == (413, "payload_too_large")
         assert (await served.client.get("/v1/sessions/big")).status_code == 404
