@@ -8,7 +8,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.errors import ProblemError, problem_response
 from app.errors import ServiceError, Unauthorized
 
-__all__ = ["BodyLimitMiddleware", "BodyTooLarge", "LoadShedMiddleware", "replay"]
+__all__ = ["BodyLimitMiddleware", "BodyTooLarge", "LoadShedMiddleware", "read_body", "replay"]
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -108,7 +108,7 @@ class LoadShedMiddleware:
             elif (marker := _answer_marker(path)) is not None and _full(scope):
                 # only a full worker reads the body here, to tell a start from an answer
                 limit = scope["app"].state.settings.max_body_bytes
-                body = await _read_body(receive, limit)
+                body = await read_body(receive, limit)
                 if body is None:
                     return  # the client went away
                 receive = replay(body, receive)
@@ -149,7 +149,7 @@ def _answer_marker(path: str) -> bytes | None:
     return None
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
+async def read_body(receive: Receive, limit: int) -> bytes | None:
     """The request's body (b"" past ``limit``: no answer is that large); None on a disconnect."""
     chunks: list[bytes] = []
     size = 0

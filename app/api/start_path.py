@@ -26,12 +26,12 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.runs import start_run
 from app.api.schemas import SESSION_ID_PATTERN, RunRequest
 from app.auth import principal_of
-from app.middleware import replay
+from app.middleware import read_body, replay
 
 __all__ = ["RunStartMiddleware"]
 
@@ -55,8 +55,9 @@ class RunStartMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            body = await _read(receive)
-        except HTTPException as exc:  # the body limit's 413, raised by the receive outside
+            # the body limit outside refuses a larger body first (raising from its receive)
+            body = await read_body(receive, scope["app"].state.settings.max_body_bytes)
+        except HTTPException as exc:  # that 413
             await (await _handled(Request(scope, receive), exc))(scope, receive, send)
             return
         if body is None:
@@ -83,19 +84,6 @@ def _plain_json(scope: Scope) -> bool:
         if name == b"content-type":
             json_body = value.partition(b";")[0].strip().lower() == b"application/json"
     return json_body
-
-
-async def _read(receive: Receive) -> bytes | None:
-    """The request's whole body (the body limit outside enforces its size); None on a
-    disconnect."""
-    chunks: list[bytes] = []
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 async def _arguments(request: Request, session_id: str, body: bytes) -> tuple[Any, ...] | None:
