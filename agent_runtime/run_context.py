@@ -236,6 +236,12 @@ class AgentRunContext:
         return self.state.phase
 
     @property
+    def undelivered(self) -> int:
+        """Events the run emitted that its consumer has not taken yet. A run that reads
+        WAITING with events still undelivered has asked a question its reader has not seen."""
+        return len(self._channel)
+
+    @property
     def tools(self) -> Mapping[str, Tool]:
         """The tools of this run (read once when it started; the active skills may advertise
         fewer, see ``skill_state``)."""

@@ -130,11 +130,14 @@ class RunContext:
         return list({id(a): a for a in (self.agent, *self.agents.values())}.values())
 
     def live_status(self, handle: RunHandle) -> RunStatus:
-        """The handle's status, ``waiting`` while the runtime waits for an answer."""
+        """The handle's status, ``waiting`` while the runtime waits for an answer whose
+        question any reader of the run's log can see."""
         status = handle.status
-        if status == "running" and handle.in_runtime:
+        if status == "running" and handle.in_runtime and not handle.appending:
             run = self.agent_for(handle).active_runs.get(handle.run_id)
-            if run is not None and run.phase is AgentPhase.WAITING:
+            # waiting once its question is in the log: every event before the wait was taken
+            # from the runtime, and none is on its way to the log (``RunDriver``)
+            if run is not None and run.phase is AgentPhase.WAITING and not run.undelivered:
                 return "waiting"
         return status
 

@@ -44,6 +44,7 @@ logger = logging.getLogger("app.runs")
 _WAITING_EVENT = "confirmation_requested"
 _TOOL_COMPLETED = AgentEventType.TOOL_CALL_COMPLETED
 _RUN_RESUMED = AgentEventType.RUN_RESUMED
+_CUSTOM = AgentEventType.CUSTOM
 _TERMINAL_TYPES = frozenset(
     {AgentEventType.RUN_COMPLETED, AgentEventType.RUN_FAILED, AgentEventType.RUN_CANCELLED}
 )
@@ -202,10 +203,17 @@ class Driver:
                     if handle.fenced:
                         continue  # past its lease: nothing of the run goes out from here
                     handle.seq = seq
-                    if append_nowait is not None:
+                    if append_nowait is not None and event_type is not _CUSTOM:
                         append_nowait(run_id, wire, fence=fence)
                     else:
-                        await events.append(run_id, wire, fence=fence)
+                        # a custom event may be a question the run then waits on (a
+                        # confirmation request): written before the run reads as waiting,
+                        # so whoever sees that status finds the question in the log
+                        handle.appending = True
+                        try:
+                            await events.append(run_id, wire, fence=fence)
+                        finally:
+                            handle.appending = False
                     if handle.t_first_event is None:
                         handle.t_first_event = time.monotonic()
                         metrics.time_to_first_event.observe(

@@ -118,6 +118,7 @@ class RunHandle:
 
     __slots__ = (
         "agent",
+        "appending",
         "asking",
         "budget",
         "cancel_reason",
@@ -137,6 +138,7 @@ class RunHandle:
         "lease_deadline",
         "metadata",
         "new_session",
+        "opened",
         "options",
         "output",
         "principal",
@@ -192,6 +194,8 @@ class RunHandle:
         self.task: asyncio.Task[None] | None = None
         self.task_cancelled = False
         self.in_runtime = False
+        # an event the runtime emitted is on its way to the log and awaited (``RunDriver``)
+        self.appending = False
         self.finalizing = False
         self.cancel_reason: str | None = None
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -201,6 +205,8 @@ class RunHandle:
         self.history_size = -1
         # the session did not exist at admission: the run's record creates it (one write)
         self.new_session = False
+        # the run's log and route were opened with its lease (``Bus.claim_run``)
+        self.opened = False
         # the write of the run's record, which runs beside the run's start (see app.runs.records)
         self.recorded: asyncio.Task[None] | None = None
         self.lease_deadline = lease_deadline

@@ -1,10 +1,13 @@
-"""ConfirmationExtension reports each decision with a confirmation_resolved custom event."""
+"""ConfirmationExtension reports each decision with a confirmation_resolved custom event; a
+waiting run tells whether its reader has taken the question yet."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from agent_runtime import AgentCore, AgentEvent, AgentEventType, AgentRunConfig, tool
+from agent_runtime import AgentCore, AgentEvent, AgentEventType, AgentPhase, AgentRunConfig, tool
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.extensions.external import ExternalEvent
 from agent_runtime.testing import ScriptedModel, tool_call_turn
@@ -44,3 +47,30 @@ async def test_each_decision_is_reported(answer: bool | None, outcome: str) -> N
     assert done.is_error is (outcome != "approved")
     assert extension.pending_count() == 0 and extension.staged_count() == 0
     assert not extension._run_waits and not extension._staged  # both indexes are emptied
+
+
+async def test_a_waiting_run_counts_the_question_its_reader_has_not_taken() -> None:
+    agent = AgentCore(
+        ScriptedModel([tool_call_turn("launch", call_id="c1"), "done"]),
+        tools=[launch],
+        extensions=[ConfirmationExtension(timeout=30.0)],
+    )
+    config = AgentRunConfig(session_id="s", run_id="r1")
+    stream = agent.stream("go", config=config)
+    taken = [await anext(stream)]
+    run = agent.active_runs["r1"]
+    while taken[-1].type is not AgentEventType.TOOL_CALL_STARTED:
+        taken.append(await anext(stream))
+    # the reader stops there; the run asks and waits, its question not taken yet
+    async with asyncio.timeout(10):
+        while run.phase is not AgentPhase.WAITING:  # noqa: ASYNC110 - a phase, not an event
+            await asyncio.sleep(0.001)
+    assert run.undelivered == 1
+    taken.append(await anext(stream))
+    assert taken[-1].name == "confirmation_requested"
+    assert run.undelivered == 0
+    reply = ExternalEvent("confirmation_response", {"tool_call_id": "c1", "approved": True})
+    assert agent.emit_external_event(reply, config=config) == ["ConfirmationExtension"]
+    async for event in stream:
+        taken.append(event)
+    assert taken[-1].type is AgentEventType.RUN_COMPLETED
