@@ -300,6 +300,12 @@ class Bus(Protocol):
         (``Router.register``): on a shared bus in one round trip, both or neither."""
         ...
 
+    async def claim_run(self, run_id: str, *, session_id: str, ttl: float) -> Lease | None:
+        """Take the session's lease for a new run (``SessionLocks.acquire``, ``run_id`` the
+        holder) and open the run under it (``open_run``, the lease's token as the fence): on
+        a shared bus in one round trip. None, with nothing opened, when the session is held."""
+        ...
+
     def stats(self) -> dict[str, int]:
         """Counts for leak checks: logs, subscribers, locks, routed runs."""
         ...

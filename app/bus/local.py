@@ -424,6 +424,13 @@ class LocalBus:
         await self.events.create(run_id, session_id=session_id, fence=fence)
         await self.router.register(run_id, session_id)
 
+    async def claim_run(self, run_id: str, *, session_id: str, ttl: float) -> Lease | None:
+        """The session's lease, then the run's log and route (``app.bus.base.Bus.claim_run``)."""
+        lease = await self._locks.acquire(session_id, run_id, ttl)
+        if lease is not None:
+            await self.open_run(run_id, session_id=session_id, fence=lease.token)
+        return lease
+
     def stats(self) -> dict[str, int]:
         return {
             "event_logs": self._events.logs,

@@ -222,10 +222,19 @@ class Starter:
         session = await context.store.get_session(session_id)
         if session is not None and session.principal != principal:
             raise NotFound(f"no session {session_id!r}")
+        opened = False
         if run_id is None or lease is None:
             run_id = new_run_id()
             sent = context.clock()  # the lease's deadline counts from before the request
-            lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
+            if (ticket.granted or options.background) and options.replaces is None:
+                # nothing to do under the lease before the run's log opens (no slot to wait
+                # for, no turn to remove): the lease and the log in one step
+                lease = await context.bus.claim_run(
+                    run_id, session_id=session_id, ttl=context.lease_ttl
+                )
+                opened = lease is not None
+            else:
+                lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
         else:
             sent = self.lease_sent(run_id)
         active = None if lease is not None else await context.bus.locks.holder(session_id)
@@ -293,6 +302,7 @@ class Starter:
             ticket,
             lease_deadline=self._fencing.deadline_after(sent),
         )
+        handle.opened = opened
         if session is None:
             # a new session of a run that has its slot: the run's record creates it, in the
             # same write (a start refused before then leaves no session behind)
@@ -304,8 +314,8 @@ class Starter:
         return handle
 
     async def _launch(self, handle: RunHandle) -> asyncio.Task[None]:
-        """Wait for a slot (unless background), then record the run and open its log; the
-        record's write, still going on."""
+        """Wait for a slot (unless background), then record the run and open its log (unless
+        its lease came with it); the record's write, still going on."""
         context = self._context
         ticket = handle.ticket
         if not handle.options.background and not ticket.granted:
@@ -320,9 +330,10 @@ class Starter:
             handle.status = "running"
             handle.started_at = now()
         recorded = self._records.create(handle)
-        await context.bus.open_run(
-            handle.run_id, session_id=handle.session_id, fence=handle.lease.token
-        )
+        if not handle.opened:
+            await context.bus.open_run(
+                handle.run_id, session_id=handle.session_id, fence=handle.lease.token
+            )
         return recorded
 
     def shed(self) -> ServiceError | None:

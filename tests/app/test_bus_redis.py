@@ -412,6 +412,69 @@ async def test_open_run_starts_the_log_and_routes_the_run_in_one_call(buses: Bus
     assert held.calls[-1:] == [("cancel", "run_o", "cancel_requested")]
 
 
+async def test_claim_run_takes_the_lease_and_opens_the_run_in_one_call(buses: Buses) -> None:
+    holder, other = await buses.open(), await buses.open()
+    held = Handler({"run_c"})
+    holder.router.bind(held)
+    other.router.bind(Handler(set()))
+    lease = await holder.claim_run("run_c", session_id="s-claim", ttl=5.0)
+    assert lease is not None and lease.holder == "run_c" and lease.session_id == "s-claim"
+    assert await other.locks.holder("s-claim") == "run_c"
+    assert holder.stats() == {
+        "event_logs": 1,
+        "live_event_logs": 1,
+        "subscribers": 0,
+        "locks": 1,
+        "routed_runs": 1,
+    }
+    assert await other.router.cancel("run_c", "cancel_requested") is True
+    assert held.calls[-1:] == [("cancel", "run_c", "cancel_requested")]
+    # the log's fence is the lease's token: a lower one is refused, the lease's own accepted
+    with pytest.raises(LeaseLost):
+        await holder.events.append("run_c", event(1, run_id="run_c"), fence=lease.token - 1)
+    await holder.events.append("run_c", event(1, run_id="run_c"), fence=lease.token)
+    assert await other.events.last_seq("run_c") == 1
+    # the same call again (its answer lost, retried): the same token, nothing changed
+    again = await holder.events.claim(
+        "run_c", session_id="s-claim", lease_ttl_ms=5_000, route=holder.router.route
+    )
+    assert again == lease.token
+    # a busy session: nothing taken, nothing opened, nothing routed
+    assert await other.claim_run("run_d", session_id="s-claim", ttl=5.0) is None
+    assert not await other.events.exists("run_d")
+    assert other.stats()["routed_runs"] == 0 and other.stats()["locks"] == 0
+    assert await holder.router.cancel("run_d", "cancel_requested") is False
+    # a run that has a log already is not claimed again under another lease
+    await other.open_run("run_e", session_id="s-other", fence=3)
+    with pytest.raises(BusError, match="already has an event log"):
+        await other.claim_run("run_e", session_id="s-other", ttl=5.0)
+    assert await other.locks.holder("s-other") is None
+
+
+async def test_a_claim_whose_answer_never_came_is_given_back(buses: Buses) -> None:
+    bus, other = await buses.open(), await buses.open()
+    log = bus.events
+    script = log._claim  # the script call, as sent
+
+    async def lost_answer(**call: Any) -> Any:
+        await script(**call)  # it ran on the server, but the caller is cancelled meanwhile
+        raise asyncio.CancelledError
+
+    log._claim = lost_answer
+    with pytest.raises(asyncio.CancelledError):
+        await bus.claim_run("run_u", session_id="s-undo", ttl=5.0)
+
+    async def given_back() -> bool:
+        return await other.locks.holder("s-undo") is None and not await other.events.exists("run_u")
+
+    await eventually(given_back)
+    assert await other.router.cancel("run_u", "cancel_requested") is False
+    assert bus.stats()["locks"] == 0 and bus.stats()["routed_runs"] == 0
+    # the session is free for the next start at once, not after the lease's ttl
+    log._claim = script
+    assert await bus.claim_run("run_v", session_id="s-undo", ttl=5.0) is not None
+
+
 async def test_a_gone_worker_is_answered_for_at_once(buses: Buses) -> None:
     holder, other = await buses.open(), await buses.open()
     holder.router.bind(Handler({"run_h"}))

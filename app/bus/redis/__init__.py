@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Final
 
 from redis.asyncio import Redis
 
-from app.bus.base import BusUnavailable
+from app.bus.base import BusUnavailable, Lease
 from app.bus.redis import connection
 from app.bus.redis.budgets import RedisBudgetCounters
 from app.bus.redis.connection import (
@@ -56,7 +56,7 @@ from app.bus.redis.connection import (
     unavailable,
     worker_id,
 )
-from app.bus.redis.locks import RedisSessionLocks
+from app.bus.redis.locks import RedisSessionLocks, milliseconds
 from app.bus.redis.log import RedisEventLog, RedisSubscription
 from app.bus.redis.queue import RedisSessionQueue
 from app.bus.redis.router import RedisRouter
@@ -206,6 +206,18 @@ class RedisBus:
         router = self._router
         await self._events.create(run_id, session_id=session_id, fence=fence, route=router.route)
         router.routed_here(run_id, session_id)
+
+    async def claim_run(self, run_id: str, *, session_id: str, ttl: float) -> Lease | None:
+        """The session's lease, the run's log and its route in one script call
+        (``app.bus.base.Bus.claim_run``)."""
+        router = self._router
+        token = await self._events.claim(
+            run_id, session_id=session_id, lease_ttl_ms=milliseconds(ttl), route=router.route
+        )
+        if token is None:
+            return None
+        router.routed_here(run_id, session_id)
+        return self._locks.adopt(session_id, run_id, token)
 
     def stats(self) -> dict[str, int]:
         live = self._events.live_logs

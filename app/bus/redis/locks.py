@@ -56,6 +56,12 @@ class RedisSessionLocks:
         self._held[(session_id, lease.token)] = lease
         return lease
 
+    def adopt(self, session_id: str, holder: str, token: int) -> Lease:
+        """The lease a script took with another write (``RedisBus.claim_run``), as held."""
+        lease = Lease(session_id, holder, token)
+        self._held[(session_id, token)] = lease
+        return lease
+
     async def renew(self, lease: Lease, ttl: float) -> None:
         keys = self._keys
         async with unavailable(self._where, "renewing a session lock"):

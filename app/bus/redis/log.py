@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -458,6 +458,8 @@ class RedisEventLog:
         self._max_events = max_events
         self.outage_grace = outage_grace
         self._create: Any = client.register_script(scripts.CREATE)
+        self._claim: Any = client.register_script(scripts.CLAIM)
+        self._claim_undo: Any = client.register_script(scripts.CLAIM_UNDO)
         self._append: Any = client.register_script(scripts.APPEND)
         self._read: Any = client.register_script(scripts.READ)
         self.follower = _Follower(follower_client, client, keys, keys.bell(worker))
@@ -491,6 +493,47 @@ class RedisEventLog:
         if not created:
             raise BusError(f"run {run_id!r} already has an event log")
         self._writing[run_id] = session_id
+
+    async def claim(
+        self, run_id: str, *, session_id: str, lease_ttl_ms: int, route: tuple[str, int]
+    ) -> int | None:
+        """Take the session's lock for a new run and start its log under that lease's
+        token, routed to ``route``'s worker, in one script call (``RedisBus.claim_run``):
+        the token, or None (nothing changed) when the session is held by someone else.
+
+        A call that raised (cancelled, or Redis unreachable) may still have run: what it
+        took is given back in the background, so the session is not left busy until the
+        lease expires."""
+        keys = self._keys
+        names = [keys.lock(session_id), keys.fence, keys.meta(run_id), keys.live]
+        names.append(keys.route(run_id))
+        args = [run_id, lease_ttl_ms, session_id, self._live_ttl_ms, *route]
+        try:
+            async with unavailable(self._where, "taking a session lock"):
+                token = await self._claim(keys=names, args=args)
+        except BaseException:
+            self._background(self._undo_claim(run_id, session_id, route[0]))
+            raise
+        if token is None:
+            return None
+        if token == -1:
+            raise BusError(f"run {run_id!r} already has an event log")
+        self._writing[run_id] = session_id
+        return int(token)
+
+    async def _undo_claim(self, run_id: str, session_id: str, worker: str) -> None:
+        keys = self._keys
+        names = [keys.lock(session_id), keys.meta(run_id), keys.log(run_id), keys.live]
+        names.append(keys.route(run_id))
+        try:
+            async with unavailable(self._where, "undoing a session lock"):
+                await self._claim_undo(keys=names, args=[run_id, worker])
+        except BusError:
+            logger.warning(
+                "could not give back the lock of a start that failed: it expires with its lease",
+                extra={"run_id": run_id, "session_id": session_id},
+                exc_info=True,
+            )
 
     async def append(self, run_id: str, event: WireEvent, *, fence: int) -> None:
         """Append and wait until Redis holds the event (``app.bus.base.EventLog.append``);
@@ -587,7 +630,10 @@ class RedisEventLog:
         background."""
         self._writing.pop(run_id, None)
         self._pipeline.discard(run_id)
-        task = asyncio.get_running_loop().create_task(self._delete(run_id))
+        self._background(self._delete(run_id))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

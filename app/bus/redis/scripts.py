@@ -26,6 +26,8 @@ __all__ = [
     "APPEND_SEALED",
     "APPEND_SEQ",
     "APPEND_STALE",
+    "CLAIM",
+    "CLAIM_UNDO",
     "CREATE",
     "READ",
     "RELEASE",
@@ -92,6 +94,59 @@ end
 local now = redis.call('TIME')
 redis.call('ZADD', KEYS[2], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),
   ARGV[4])
+return 1
+"""
+
+# KEYS: lock, fence counter, meta, live set, route. ARGV: holder (the new run's id), lease ttl
+# (ms), session id, live ttl (ms), worker id, route ttl (ms).
+#
+# ACQUIRE and CREATE (with the route) in one step, for a run that starts at once: the lease's
+# token, with the run's log started under that fence and the run routed to the worker; nil,
+# and nothing changed, when someone else holds the lock; -1 when the run has a log already.
+# The same token again when ``holder`` holds the lock already: this call, retried after its
+# answer was lost (the log and the route were written with the lock, in the same step).
+CLAIM: Final = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local space = string.find(current, ' ', 1, true)
+  if space and string.sub(current, space + 1) == ARGV[1] then
+    return tonumber(string.sub(current, 1, space - 1))
+  end
+  return false
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return -1
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], token .. ' ' .. ARGV[1], 'PX', ARGV[2])
+redis.call('HSET', KEYS[3], 'session', ARGV[3], 'fence', token, 'last', 0, 'sealed', 0)
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6])
+local now = redis.call('TIME')
+redis.call('ZADD', KEYS[4], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),
+  ARGV[1])
+return token
+"""
+
+# KEYS: lock, meta, stream, live set, route. ARGV: holder (the run's id), worker id.
+# Undoes a CLAIM whose answer never came (cancelled, or Redis unreachable), if it ran: the
+# lock if ``holder`` still has it, the log if nothing was appended to it, the route if it
+# still names this worker. The run's id is new, so nothing else can have used these keys.
+CLAIM_UNDO: Final = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local space = string.find(current, ' ', 1, true)
+  if space and string.sub(current, space + 1) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+  end
+end
+if redis.call('HGET', KEYS[2], 'last') == '0' then
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+end
+if redis.call('GET', KEYS[5]) == ARGV[2] then
+  redis.call('DEL', KEYS[5])
+end
 return 1
 """
 
