@@ -71,6 +71,5 @@ async def test_a_waiting_run_counts_the_question_its_reader_has_not_taken() -> N
     assert run.undelivered == 0
     reply = ExternalEvent("confirmation_response", {"tool_call_id": "c1", "approved": True})
     assert agent.emit_external_event(reply, config=config) == ["ConfirmationExtension"]
-    async for event in stream:
-        taken.append(event)
-    assert taken[-1].type is AgentEventType.RUN_COMPLETED
+    taken.extend([event async for event in stream])
+    assert [event.type for event in taken][-1] is AgentEventType.RUN_COMPLETED
