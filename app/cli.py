@@ -24,7 +24,7 @@ from app.lifespan import check_configuration
 from app.logs import logging_config
 from app.settings import Settings
 from app.storage import PostgresStore, StorageError
-from app.supervisor import Supervisor
+from app.supervisor import Listeners, Supervisor
 
 __all__ = ["main"]
 
@@ -151,8 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not server.started:
             return STARTUP_FAILURE
     else:
-        # uvicorn's supervisor, saying why it replaces a worker (app.supervisor)
-        Supervisor(config, sockets=[config.bind_socket()]).run()
+        # uvicorn's supervisor, a listening socket per worker, saying why it replaces one
+        Supervisor(config, Listeners(config)).run()
     return 0
 
 

@@ -704,7 +704,7 @@ def test_agent_server_refuses_unshared_workers(
         self.started = True
 
     class Supervisor:  # uvicorn's, for several workers: records instead of serving
-        def __init__(self, config: uvicorn.Config, sockets: Any) -> None:
+        def __init__(self, config: uvicorn.Config, listeners: Any) -> None:
             self.config = config
 
         def run(self) -> None:
@@ -712,7 +712,7 @@ def test_agent_server_refuses_unshared_workers(
 
     monkeypatch.setattr(uvicorn.Server, "run", run)
     monkeypatch.setattr(cli, "Supervisor", Supervisor)
-    monkeypatch.setattr(uvicorn.Config, "bind_socket", lambda self: None)
+    monkeypatch.setattr(cli, "Listeners", lambda config: None)
     monkeypatch.setenv("AGENT_DATABASE_URL", f"sqlite:///{tmp_path}/a.db")
     monkeypatch.delenv("AGENT_REDIS_URL", raising=False)
     monkeypatch.delenv("AGENT_ALLOW_UNSHARED_WORKERS", raising=False)

@@ -1,15 +1,71 @@
-"""``agent-server --workers 2``: a worker that dies is replaced, and the log says why."""
+"""``agent-server --workers 2``: each worker accepts on a socket of its own, so connections
+spread over the workers; a worker that dies is replaced on its socket, and the log says why."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import socket
+import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
+import pytest
 
 from app.supervisor import replacement_reason
-from tests.e2e.conftest import launch, wait_for
+from tests.e2e.conftest import AGENT_SERVER, Server, launch, wait_for
+
+# connections opened at once: all on one of two workers by chance once in 2**15
+BURST = 16
+
+
+def _port(server: Server) -> int:
+    port = urlsplit(server.base_url).port
+    assert port is not None
+    return port
+
+
+def _listening_sockets(port: int) -> int:
+    """How many sockets listen on ``port`` (each once, whichever processes hold it)."""
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    fields = [line.split() for line in lines]
+    return sum(1 for f in fields if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port)
+
+
+async def _connections_per_worker(server: Server, workers: list[psutil.Process]) -> list[int]:
+    """Once every worker listens, open ``BURST`` connections at once, each with one request
+    answered, and count the ones each worker holds."""
+    port = _port(server)
+
+    async def listening() -> bool:
+        return _listening_sockets(port) == len(workers)
+
+    # the server is ready once one worker is; a worker still starting has no socket yet
+    await wait_for(listening, within=60)
+    opened: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def connect() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        opened.append((reader, writer))
+        writer.write(b"GET /healthz HTTP/1.1\r\nhost: test\r\n\r\n")
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+
+    try:
+        await asyncio.gather(*(connect() for _ in range(BURST)))
+        ports = {writer.get_extra_info("sockname")[1] for _, writer in opened}
+        return [
+            sum(
+                1
+                for c in worker.net_connections(kind="tcp")
+                if c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port in ports
+            )
+            for worker in workers
+        ]
+    finally:
+        for _, writer in opened:
+            writer.close()
 
 
 def _workers(supervisor: psutil.Process) -> list[psutil.Process]:
@@ -43,6 +99,46 @@ async def test_a_killed_worker_is_replaced_and_the_log_says_why(
         assert entry["replacement_pid"] in {child.pid for child in _workers(supervisor)}
         async with server.client() as client:
             assert (await client.get("/healthz")).status_code == 200
+        # the replacement listens on a socket of its own, and takes its share
+        counts = await _connections_per_worker(server, _workers(supervisor))
+        assert sum(counts) == BURST and all(counts), counts
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="Linux's SO_REUSEPORT")
+async def test_connections_spread_over_the_workers(
+    tmp_path: Path, cluster_env: dict[str, str]
+) -> None:
+    server = launch(tmp_path, cluster_env, workers=2)
+    try:
+        workers = _workers(psutil.Process(server.process.pid))
+        assert len(workers) == 2
+        # opened in one burst: with one shared socket, the worker awake first took them all
+        counts = await _connections_per_worker(server, workers)
+        assert sum(counts) == BURST and all(counts), counts
+    finally:
+        server.stop()
+
+
+def test_a_second_server_on_a_port_in_use_does_not_start(
+    tmp_path: Path, cluster_env: dict[str, str]
+) -> None:
+    server = launch(tmp_path / "first", cluster_env, workers=2)
+    try:
+        port = str(_port(server))
+        second = subprocess.run(
+            [str(AGENT_SERVER), "--port", port, "--workers", "2"],
+            env={**cluster_env, "PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode != 0
+        assert "address already in use" in second.stderr.decode().lower()
+        # the first server still has its two sockets, and nobody joined them
+        assert _listening_sockets(int(port)) == 2
     finally:
         server.stop()
 
