@@ -32,7 +32,6 @@ from app.storage.base import (
     SessionOwnedByOther,
     SessionRecord,
     StaleFence,
-    StorageError,
     StorageUnavailable,
     StoredMessage,
     UsageGroup,
@@ -48,8 +47,9 @@ from app.storage.base import (
     utcnow,
 )
 from app.storage.schedules import FiringFence
-from app.storage.sqlite_checkpoints import CHECKPOINTS_MIGRATION, SQLiteCheckpoints
-from app.storage.sqlite_schedules import SCHEDULES_MIGRATION, SQLiteSchedules, take_firing
+from app.storage.sqlite_checkpoints import SQLiteCheckpoints
+from app.storage.sqlite_schedules import SQLiteSchedules, take_firing
+from app.storage.sqlite_schema import BOOK_USAGE_SELECT, SCHEMA_VERSION, migrate
 
 logger = logging.getLogger("app.storage")
 
@@ -57,92 +57,6 @@ T = TypeVar("T")
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-# Each entry is one schema version; never edit a shipped entry, append a new one.
-# the usage row of a finished run, from its runs row (``day``: the UTC date of its end)
-_BOOK_USAGE_SELECT: Final = (
-    "(run_id, principal, agent, model, day, finished_at, input_tokens, output_tokens)"
-    " SELECT run_id, principal, agent, model, substr(finished_at, 1, 10), finished_at,"
-    " COALESCE(json_extract(usage, '$.input_tokens'), 0),"
-    " COALESCE(json_extract(usage, '$.output_tokens'), 0) FROM runs"
-)
-
-_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
-    (
-        """CREATE TABLE sessions (
-            id TEXT PRIMARY KEY,
-            principal TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            message_count INTEGER NOT NULL DEFAULT 0,
-            last_run_id TEXT
-        )""",
-        """CREATE TABLE messages (
-            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            position INTEGER NOT NULL,
-            run_id TEXT NOT NULL,
-            role TEXT NOT NULL,
-            message TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            PRIMARY KEY (session_id, position)
-        )""",
-        """CREATE TABLE runs (
-            run_id TEXT PRIMARY KEY,
-            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            principal TEXT NOT NULL,
-            agent TEXT NOT NULL,
-            status TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            started_at TEXT,
-            finished_at TEXT,
-            input TEXT NOT NULL,
-            output TEXT,
-            error TEXT,
-            usage TEXT,
-            metadata TEXT NOT NULL
-        )""",
-        "CREATE INDEX runs_by_session ON runs (session_id, created_at)",
-        """CREATE INDEX runs_unfinished ON runs (created_at)
-            WHERE status IN ('queued', 'running', 'waiting')""",
-    ),
-    # 2: a principal's sessions, newest first, read page by page (list_sessions)
-    ("CREATE INDEX IF NOT EXISTS sessions_by_principal ON sessions (principal, updated_at, id)",),
-    # 3: a session's own title; the model that answered a run
-    (
-        "ALTER TABLE sessions ADD COLUMN title TEXT",
-        "ALTER TABLE runs ADD COLUMN model TEXT",
-    ),
-    # 4: the highest fencing token that wrote each run and each session's messages (fenced
-    # writes compare it in their WHERE clause; see app.storage.base)
-    (
-        "ALTER TABLE runs ADD COLUMN fence INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE sessions ADD COLUMN fence INTEGER NOT NULL DEFAULT 0",
-    ),
-    # 5: the usage ledger, one row per finished run, kept when its session is deleted;
-    # filled from the runs already finished
-    (
-        """CREATE TABLE IF NOT EXISTS usage (
-            run_id TEXT PRIMARY KEY,
-            principal TEXT NOT NULL,
-            agent TEXT NOT NULL,
-            model TEXT,
-            day TEXT NOT NULL,
-            finished_at TEXT NOT NULL,
-            input_tokens INTEGER NOT NULL,
-            output_tokens INTEGER NOT NULL
-        )""",
-        "CREATE INDEX IF NOT EXISTS usage_by_time ON usage (finished_at)",
-        "CREATE INDEX IF NOT EXISTS usage_by_principal ON usage (principal, finished_at)",
-        f"""INSERT OR IGNORE INTO usage {_BOOK_USAGE_SELECT}
-            WHERE usage IS NOT NULL AND finished_at IS NOT NULL""",
-    ),
-    # 7: schedules and their firings (app.storage.sqlite_schedules)
-    SCHEDULES_MIGRATION,
-    # 8: the webhook outbox and its delivery attempts (app.storage.outbox)
-    outbox.SQLITE_MIGRATION,
-    # 9: each unfinished run's last checkpoint (app.storage.sqlite_checkpoints)
-    CHECKPOINTS_MIGRATION,
-)
-SCHEMA_VERSION: Final = len(_MIGRATIONS)
 
 # How long a statement waits for another process's write lock before giving up.
 _BUSY_TIMEOUT_SECONDS: Final = 10.0
@@ -266,7 +180,7 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules):
     @finish_on_cancel
     async def migrate(self) -> int:
         """Bring the schema up to date (idempotent); return its version."""
-        return await self._write(self._migrate)
+        return await self._write(migrate, self._path)
 
     @finish_on_cancel
     async def ping(self) -> None:
@@ -509,28 +423,6 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules):
             raise
         return result
 
-    def _migrate(self, db: sqlite3.Connection) -> int:
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version"
-            " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-        )
-        current: int = db.execute(
-            "SELECT COALESCE(MAX(version), 0) FROM schema_version"
-        ).fetchone()[0]
-        if current > SCHEMA_VERSION:
-            raise StorageError(
-                f"the database {self._path!r} has schema version {current}, newer than"
-                f" this code's {SCHEMA_VERSION}: upgrade the service"
-            )
-        for version in range(current + 1, SCHEMA_VERSION + 1):
-            for statement in _MIGRATIONS[version - 1]:
-                db.execute(statement)
-            db.execute(
-                "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
-                (version, _ts(utcnow())),
-            )
-        return max(current, SCHEMA_VERSION)
-
 
 # --- operations, each run on the store's thread -----------------------------------------------
 
@@ -750,7 +642,7 @@ def _update_run(
     if changed == 1 and parameters[0] in TERMINAL_STATUSES:
         # the run's end books its tokens, in the same transaction
         db.execute(
-            f"INSERT OR IGNORE INTO usage {_BOOK_USAGE_SELECT}"
+            f"INSERT OR IGNORE INTO usage {BOOK_USAGE_SELECT}"
             " WHERE run_id = ? AND usage IS NOT NULL AND finished_at IS NOT NULL",
             (run_id,),
         )
