@@ -36,8 +36,9 @@ class RunRecords:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def create(self, handle: RunHandle) -> asyncio.Task[None]:
-        """Start writing the run's record beside its start (``handle.recorded``).
+    def create(self, handle: RunHandle, webhook_url: str | None = None) -> asyncio.Task[None]:
+        """Start writing the run's record beside its start (``handle.recorded``), with where
+        its notifications go.
 
         The run's model call is usually what its first event waits for, so the record is
         written meanwhile; the start answers only once it is stored, and the run awaits it
@@ -53,6 +54,7 @@ class RunRecords:
             created_at=handle.created_at,
             started_at=handle.started_at,
             metadata=handle.metadata,
+            webhook_url=webhook_url,
         )
         recorded = asyncio.get_running_loop().create_task(
             self._create(record, handle.options.firing, handle.new_session)

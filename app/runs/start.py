@@ -329,7 +329,7 @@ class Starter:
         if ticket.granted:
             handle.status = "running"
             handle.started_at = now()
-        recorded = self._records.create(handle)
+        recorded = self._records.create(handle, context.webhook_url(handle))
         if not handle.opened:
             await context.bus.open_run(
                 handle.run_id, session_id=handle.session_id, fence=handle.lease.token

@@ -19,6 +19,7 @@ from app.bus.base import BusError, LogNotFound, WireEvent
 from app.runs.context import RunContext
 from app.runs.handle import RunHandle
 from app.runs.resume import Resumer
+from app.storage import RunRecord, RunStatus, WebhookMessage
 from app.wire import WireEncoder
 
 __all__ = ["LostRunSweep"]
@@ -29,6 +30,7 @@ logger = logging.getLogger("app.runs")
 _RETRY_SECONDS = 1.0
 # candidates of one sweep round looked at (resumed or ended) at once
 _SWEEP_CONCURRENCY = 16
+_STATUS_OF_END: dict[str, RunStatus] = {"run.completed": "completed", "run.failed": "failed"}
 
 
 class LostRunSweep:
@@ -53,14 +55,11 @@ class LostRunSweep:
                 if record.run_id not in context.runs:
                     deferred.append((record.run_id, record.session_id))  # no slot yet
                 continue
-            await store.update_run(
-                record.run_id,
-                status="failed",
-                error={
-                    "code": "worker_lost",
-                    "message": "the server stopped before this run finished",
-                },
-            )
+            error = {
+                "code": "worker_lost",
+                "message": "the server stopped before this run finished",
+            }
+            await self._store_end(record, "failed", "run.failed", {"error": error})
             count += 1
         if count:
             logger.warning("marked runs of a previous process as lost", extra={"count": count})
@@ -223,26 +222,12 @@ class LostRunSweep:
         is appended; the reverse (the store was unreachable): the logged end is stored. True
         if the run was failed as lost.
         """
-        store = self._context.store
-        record = await store.get_run(run_id)
+        record = await self._context.store.get_run(run_id)
         _, logged = await self._log_end(run_id)
         if logged is not None:
             if record is not None and not record.is_finished:
-                data = logged.document["data"]
-                if logged.type == "run.completed":
-                    await store.update_run(
-                        run_id,
-                        status="completed",
-                        output=data.get("output"),
-                        usage=data.get("usage"),
-                        fence=fence,
-                    )
-                elif logged.type == "run.failed":
-                    await store.update_run(
-                        run_id, status="failed", error=data.get("error"), fence=fence
-                    )
-                else:
-                    await store.update_run(run_id, status="cancelled", fence=fence)
+                status = _STATUS_OF_END.get(logged.type, "cancelled")
+                await self._store_end(record, status, logged.type, logged.document["data"], fence)
             return False
         if record is not None and record.is_finished:
             if record.status == "completed":
@@ -263,10 +248,46 @@ class LostRunSweep:
         }
         # stored first: a reader that gets the terminal event finds the run ended
         if record is not None:
-            await store.update_run(run_id, status="failed", error=error, fence=fence)
+            await self._store_end(record, "failed", "run.failed", {"error": error}, fence)
         await self._append_end(run_id, session_id, "run.failed", {"error": error}, fence)
         logger.warning("run lost with its worker", extra={"run_id": run_id})
         return True
+
+    async def _store_end(
+        self,
+        record: RunRecord,
+        status: RunStatus,
+        event_type: str,
+        data: dict[str, Any],
+        fence: int | None = None,
+    ) -> None:
+        """Store the end of a run its worker did not, with the notification of its end (the
+        worker would have sent it in the same write; a worker that stored its end after all
+        sent the same message, under the same id)."""
+        context = self._context
+        webhooks = context.webhooks
+        webhook: WebhookMessage | None = None
+        if webhooks is not None and record.webhook_url is not None:
+            webhook = webhooks.end(
+                record.webhook_url,
+                run_id=record.run_id,
+                session_id=record.session_id,
+                agent=record.agent,
+                status=status,
+                event_type=event_type,
+                data=data,
+            )
+        await context.store.update_run(
+            record.run_id,
+            status=status,
+            output=data.get("output") if status == "completed" else None,
+            usage=data.get("usage") if status == "completed" else None,
+            error=data.get("error") if status == "failed" else None,
+            fence=fence,
+            webhook=webhook,
+        )
+        if webhook is not None and webhooks is not None:
+            webhooks.wake()
 
     async def _log_end(self, run_id: str) -> tuple[bool, WireEvent | None]:
         """Whether the run's log is still kept, and its terminal event if it has one.

@@ -247,6 +247,8 @@ class RunRecord:
 
     `error` is `{"code": ..., "message": ...}` for a failed run. `model` is the model that
     answered its latest model call (a fallback's, after a failover), once there was one.
+    `webhook_url` is where its notifications go (the request's or its agent's webhook, as
+    the run started), so that whoever ends it (another worker's sweep) can notify it.
     """
 
     run_id: str
@@ -263,6 +265,7 @@ class RunRecord:
     usage: JSONObject | None = None
     metadata: JSONObject = field(default_factory=dict)
     model: str | None = None
+    webhook_url: str | None = None
 
     def __post_init__(self) -> None:
         require_status(self.status)

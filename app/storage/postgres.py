@@ -67,7 +67,7 @@ _SESSION_COLUMNS: Final = "id, principal, created_at, updated_at, message_count,
 _MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
-    " input, output, error, usage, metadata, model"
+    " input, output, error, usage, metadata, model, webhook_url"
 )
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 _USAGE_KEYS: Final = {"agent": "agent", "principal": "principal", "day": "day"}
@@ -164,6 +164,7 @@ def _run(row: asyncpg.Record) -> RunRecord:
         usage=decode_optional_json(row["usage"]),
         metadata=decode_json(row["metadata"]),
         model=row["model"],
+        webhook_url=row["webhook_url"],
     )
 
 
@@ -486,7 +487,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
             try:
                 await conn.execute(
                     f"INSERT INTO runs ({_RUN_COLUMNS})"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
                     run.run_id,
                     run.session_id,
                     run.principal,
@@ -501,6 +502,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                     encode_optional_json(run.usage),
                     encode_json(run.metadata),
                     run.model,
+                    run.webhook_url,
                 )
             except asyncpg.UniqueViolationError as exc:
                 raise RunAlreadyExists(run.run_id) from exc

@@ -100,6 +100,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     outbox.POSTGRES_MIGRATION,
     # 8: each unfinished run's last checkpoint (app.storage.postgres_checkpoints)
     CHECKPOINTS_MIGRATION,
+    # 9: where a run's notifications go, for whoever ends it
+    ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS webhook_url text",),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

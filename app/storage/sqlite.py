@@ -65,7 +65,7 @@ _SESSION_COLUMNS: Final = "id, principal, created_at, updated_at, message_count,
 _MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
-    " input, output, error, usage, metadata, model"
+    " input, output, error, usage, metadata, model, webhook_url"
 )
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 
@@ -126,6 +126,7 @@ def _run(row: sqlite3.Row) -> RunRecord:
         usage=decode_optional_json(row["usage"]),
         metadata=decode_json(row["metadata"]),
         model=row["model"],
+        webhook_url=row["webhook_url"],
     )
 
 
@@ -590,7 +591,8 @@ def _create_run(
         raise SessionOwnedByOther(run.session_id)
     try:
         db.execute(
-            f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO runs ({_RUN_COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.run_id,
                 run.session_id,
@@ -606,6 +608,7 @@ def _create_run(
                 encode_optional_json(run.usage),
                 encode_json(run.metadata),
                 run.model,
+                run.webhook_url,
             ),
         )
     except sqlite3.IntegrityError as exc:

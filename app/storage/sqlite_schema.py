@@ -98,6 +98,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     outbox.SQLITE_MIGRATION,
     # 8: each unfinished run's last checkpoint (app.storage.sqlite_checkpoints)
     CHECKPOINTS_MIGRATION,
+    # 9: where a run's notifications go, for whoever ends it
+    ("ALTER TABLE runs ADD COLUMN webhook_url TEXT",),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

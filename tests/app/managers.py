@@ -29,7 +29,9 @@ def run_manager(agent: AgentCore, store: Store, bus: Bus) -> RunManager:
     )
 
 
-async def orphan(store: Store, bus: Bus, run_id: str, session_id: str) -> None:
+async def orphan(
+    store: Store, bus: Bus, run_id: str, session_id: str, *, webhook_url: str | None = None
+) -> None:
     """A run some other worker started and wrote two events of, then died."""
     await store.get_or_create_session(session_id, "anonymous")
     await store.create_run(
@@ -40,6 +42,7 @@ async def orphan(store: Store, bus: Bus, run_id: str, session_id: str) -> None:
             agent="default",
             input="x",
             status="running",
+            webhook_url=webhook_url,
         )
     )
     await bus.events.create(run_id, session_id=session_id, fence=1)

@@ -4,19 +4,25 @@ by whichever worker notices, and its log's readers get that terminal event."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.admission import Admission
 from app.agents import load_config
 from app.bus import LocalBus
 from app.errors import SessionBusy
 from app.lifespan import build_agent
+from app.metrics import Metrics
 from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
 from app.storage import RunRecord, Store, open_store
+from app.webhooks.hooks import RunWebhooks
+from app.webhooks.delivery import WebhookSecrets
+from app.webhooks.targets import WebhookTargets
 from app.wire import WireEncoder
 from tests.app.conftest import wait_until
 from tests.app.managers import check_lost_run_ended, orphan, run_manager
@@ -156,3 +162,72 @@ async def test_the_sweep_passes_over_this_workers_own_runs_without_a_look(
     assert await holder("s-mine") is None
     record = await store.get_run(handle.run_id)
     assert record is not None and record.status == "cancelled"
+
+
+HOOK = "https://hooks.example/runs"
+
+
+@pytest.fixture
+async def hooked(tmp_path: Path) -> AsyncIterator[tuple[RunManager, Store, SharedBus]]:
+    """A manager whose runs have webhooks (no sender: messages stay in the store's outbox)."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/h.db", lease_seconds=30)
+    store = await open_store(settings.database_url)
+    bus = SharedBus()
+    agent = await build_agent(settings, load_config(None))
+    webhooks = RunWebhooks(WebhookTargets(allow_private=True), WebhookSecrets(default=b"k" * 32))
+    manager = RunManager(
+        agent=agent,
+        store=store,
+        bus=bus,
+        admission=Admission(max_running=4, max_queued=4),
+        metrics=Metrics(),
+        profiles=load_config(None).agents,
+        queue_timeout=1,
+        lease_seconds=30,
+        webhooks=webhooks,
+    )
+    try:
+        yield manager, store, bus
+    finally:
+        await manager.aclose()
+        await agent.aclose()
+        await bus.aclose()
+        await store.close()
+
+
+async def _sent(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The bodies of the run's notifications, as queued in the outbox."""
+    return [json.loads(state.message.body) for state in await store.webhook_states(run_id)]
+
+
+async def test_a_lost_run_notifies_its_webhook_of_its_end(
+    hooked: tuple[RunManager, Store, SharedBus],
+) -> None:
+    manager, store, bus = hooked
+    await orphan(store, bus, "run_dead", "s-dead", webhook_url=HOOK)
+    await orphan(store, bus, "run_quiet", "s-quiet")  # started without a webhook
+    assert await manager.reap_lost_runs() == 2
+    (body,) = await _sent(store, "run_dead")
+    assert body["type"] == "run.failed"
+    assert body["data"]["run_id"] == "run_dead" and body["data"]["status"] == "failed"
+    assert body["data"]["error"]["code"] == "worker_lost"
+    assert await _sent(store, "run_quiet") == []
+
+
+async def test_a_run_that_logged_its_end_but_did_not_store_it_notifies_that_end(
+    hooked: tuple[RunManager, Store, SharedBus],
+) -> None:
+    # its worker appended run.completed and died before the store write that carries the
+    # notification: the sweep stores the logged end, and sends what the worker would have
+    manager, store, bus = hooked
+    await orphan(store, bus, "run_done", "s-done", webhook_url=HOOK)
+    output = {"content": "ab"}
+    data = {"output": output, "usage": {"input_tokens": 1, "output_tokens": 2}}
+    end = WireEncoder("run_done", "s-done").encode(3, "run.completed", 0.0, data)
+    await bus.events.append("run_done", end, fence=1)
+    assert await manager.reap_lost_runs() == 0  # not lost: it ended
+    record = await store.get_run("run_done")
+    assert record is not None and record.status == "completed" and record.output == output
+    (body,) = await _sent(store, "run_done")
+    assert body["type"] == "run.completed"
+    assert body["data"]["output"] == output and body["data"]["status"] == "completed"

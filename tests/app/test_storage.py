@@ -441,6 +441,16 @@ async def test_a_run_records_the_model_that_answered(store: Store) -> None:
     assert (await store.list_runs("s1"))[0].model == "fallback-model"
 
 
+async def test_a_run_keeps_where_its_notifications_go(store: Store) -> None:
+    await store.get_or_create_session("s1", "alice")
+    await store.create_run(_run("r1", webhook_url="https://hooks.example/runs"))
+    await store.create_run(_run("r2"))
+    ended = await store.update_run("r1", status="failed", error={"code": "worker_lost"})
+    assert ended.webhook_url == "https://hooks.example/runs"
+    assert [r.webhook_url for r in await store.list_unfinished_runs()] == [None]
+    assert (await store.get_run("r1")) == ended
+
+
 # --- usage ---------------------------------------------------------------------------------
 
 
@@ -641,6 +651,7 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
     await _execute(old, "DROP TABLE usage")
     await _execute(old, "ALTER TABLE runs DROP COLUMN fence")
     await _execute(old, "ALTER TABLE sessions DROP COLUMN fence")
+    await _execute(old, "ALTER TABLE runs DROP COLUMN webhook_url")
     await _execute(old, "DELETE FROM schema_version WHERE version > 1")
     await old.close()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.fakes.webhook_receiver import WebhookReceiver
 
-from .conftest import Launch, free_port
+from .conftest import Launch, free_port, wait_for
 
 SECRET = "whsec_" + base64.b64encode(b"r" * 32).decode()
 ENV = {
@@ -76,5 +76,53 @@ async def test_outbox_survives_a_kill_and_delivers_once(
         assert body["type"] == "run.completed"
         assert body["data"]["run_id"] == run_id
         assert body["data"]["output"]["content"] == "You said: hello"
+    finally:
+        await receiver.aclose()
+
+
+async def test_a_run_lost_with_its_server_notifies_its_webhook(
+    start_server: Launch, tmp_path: Path
+) -> None:
+    # killed mid-run, and not resumed at the restart: the restarted server ends the run
+    # (worker_lost) and sends the notification its first life never could
+    env = {**ENV, "AGENT_RESUME_RUNS": "0", "AGENT_DEMO_SLOW_SECONDS": "60"}
+    directory = tmp_path / "server"
+    port = free_port()
+    receiver = await WebhookReceiver(SECRET).start(port)
+    try:
+        server = start_server(env, directory=directory)
+        async with server.client() as client:
+            response = await client.post(
+                "/v1/sessions/lost/runs",
+                json={
+                    "input": "a slow answer, please",
+                    "background": True,
+                    "webhook_url": f"http://127.0.0.1:{port}/hooks",
+                },
+            )
+            assert response.status_code == 202, response.text
+            run_id = response.json()["run_id"]
+
+            async def running() -> bool:
+                answer = await client.get(f"/v1/runs/{run_id}")
+                return bool(answer.json()["status"] == "running")
+
+            await wait_for(running, within=30)
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.wait(10)
+        assert receiver.requests == []
+
+        restarted = start_server(env, directory=directory)
+        await receiver.wait_for(lambda r: len(r.deliveries) == 1, within=30)
+        (request,) = receiver.requests
+        assert request.verified
+        body = request.json()
+        assert body["type"] == "run.failed"
+        assert body["data"]["run_id"] == run_id
+        assert body["data"]["error"]["code"] == "worker_lost"
+        async with restarted.client() as client:
+            record = (await client.get(f"/v1/runs/{run_id}")).json()
+        assert record["status"] == "failed" and record["error"]["code"] == "worker_lost"
+        restarted.stop()
     finally:
         await receiver.aclose()
