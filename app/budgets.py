@@ -148,8 +148,9 @@ class LocalBudgetCounters:
         return None
 
     async def adjust(self, day: str, names: Sequence[str], delta: int, ttl: float) -> None:
-        if day != self._day:
+        if day < self._day:
             return  # that day's counters are gone: nothing to correct
+        self._today(day)  # a new day's first count may be an adjustment (a resumed run's)
         for name in names:
             self._values[name] = self._values.get(name, 0) + delta
 
@@ -157,6 +158,10 @@ class LocalBudgetCounters:
         values = self._today(day)
         for name, tokens in used.items():
             values.setdefault(name, tokens)
+
+    async def value(self, day: str, name: str) -> int:
+        """The counter's tokens (used and reserved) on ``day``; 0 if it has none."""
+        return self._values.get(name, 0) if day == self._day else 0
 
 
 class BudgetHold:
@@ -221,6 +226,15 @@ class Budgets:
                 extra={"budget": full, "limit": limit, "resets_at": resets.isoformat()},
             )
         return BudgetHold(self, day, [name for name, _ in charges], amount)
+
+    def account(self, principal: str, agent: str) -> BudgetHold | None:
+        """A hold that reserves and refuses nothing, for a run admitted earlier that goes on
+        here (resumed): its end adds the tokens it used here. None when no budget applies."""
+        charges = self.rules.charges(principal, agent)
+        if not charges:
+            return None
+        day, _ = day_window(self._clock())
+        return BudgetHold(self, day, [name for name, _ in charges], 0)
 
     async def adjust(self, hold: BudgetHold, delta: int) -> None:
         try:

@@ -72,7 +72,7 @@ class Finalizer:
         handle.ticket.release()
         await withdraw_confirmations(context, handle, outcome)
         if handle.budget is not None:  # the reservation becomes the tokens the run used
-            await handle.budget.settle(handle.usage.input_tokens + handle.usage.output_tokens)
+            await handle.budget.settle(handle.spent_here())
         # the terminal event before the lock's release: a worker dying in between leaves a
         # sealed log and a lock that lapses, never an unsealed log. Yet a client that starts
         # the next run as soon as it reads this one's end must not find the session busy: a

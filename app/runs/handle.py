@@ -157,6 +157,7 @@ class RunHandle:
         "ticket",
         "tools_running",
         "usage",
+        "usage_before",
     )
 
     def __init__(
@@ -189,6 +190,9 @@ class RunHandle:
         self.output: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
         self.usage = Usage()
+        # of ``usage``, the tokens used before this worker took the run (its checkpoint's):
+        # charged to the budgets by the workers that used them, or by their reservations
+        self.usage_before = 0
         self.seq = 0
         self.encoder = WireEncoder(run_id, session_id)
         self.task: asyncio.Task[None] | None = None
@@ -220,6 +224,10 @@ class RunHandle:
         self.resumed_from: CheckpointRecord | None = None
         # set while the runtime waits for an external answer (an answer may wait for it)
         self.asking = asyncio.Event()
+
+    def spent_here(self) -> int:
+        """Tokens the run used on this worker: what its end charges to its budgets."""
+        return max(0, self.usage.input_tokens + self.usage.output_tokens - self.usage_before)
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id} session={self.session_id} status={self.status}>"

@@ -110,7 +110,7 @@ class HandOver:
                 return False
         handle.ticket.release()
         if handle.budget is not None:
-            await handle.budget.settle(handle.usage.input_tokens + handle.usage.output_tokens)
+            await handle.budget.settle(handle.spent_here())
         handle.finished_at = now()
         try:
             await context.bus.locks.release(handle.lease)

@@ -25,6 +25,7 @@ from typing import Any
 
 from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import CheckpointError
+from agent_runtime.model import Usage
 from app.bus.base import Lease
 from app.runs.checkpoints import REQUEST_KEY, resumed_options
 from app.runs.context import RunContext
@@ -120,6 +121,13 @@ class Resumer:
             ticket,
             lease_deadline=self._fencing.deadline_after(sent),
         )
+        # its usage goes on from the checkpoint's, and its budgets are charged what it uses
+        # here (no reservation: it was admitted when it started)
+        before = checkpoint.usage
+        handle.usage = Usage(before.input_tokens, before.output_tokens, before.model)
+        handle.usage_before = before.input_tokens + before.output_tokens
+        if context.budgets is not None:
+            handle.budget = context.budgets.account(record.principal, record.agent)
         # running until the runtime asks again (the record keeps saying waiting meanwhile)
         handle.status = "running"
         handle.created_at = record.created_at

@@ -84,6 +84,24 @@ async def test_reservations_never_pass_a_budget_and_settle_to_the_use() -> None:
     )
 
 
+async def test_a_resumed_run_s_hold_reserves_and_refuses_nothing() -> None:
+    clock = [datetime(2026, 12, 2, 23, 59, tzinfo=UTC).timestamp()]
+    rules = BudgetRules(principals={"*": 10}, reserve=10)
+    budgets = Budgets(rules, LocalBudgetCounters(), clock=lambda: clock[0])
+    assert await budgets.hold("alice", "a") is not None  # the day's budget, all reserved
+    resumed = budgets.account("alice", "a")
+    assert resumed is not None and resumed.reserved == 0  # admitted before: never refused
+    counters = budgets.counters
+    assert isinstance(counters, LocalBudgetCounters)
+    assert await counters.value("2026-12-02", "principal:alice") == 10
+    clock[0] += 120  # past midnight: a new day, whose first count is the resumed run's use
+    late = budgets.account("alice", "a")
+    assert late is not None and late.day == "2026-12-03"
+    await late.settle(4)
+    assert await counters.value("2026-12-03", "principal:alice") == 4
+    assert Budgets(BudgetRules(agents={"a": 1}), LocalBudgetCounters()).account("p", "b") is None
+
+
 async def test_a_run_over_its_budget_gets_429_until_the_reset(serve: Serve) -> None:
     budgets = "principal:alice=20,agent:capped=1000000"
     async with serve(
