@@ -103,7 +103,7 @@ _COMPACTION_KEYS = (
 )
 _MCP_KEYS = tuple(name for name in MCPServerConfig.__dataclass_fields__ if name != "name")
 _MCP_STRINGS = ("transport", "command", "cwd", "url")
-_MCP_STRING_LISTS = ("args", "allowed_tools")
+_MCP_STRING_LISTS = ("args", "allowed_tools", "idempotent_tools")
 _MCP_STRING_TABLES = ("env", "headers")
 
 
@@ -493,20 +493,29 @@ def _governed(tools: Sequence[Tool], policies: Mapping[str, str]) -> tuple[Tool,
 
 
 def _idempotent(
-    file: str, where: tuple[str | int, ...], tools: Sequence[Tool], names: Sequence[str]
+    file: str,
+    where: tuple[str | int, ...],
+    tools: Sequence[Tool],
+    names: Sequence[str],
+    servers: Sequence[str],
 ) -> tuple[Tool, ...]:
     """``idempotent_tools``: the named tools may run again when a run is resumed after its
     worker died (``@tool(idempotent=True)`` in the file's words); a name must be one of the
-    agent's ``tools``."""
+    agent's ``tools`` (an MCP server's tools are named in its own ``idempotent_tools``)."""
     known = {t.name for t in tools}
     for index, name in enumerate(names):
-        if name not in known:
-            listed = ", ".join(sorted(known)) or "none"
-            raise ConfigError(
-                file,
-                key_path(*where, "idempotent_tools", index),
-                f"{name!r} is not one of the agent's tools ({listed})",
+        if name in known:
+            continue
+        server, sep, tool_name = name.partition("__")
+        if sep and server in servers:
+            problem = (
+                f"{name!r} is a tool of MCP server {server!r}: name it as {tool_name!r} in "
+                "that server's idempotent_tools"
             )
+        else:
+            listed = ", ".join(sorted(known)) or "none"
+            problem = f"{name!r} is not one of the agent's tools ({listed})"
+        raise ConfigError(file, key_path(*where, "idempotent_tools", index), problem)
     chosen = set(names)
     # the runtime's flag (``@tool(idempotent=True)``), set as the decorator would
     flag: dict[str, Any] = {"idempotent": True}
@@ -620,7 +629,11 @@ def _agent(
         parallel_tool_calls=bool(table.boolean("parallel_tool_calls")),
         tool_timeout=table.seconds("tool_timeout"),
         tools=_idempotent(
-            file, where, _governed(tools, policies), table.strings("idempotent_tools") or []
+            file,
+            where,
+            _governed(tools, policies),
+            table.strings("idempotent_tools") or [],
+            server_names,
         ),
         mcp_servers=tuple(server_names),
         policies=policies,

@@ -262,10 +262,12 @@ class MCPClient:
                 f"MCP server {name!r} could not be reached: {describe(exc)}"
             ) from exc
         allowed = server.config.allowed_tools
+        offered = {t.name for t in listing}
+        named = set(server.config.idempotent_tools) | set(allowed or ())
+        missing = sorted(named - offered)
+        if missing:
+            logger.warning("MCP server %s does not offer %s", name, ", ".join(missing))
         if allowed is not None:
-            missing = sorted(set(allowed) - {t.name for t in listing})
-            if missing:
-                logger.warning("MCP server %s does not offer %s", name, ", ".join(missing))
             listing = [t for t in listing if t.name in allowed]
         server.listing = listing
 
@@ -291,6 +293,7 @@ class MCPClient:
             function=call,
             parameters=parameters,
             is_async=True,
+            idempotent=spec.name in server.config.idempotent_tools,
         )
 
     async def _call(self, route: _Route, arguments: dict[str, Any]) -> str:

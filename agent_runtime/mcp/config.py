@@ -47,8 +47,10 @@ class MCPServerConfig:
     ``"streamable_http"`` (``url``, ``headers``). ``timeout`` bounds opening a session plus one
     call's answer, in seconds. ``session_pool_size`` 0 opens a session per call; N keeps up to N
     sessions open, each leased to one call at a time. ``allowed_tools`` limits the server's tools
-    offered to the model (by their MCP names); None offers all of them. ``env`` and ``headers``
-    values never appear in ``repr``.
+    offered to the model (by their MCP names); None offers all of them. ``idempotent_tools``
+    (MCP names) are safe to call twice: a resumed run runs again a call of theirs that was cut
+    off (``Tool.idempotent``); the server's own ``idempotentHint`` is not trusted for that.
+    ``env`` and ``headers`` values never appear in ``repr``.
     """
 
     name: str
@@ -62,6 +64,7 @@ class MCPServerConfig:
     timeout: float = DEFAULT_TIMEOUT
     session_pool_size: int = 0
     allowed_tools: Sequence[str] | None = None
+    idempotent_tools: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _SERVER_NAME.match(self.name):
@@ -85,6 +88,15 @@ class MCPServerConfig:
             object.__setattr__(self, "headers", {str(k): str(v) for k, v in self.headers.items()})
         if self.allowed_tools is not None:
             object.__setattr__(self, "allowed_tools", tuple(self.allowed_tools))
+        object.__setattr__(self, "idempotent_tools", tuple(self.idempotent_tools))
+        if self.allowed_tools is not None:
+            offered = set(self.allowed_tools)
+            stray = [name for name in self.idempotent_tools if name not in offered]
+            if stray:
+                raise ConfigurationError(
+                    f"MCP server {self.name!r}: idempotent_tools {', '.join(stray)} are not "
+                    "among its allowed_tools"
+                )
         if transport == "stdio":
             if not self.command:
                 raise ConfigurationError(f"MCP server {self.name!r}: stdio needs a command")

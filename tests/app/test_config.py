@@ -190,6 +190,7 @@ def test_the_documented_example_file_loads() -> None:
     assert files.cwd == str(EXAMPLE.parent)  # relative to the file
     assert files.session_pool_size == 2 and files.timeout == 20
     assert files.allowed_tools is not None and "write_file" in files.allowed_tools
+    assert "read_text_file" in files.idempotent_tools and "write_file" not in files.idempotent_tools
     assert search.transport == "streamable_http"
     assert search.url == "https://search.internal.example/mcp"
     assert search.headers == {"Authorization": "Bearer token-1"}
@@ -764,3 +765,17 @@ def test_idempotent_tools_must_be_the_agent_s_tools(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"idempotent_tools\[0\].*'nope' is not one of"):
         load_config(path)
+
+
+def test_an_mcp_server_names_its_idempotent_tools(tmp_path: Path) -> None:
+    server = '[mcp_servers.web]\nurl = "http://127.0.0.1:9/mcp"\n'
+    agent = '[agents.default]\nmcp_servers = ["web"]\n'
+    config = load_config(write(tmp_path, server + 'idempotent_tools = ["add"]\n' + agent))
+    assert config.mcp_servers["web"].idempotent_tools == ("add",)
+    # named by its advertised name in the agent's list: where it belongs is said
+    path = write(tmp_path, server + agent + 'idempotent_tools = ["web__add"]\n')
+    with pytest.raises(ConfigError, match=r"MCP server 'web': name it as 'add' in that server"):
+        load_config(path)
+    stray = 'allowed_tools = ["echo"]\nidempotent_tools = ["add"]\n'
+    with pytest.raises(ConfigError, match=r"idempotent_tools add are not among its allowed_tools"):
+        load_config(write(tmp_path, server + stray + agent))

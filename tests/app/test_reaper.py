@@ -20,8 +20,8 @@ from app.metrics import Metrics
 from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
 from app.storage import RunRecord, Store, open_store
-from app.webhooks.hooks import RunWebhooks
 from app.webhooks.delivery import WebhookSecrets
+from app.webhooks.hooks import RunWebhooks
 from app.webhooks.targets import WebhookTargets
 from app.wire import WireEncoder
 from tests.app.conftest import wait_until

@@ -257,6 +257,20 @@ async def test_allowed_tools_limit_what_is_offered(http_server: HttpServerProces
             await client.call_tool("web__fail", {"reason": "x"})
 
 
+async def test_idempotent_tools_are_flagged_for_a_resumed_run(
+    http_server: HttpServerProcess,
+) -> None:
+    config = MCPServerConfig.streamable_http("web", http_server.url, idempotent_tools=["add"])
+    async with MCPClient([config]) as client:
+        flags = {t.name: t.idempotent for t in client.tools()}
+    assert flags["web__add"] is True
+    assert not any(flag for name, flag in flags.items() if name != "web__add")
+    with pytest.raises(ConfigurationError, match="not among its allowed_tools"):
+        MCPServerConfig.streamable_http(
+            "web", http_server.url, allowed_tools=["echo_text"], idempotent_tools=["add"]
+        )
+
+
 async def test_the_ask_policy_applies_to_mcp_tools(http_server: HttpServerProcess) -> None:
     client = MCPClient([MCPServerConfig.streamable_http("web", http_server.url)])
     asked: list[tuple[str, dict[str, Any]]] = []
