@@ -36,6 +36,7 @@ class _RunLog:
         "fence",
         "first_seq",
         "last_seq",
+        "restarted_after",
         "run_id",
         "sealed",
         "session_id",
@@ -49,6 +50,9 @@ class _RunLog:
         self.events: list[WireEvent] = []
         self.first_seq = 1  # seq of events[0]
         self.last_seq = 0
+        # a log begun again after a restart of the process (``skip_to``): the seq it goes on
+        # after; the seqs above it that a reader saw may have been the lost log's
+        self.restarted_after: int | None = None
         self.sealed = False
         self.waiters: set[_LocalSubscription] = set()
         self.expiry: asyncio.TimerHandle | None = None
@@ -162,7 +166,8 @@ class LocalEventLog:
 
     def skip_to(self, run_id: str, seq: int) -> None:
         """Make an empty log go on after ``seq``: a run resumed after a restart of the
-        process keeps its seq rising, though its earlier events were lost with the process."""
+        process keeps its seq rising, though its earlier events were lost with the process.
+        A reader whose cursor is past ``seq`` reads it from its start (``subscribe``)."""
         log = self._logs.get(run_id)
         if log is None:
             raise LogNotFound(run_id)
@@ -170,6 +175,7 @@ class LocalEventLog:
             raise BusError(f"the log of run {run_id!r} is not empty")
         log.first_seq = seq + 1
         log.last_seq = seq
+        log.restarted_after = seq
 
     def append_nowait(self, run_id: str, event: WireEvent, *, fence: int) -> None:
         """``append`` without a coroutine: the local log never waits."""
@@ -203,6 +209,12 @@ class LocalEventLog:
         log = self._logs.get(run_id)
         if log is None:
             raise LogNotFound(run_id)
+        restarted = log.restarted_after
+        if restarted is not None and after > restarted:
+            # A cursor past the point a restarted log goes on from may count events of the
+            # log lost with the process, numbered as this one numbers others: read this log
+            # from its start (its run.resumed says which of the reader's text to drop).
+            after = restarted
         self._subscribers += 1
         return _LocalSubscription(self, log, max(0, after))
 

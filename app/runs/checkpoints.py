@@ -122,9 +122,10 @@ class RunCheckpointSink:
         self._fencing = fencing
         self._handle = handle
 
-    async def save(self, checkpoint: RunCheckpoint) -> None:
-        """Store ``checkpoint`` with the seq of the run's last event so far; raises
-        ``CheckpointFenced`` once the run is no longer this worker's."""
+    async def save(self, checkpoint: RunCheckpoint, *, event_seq: int | None = None) -> None:
+        """Store ``checkpoint`` with the seq of the run's last event before it (by default
+        the last so far: the runtime saves between two events); raises ``CheckpointFenced``
+        once the run is no longer this worker's."""
         handle = self._handle
         context = self._context
         if context.lapsed(handle):
@@ -136,8 +137,7 @@ class RunCheckpointSink:
             run_id=handle.run_id,
             session_id=handle.session_id,
             step=checkpoint.step,
-            # the runtime saves between two events: every event before it went to the log
-            event_seq=handle.seq,
+            event_seq=handle.seq if event_seq is None else event_seq,
             # the request's own options beside the runtime's state: a resumed run keeps them
             data={**checkpoint.to_dict(), REQUEST_KEY: request_options(handle.options)},
             updated_at=datetime.now(UTC),

@@ -132,7 +132,9 @@ class Driver:
             sink = RunCheckpointSink(context, records, self._fencing, handle)
             options["checkpoint_sink"] = sink
             if resumed is None:  # beside the first model call, not before it
-                first = asyncio.get_running_loop().create_task(self._first_checkpoint(sink, handle))
+                first = asyncio.get_running_loop().create_task(
+                    self._first_checkpoint(sink, handle, handle.seq)
+                )
         # a run resumed here: its first event is the service's own run.resumed (why, and
         # from which log position); a confirmation asked for again stays out of a log that
         # still holds the first request (it is the same, with the same id and deadline)
@@ -253,11 +255,15 @@ class Driver:
             return Outcome.failed("internal", "the run ended without a result")
         return self.outcome_of(handle, terminal)
 
-    async def _first_checkpoint(self, sink: RunCheckpointSink, handle: RunHandle) -> None:
-        """Store the run's step-0 checkpoint; a failure only costs the run its resume until
-        its first model response (the runtime's own saves fail the run if they fail)."""
+    async def _first_checkpoint(
+        self, sink: RunCheckpointSink, handle: RunHandle, event_seq: int
+    ) -> None:
+        """Store the run's step-0 checkpoint, at ``event_seq``: the log's position before the
+        run's first event, whatever the model streamed meanwhile (a resume drops its text).
+        A failure only costs the run its resume until its first model response (the
+        runtime's own saves fail the run if they fail)."""
         try:
-            await sink.save(first_checkpoint(handle))
+            await sink.save(first_checkpoint(handle), event_seq=event_seq)
         except Exception as exc:
             logger.warning(
                 "could not store the run's first checkpoint: %s",

@@ -496,7 +496,10 @@ async function consume(run, response) {
             continue;
           }
           const seq = Number(wire.seq ?? sse.id);
-          if (seq <= run.lastSeq) continue; // never apply an event twice
+          // never apply an event twice; but a run.resumed restarts the count: after a restart
+          // of the only worker its log begins again below the seqs this page saw, which it
+          // replays from the run.resumed (whose from_seq says which words to drop)
+          if (seq <= run.lastSeq && wire.type !== "run.resumed") continue;
           run.view.apply(wire);
           run.lastSeq = seq;
           if (TERMINAL.has(wire.type)) run.done = true;

@@ -47,6 +47,27 @@ async def test_subscribing_after_the_end_finishes_at_once() -> None:
     await subscription.aclose()
 
 
+async def test_a_log_begun_again_after_a_restart_is_read_from_its_start_past_it() -> None:
+    # A run resumed after a restart of the process goes on in a new log from its checkpoint's
+    # seq (2); a reader that saw seq 6 of the lost log, or 4 of this one, cannot tell which:
+    # it reads this log from its start, the run.resumed first. One before the checkpoint's
+    # seq reads on from where it was.
+    log = LocalEventLog()
+    await log.create("run_1", session_id="s", fence=1)
+    log.skip_to("run_1", 2)
+    for seq, type_ in ((3, "run.resumed"), (4, "text.delta"), (5, "text.delta")):
+        await log.append("run_1", event(seq, type_), fence=1)
+    for after in (6, 4, 3):
+        subscription = await log.subscribe("run_1", after=after)
+        assert [e.seq for e in await subscription.next()] == [3, 4, 5]
+        await subscription.aclose()
+    subscription = await log.subscribe("run_1", after=1)
+    assert [e.seq for e in await subscription.next()] == [3, 4, 5]
+    await subscription.aclose()
+    with pytest.raises(BusError, match="not empty"):
+        log.skip_to("run_1", 9)
+
+
 async def test_interrupt_wakes_a_waiting_reader() -> None:
     log = LocalEventLog()
     await log.create("run_1", session_id="s", fence=1)

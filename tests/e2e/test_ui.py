@@ -7,10 +7,13 @@ the clock. The screenshots docs/ui.md shows are taken here, as the states happen
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -449,6 +452,39 @@ def test_network_drop_resumes(page: Page, ui_server: Server) -> None:
         assert int(resumed[0].headers["last-event-id"]) >= 3
     finally:
         proxy.close()
+
+
+def test_a_run_resumed_after_its_server_crashed_shows_its_answer_once(
+    page: Page, tmp_path: Path
+) -> None:
+    # The only worker dies mid-answer and starts again on the same files: the run goes on
+    # from its checkpoint in a new log (run.resumed), the answer made again from its start.
+    # The page, reconnecting with the last seq it saw, drops the cut answer's words.
+    env = {"AGENT_DEMO_TOKEN_DELAY": "0.02", "AGENT_DEMO_SLOW_SECONDS": str(SLOW_SECONDS)}
+    server = launch(tmp_path / "server", env)
+    proxy = DroppableProxy(_port(server))
+    try:
+        page.goto(proxy.url)
+        text = "A slow answer that outlives the crash of its server"
+        resumed: list[Request] = []
+        page.on("request", lambda r: resumed.append(r) if r.url.endswith("/events") else None)
+        send(page, text)
+        wait_for_words(page, 5)
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.wait(10)
+        expect(last_turn(page)).to_have_attribute("data-status", "reconnecting")
+        server = launch(tmp_path / "server", env)
+        proxy.target_port = _port(server)
+        expect(last_turn(page)).to_have_attribute("data-status", "completed")
+        expect(answer(page)).to_have_text(f"You said: {text}")  # every word once
+        assert resumed and int(resumed[-1].headers["last-event-id"]) >= 5
+    finally:
+        proxy.close()
+        server.stop()
+
+
+def _port(server: Server) -> int:
+    return int(server.base_url.rsplit(":", 1)[1])
 
 
 def test_sessions_switch_and_delete(page: Page, ui_server: Server) -> None:

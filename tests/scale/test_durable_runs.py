@@ -350,6 +350,42 @@ async def test_one_worker_on_sqlite_resumes_its_runs_after_a_restart(
         server.stop()
 
 
+async def test_a_reader_of_a_run_cut_by_a_crash_of_the_only_worker_reads_it_whole(
+    tmp_path: Path,
+) -> None:
+    # The in-process log is lost with the process; the resumed run's new log goes on from its
+    # checkpoint's seq, below the seqs the reader saw. Reconnecting with the last of them, the
+    # reader gets the new log from its run.resumed, and what it keeps plus what follows is
+    # the answer, every word once.
+    directory = tmp_path / "server"
+    server = launch(directory, {})
+    try:
+        async with server.client() as client:
+            run_id = await start_background(client, new_session(), SLOW)
+            seen: list[Event] = []
+            async with open_stream(client, "GET", f"/v1/runs/{run_id}/events") as (_, stream):
+                async for event in stream:
+                    seen.append(event)
+                    if len(seen) == 6:
+                        break
+        kill(server)
+        server = launch(directory, {})
+        async with server.client() as client:
+            rest = await follow(client, run_id, after=seen[-1].id)
+        marker = rest[0]
+        assert marker.type == "run.resumed"
+        assert marker.id <= seen[-1].id  # the new log's numbering, below the reader's cursor
+        from_seq = marker.data["data"]["from_seq"]
+        kept = [e for e in seen if e.id <= from_seq and e.type == "text.delta"]
+        after = [e for e in rest if e.type == "text.delta"]
+        words = "".join(e.data["data"]["delta"] for e in kept + after).split()
+        assert words == ["You", "said:", *SLOW.split()]
+        assert [e.id for e in rest] == list(range(marker.id, marker.id + len(rest)))
+        assert rest[-1].type == "run.completed"
+    finally:
+        server.stop()
+
+
 async def test_twenty_waiting_runs_survive_a_restart_on_sqlite(tmp_path: Path) -> None:
     directory = tmp_path / "server"
     server = launch(directory, {})
