@@ -3,6 +3,8 @@ lost-run sweep must leave of it, for tests that drive ``RunManager`` in-process.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agent_runtime import AgentCore
@@ -15,8 +17,9 @@ from app.storage import RunRecord, Store
 from app.wire import WireEncoder
 
 
-def run_manager(agent: AgentCore, store: Store, bus: Bus) -> RunManager:
-    """The default agents' manager with small limits: 4 slots, 4 queue places, 1 s queue wait."""
+def run_manager(agent: AgentCore, store: Store, bus: Bus, **options: Any) -> RunManager:
+    """The default agents' manager with small limits: 4 slots, 4 queue places, 1 s queue wait
+    (``options``: more of ``RunManager``'s keywords)."""
     return RunManager(
         agent=agent,
         store=store,
@@ -26,6 +29,7 @@ def run_manager(agent: AgentCore, store: Store, bus: Bus) -> RunManager:
         profiles=load_config(None).agents,
         queue_timeout=1,
         lease_seconds=30,
+        **options,
     )
 
 

@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 
-from app.admission import Admission
 from app.agents import load_config
 from app.bus import LocalBus
 from app.errors import SessionBusy
 from app.lifespan import build_agent
-from app.metrics import Metrics
 from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
 from app.storage import RunRecord, Store, open_store
@@ -175,17 +173,7 @@ async def hooked(tmp_path: Path) -> AsyncIterator[tuple[RunManager, Store, Share
     bus = SharedBus()
     agent = await build_agent(settings, load_config(None))
     webhooks = RunWebhooks(WebhookTargets(allow_private=True), WebhookSecrets(default=b"k" * 32))
-    manager = RunManager(
-        agent=agent,
-        store=store,
-        bus=bus,
-        admission=Admission(max_running=4, max_queued=4),
-        metrics=Metrics(),
-        profiles=load_config(None).agents,
-        queue_timeout=1,
-        lease_seconds=30,
-        webhooks=webhooks,
-    )
+    manager = run_manager(agent, store, bus, webhooks=webhooks)
     try:
         yield manager, store, bus
     finally:

@@ -7,34 +7,23 @@ import time
 from pathlib import Path
 
 from agent_runtime import AgentCore
-from app.admission import Admission
 from app.agents import load_config
 from app.budgets import BudgetRules, Budgets, LocalBudgetCounters, day_window
 from app.bus import LocalBus
 from app.lifespan import build_agent
-from app.metrics import Metrics
 from app.runs import RunManager, RunRequestOptions
 from app.settings import Settings
 from app.storage import Store, open_store
 from tests.app.conftest import wait_until
+from tests.app.managers import run_manager
 
 RESERVE = 50
 
 
 def manager(store: Store, budgets: Budgets, agent: AgentCore) -> RunManager:
-    return RunManager(
-        agent=agent,
-        store=store,
-        bus=LocalBus(),  # a new process's: the first one's bus is gone with it
-        admission=Admission(max_running=4, max_queued=4),
-        metrics=Metrics(),
-        profiles=load_config(None).agents,
-        queue_timeout=1,
-        lease_seconds=30,
-        budgets=budgets,
-        resume_runs=True,
-        hand_over=True,
-    )
+    # a new process's bus: the first one's is gone with it
+    bus = LocalBus()
+    return run_manager(agent, store, bus, budgets=budgets, resume_runs=True, hand_over=True)
 
 
 async def test_a_resumed_run_is_charged_what_it_uses_where_it_is_resumed(
