@@ -4,6 +4,7 @@ by whichever worker notices, and its log's readers get that terminal event."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,13 +33,17 @@ class SharedBus(LocalBus):
     shared = True
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[tuple[RunManager, Store, SharedBus]]:
+World = tuple[RunManager, Store, SharedBus]
+
+
+@contextlib.asynccontextmanager
+async def open_world(tmp_path: Path, **options: Any) -> AsyncIterator[World]:
+    """A worker's manager on a shared bus (``options``: more of ``RunManager``'s keywords)."""
     settings = Settings(database_url=f"sqlite:///{tmp_path}/a.db", lease_seconds=30)
     store = await open_store(settings.database_url)
     bus = SharedBus()
     agent = await build_agent(settings, load_config(None))
-    manager = run_manager(agent, store, bus)
+    manager = run_manager(agent, store, bus, **options)
     try:
         yield manager, store, bus
     finally:
@@ -48,8 +53,14 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[RunManager, Store, Shared
         await store.close()
 
 
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with open_world(tmp_path) as opened:
+        yield opened
+
+
 async def test_a_lost_run_is_failed_and_its_readers_told(
-    world: tuple[RunManager, Store, SharedBus],
+    world: World,
 ) -> None:
     manager, store, bus = world
     await orphan(store, bus, "run_dead", "s-dead")
@@ -69,7 +80,7 @@ async def test_a_lost_run_is_failed_and_its_readers_told(
 
 @pytest.mark.parametrize("log", ["kept", "expiring while read"])
 async def test_a_run_that_ended_after_the_sweep_listed_it_is_left_alone(
-    world: tuple[RunManager, Store, SharedBus], monkeypatch: pytest.MonkeyPatch, log: str
+    world: World, monkeypatch: pytest.MonkeyPatch, log: str
 ) -> None:
     # The sweep lists the store's unfinished runs, then visits them one by one; a run that
     # ended normally meanwhile has released its lock. Taking that lock to "settle" it would
@@ -110,7 +121,7 @@ async def test_a_run_that_ended_after_the_sweep_listed_it_is_left_alone(
 
 
 async def test_a_session_held_by_the_sweep_names_no_active_run(
-    world: tuple[RunManager, Store, SharedBus],
+    world: World,
 ) -> None:
     manager, _, bus = world
     lease = await bus.locks.acquire("s-swept", "reaper_0123", 30)
@@ -122,7 +133,7 @@ async def test_a_session_held_by_the_sweep_names_no_active_run(
 
 
 async def test_the_sweep_passes_over_this_workers_own_runs_without_a_look(
-    world: tuple[RunManager, Store, SharedBus], monkeypatch: pytest.MonkeyPatch
+    world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A run waiting for a confirmation here is unfinished in the store, so the sweep lists it;
     # it ends (here) while the listing is read. Its worker ends it properly: the sweep must
@@ -166,21 +177,11 @@ HOOK = "https://hooks.example/runs"
 
 
 @pytest.fixture
-async def hooked(tmp_path: Path) -> AsyncIterator[tuple[RunManager, Store, SharedBus]]:
+async def hooked(tmp_path: Path) -> AsyncIterator[World]:
     """A manager whose runs have webhooks (no sender: messages stay in the store's outbox)."""
-    settings = Settings(database_url=f"sqlite:///{tmp_path}/h.db", lease_seconds=30)
-    store = await open_store(settings.database_url)
-    bus = SharedBus()
-    agent = await build_agent(settings, load_config(None))
     webhooks = RunWebhooks(WebhookTargets(allow_private=True), WebhookSecrets(default=b"k" * 32))
-    manager = run_manager(agent, store, bus, webhooks=webhooks)
-    try:
-        yield manager, store, bus
-    finally:
-        await manager.aclose()
-        await agent.aclose()
-        await bus.aclose()
-        await store.close()
+    async with open_world(tmp_path, webhooks=webhooks) as opened:
+        yield opened
 
 
 async def _sent(store: Store, run_id: str) -> list[dict[str, Any]]:
@@ -189,7 +190,7 @@ async def _sent(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 
 async def test_a_lost_run_notifies_its_webhook_of_its_end(
-    hooked: tuple[RunManager, Store, SharedBus],
+    hooked: World,
 ) -> None:
     manager, store, bus = hooked
     await orphan(store, bus, "run_dead", "s-dead", webhook_url=HOOK)
@@ -203,7 +204,7 @@ async def test_a_lost_run_notifies_its_webhook_of_its_end(
 
 
 async def test_a_run_that_logged_its_end_but_did_not_store_it_notifies_that_end(
-    hooked: tuple[RunManager, Store, SharedBus],
+    hooked: World,
 ) -> None:
     # its worker appended run.completed and died before the store write that carries the
     # notification: the sweep stores the logged end, and sends what the worker would have
