@@ -69,9 +69,8 @@ class Listeners:
     Linux), or uvicorn's one socket for all of them."""
 
     def __init__(self, config: Config) -> None:
-        self.spread = _spreads(config)
         self._shared: socket.socket | None = None
-        if not self.spread:
+        if not _spreads(config):
             self._shared = config.bind_socket()
             return
         host = config.host or "127.0.0.1"

@@ -58,6 +58,10 @@ class Server:
     directory: Path
     log_path: Path
 
+    @property
+    def port(self) -> int:
+        return int(self.base_url.rsplit(":", 1)[1])
+
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 

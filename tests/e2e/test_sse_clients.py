@@ -50,7 +50,7 @@ def sse_server(start_server: Launch) -> Server:
 
 @pytest.fixture
 def proxy(sse_server: Server) -> Iterator[CuttingProxy]:
-    port = int(sse_server.base_url.rsplit(":", 1)[1])
+    port = sse_server.port
     with CuttingProxy(port, seed=15, cuts=12, min_bytes=100, max_bytes=2500) as cutting:
         yield cutting
 

@@ -429,7 +429,7 @@ def test_reload_while_waiting_for_approval(page: Page, ui_server: Server) -> Non
 
 
 def test_network_drop_resumes(page: Page, ui_server: Server) -> None:
-    port = int(ui_server.base_url.rsplit(":", 1)[1])
+    port = ui_server.port
     proxy = DroppableProxy(port)
     try:
         page.goto(proxy.url)
@@ -462,7 +462,7 @@ def test_a_run_resumed_after_its_server_crashed_shows_its_answer_once(
     # The page, reconnecting with the last seq it saw, drops the cut answer's words.
     env = {"AGENT_DEMO_TOKEN_DELAY": "0.02", "AGENT_DEMO_SLOW_SECONDS": str(SLOW_SECONDS)}
     server = launch(tmp_path / "server", env)
-    proxy = DroppableProxy(_port(server))
+    proxy = DroppableProxy(server.port)
     try:
         page.goto(proxy.url)
         text = "A slow answer that outlives the crash of its server"
@@ -474,17 +474,13 @@ def test_a_run_resumed_after_its_server_crashed_shows_its_answer_once(
         server.wait(10)
         expect(last_turn(page)).to_have_attribute("data-status", "reconnecting")
         server = launch(tmp_path / "server", env)
-        proxy.target_port = _port(server)
+        proxy.target_port = server.port
         expect(last_turn(page)).to_have_attribute("data-status", "completed")
         expect(answer(page)).to_have_text(f"You said: {text}")  # every word once
         assert resumed and int(resumed[-1].headers["last-event-id"]) >= 5
     finally:
         proxy.close()
         server.stop()
-
-
-def _port(server: Server) -> int:
-    return int(server.base_url.rsplit(":", 1)[1])
 
 
 def test_sessions_switch_and_delete(page: Page, ui_server: Server) -> None:

@@ -71,7 +71,7 @@ def test_every_send_carries_its_own_key(page: Page, stream_server: Server) -> No
 
 
 def test_a_send_cut_by_the_network_keeps_one_turn(page: Page, stream_server: Server) -> None:
-    port = int(stream_server.base_url.rsplit(":", 1)[1])
+    port = stream_server.port
     proxy = DroppableProxy(port)
     posts: list[Request] = []
     page.on(

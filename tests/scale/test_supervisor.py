@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -19,12 +18,6 @@ from tests.e2e.conftest import AGENT_SERVER, Server, launch, wait_for
 
 # connections opened at once: all on one of two workers by chance once in 2**15
 BURST = 16
-
-
-def _port(server: Server) -> int:
-    port = urlsplit(server.base_url).port
-    assert port is not None
-    return port
 
 
 def _listening_sockets(port: int) -> int:
@@ -37,7 +30,7 @@ def _listening_sockets(port: int) -> int:
 async def _connections_per_worker(server: Server, workers: list[psutil.Process]) -> list[int]:
     """Once every worker listens, open ``BURST`` connections at once, each with one request
     answered, and count the ones each worker holds."""
-    port = _port(server)
+    port = server.port
 
     async def listening() -> bool:
         return _listening_sockets(port) == len(workers)
@@ -126,7 +119,7 @@ def test_a_second_server_on_a_port_in_use_does_not_start(
 ) -> None:
     server = launch(tmp_path / "first", cluster_env, workers=2)
     try:
-        port = str(_port(server))
+        port = str(server.port)
         second = subprocess.run(
             [str(AGENT_SERVER), "--port", port, "--workers", "2"],
             env={**cluster_env, "PATH": "/usr/bin:/bin"},
