@@ -2,9 +2,14 @@
 
 A URL's host is resolved (off the event loop), and every address it resolves to must be a
 public one: loopback, private, link-local, unique-local, shared (CGNAT), multicast,
-unspecified, reserved and documentation ranges are refused, IPv4 and IPv6 alike, an
-IPv4-mapped IPv6 address by its IPv4 form. A name with any refused address is refused
-(a resolver answering one public and one private address must not get a chance).
+unspecified, reserved and documentation ranges are refused, IPv4 and IPv6 alike. An IPv6
+address that carries an IPv4 one is judged by the IPv4 address it reaches: IPv4-mapped
+(``::ffff:0:0/96``), NAT64 (``64:ff9b::/96``) and 6to4 (``2002::/16``) by their embedded IPv4
+form. The transition forms whose destination is not that IPv4 address alone are refused
+outright: IPv4-compatible (``::/96``, deprecated), local-use NAT64 (``64:ff9b:1::/48``, its
+embedding is the site's choice) and Teredo (``2001::/32``, reached through relays). A name with
+any refused address is refused (a resolver answering one public and one private address must
+not get a chance).
 
 The request then goes to the address that was checked (``Target.address``), with the URL's
 host as ``Host`` and as the TLS server name: no second resolution between the check and the
@@ -41,6 +46,14 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # CGNAT: not is_private, still not public
+
+# IPv6 forms that carry an IPv4 address (RFC 4291, 6052, 8215, 3056, 4380). The embedded address
+# is where the packet ends up (through a translator or relay), so it decides; ``ipaddress``
+# alone judges these by their IPv6 range, and 6to4 of 127.0.0.1 counts as global there.
+_COMPATIBLE = ipaddress.ip_network("::/96")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_TEREDO = ipaddress.ip_network("2001::/32")
 
 
 class TargetRefused(ValueError):
@@ -84,9 +97,9 @@ async def system_resolver(host: str, port: int) -> list[str]:
 def refusal(address: Address) -> str | None:
     """Why ``address`` is not a public one (a category name), or None."""
     if isinstance(address, ipaddress.IPv6Address):
-        mapped = address.ipv4_mapped
-        if mapped is not None:
-            return refusal(mapped)
+        embedded = _embedded_refusal(address)
+        if embedded is not None:
+            return embedded or None
     for name, hit in (
         ("unspecified", address.is_unspecified),
         ("loopback", address.is_loopback),
@@ -104,6 +117,27 @@ def refusal(address: Address) -> str | None:
     if not address.is_global:
         return "not public"
     return None
+
+
+def _embedded_refusal(address: ipaddress.IPv6Address) -> str | None:
+    """The verdict on an IPv6 transition address ("" public, else why); None if it is not one."""
+    mapped = address.ipv4_mapped
+    if mapped is not None:
+        return refusal(mapped) or ""
+    if address in _TEREDO:
+        return "Teredo"
+    if address in _NAT64_LOCAL:
+        return "local-use NAT64"
+    if address in _NAT64:
+        form, ipv4 = "NAT64", ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    elif address.sixtofour is not None:
+        form, ipv4 = "6to4", address.sixtofour
+    elif address in _COMPATIBLE and int(address) > 1:  # :: and ::1 are judged as themselves
+        return "IPv4-compatible"
+    else:
+        return None
+    why = refusal(ipv4)
+    return "" if why is None else f"{why} (as {form} of {ipv4})"
 
 
 def check_url(url: str) -> SplitResult:

@@ -34,6 +34,19 @@ REFUSED = {
     "::ffff:169.254.169.254": "link-local",
     "100.64.0.1": "shared (CGNAT)",
     "240.0.0.1": "reserved",
+    # IPv6 forms that carry an IPv4 address, judged by where they lead
+    "2002:7f00:1::": "loopback (as 6to4 of 127.0.0.1)",
+    "2002:a9fe:a9fe::": "link-local (as 6to4 of 169.254.169.254)",
+    "2002:a00:1::1": "private (as 6to4 of 10.0.0.1)",
+    "64:ff9b::7f00:1": "loopback (as NAT64 of 127.0.0.1)",
+    "64:ff9b::a9fe:a9fe": "link-local (as NAT64 of 169.254.169.254)",
+    "64:ff9b:1::7f00:1": "local-use NAT64",  # refused outright: the embedding is site-defined
+    "64:ff9b:1:808:8:800::": "local-use NAT64",
+    "::127.0.0.1": "IPv4-compatible",  # deprecated: refused outright
+    "::8.8.8.8": "IPv4-compatible",
+    # Teredo (refused outright): server 65.54.227.120, client 127.0.0.1 XOR'd into the last bits
+    "2001:0:4136:e378:8000:63bf:80ff:fffe": "Teredo",
+    "2001:0:808:808::f7f7:f7f7": "Teredo",
 }
 
 
@@ -42,7 +55,17 @@ def test_non_public_ranges_are_refused(address: str, why: str) -> None:
     assert refusal(ipaddress.ip_address(address)) == why
 
 
-@pytest.mark.parametrize("address", ["93.184.215.14", "8.8.8.8", "2606:4700:4700::1111"])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "93.184.215.14",
+        "8.8.8.8",
+        "2606:4700:4700::1111",
+        "::ffff:8.8.8.8",
+        "2002:808:808::1",  # 6to4 of a public address
+        "64:ff9b::808:808",  # what DNS64 answers for a public IPv4-only host
+    ],
+)
 def test_public_addresses_are_allowed(address: str) -> None:
     assert refusal(ipaddress.ip_address(address)) is None
 
@@ -75,6 +98,28 @@ async def test_a_literal_address_is_checked() -> None:
         await WebhookTargets().resolve("http://[::ffff:127.0.0.1]/hooks")
     with pytest.raises(TargetRefused, match="link-local"):
         await WebhookTargets().resolve("http://169.254.169.254/latest/meta-data")
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://[2002:7f00:1::]/", "loopback"),
+        ("https://[2002:a9fe:a9fe::]/", "link-local"),
+        ("https://[64:ff9b::7f00:1]/", "loopback"),
+        ("https://[::169.254.169.254]/", "IPv4-compatible"),
+    ],
+)
+async def test_a_literal_carrying_an_ipv4_address_is_checked(url: str, why: str) -> None:
+    with pytest.raises(TargetRefused, match=why):
+        await WebhookTargets().resolve(url)
+
+
+async def test_a_name_resolving_to_6to4_of_loopback_is_refused() -> None:
+    async def resolver(host: str, port: int) -> list[str]:
+        return ["2002:7f00:1::"]
+
+    with pytest.raises(TargetRefused, match=r"as 6to4 of 127\.0\.0\.1"):
+        await WebhookTargets(resolver=resolver).resolve("https://hooks.example.com/x")
 
 
 async def test_one_refused_address_among_public_ones_refuses_the_name() -> None:
