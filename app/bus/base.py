@@ -220,8 +220,9 @@ class CommandHandler(Protocol):
 
     def deliver_local(
         self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
-    ) -> list[str]:
-        """Offer an external answer to this worker's agent; the names that accepted it."""
+    ) -> list[str] | None:
+        """Offer an external answer to this worker's agent; the names that accepted it, ``[]``
+        if the run is held here and took nothing, None if this worker cannot speak for it."""
         ...
 
 
@@ -246,8 +247,10 @@ class Router(Protocol):
 
     async def deliver_external(
         self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
-    ) -> list[str]:
-        """Deliver an answer to whichever worker accepts it; the accepting extensions' names."""
+    ) -> list[str] | None:
+        """Deliver an answer to whichever worker accepts it; the accepting extensions' names,
+        ``[]`` if the run's worker took nothing, None if no worker could speak for the run
+        (none holds it, its worker is gone or silent, or between owners)."""
         ...
 
 

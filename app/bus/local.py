@@ -334,9 +334,9 @@ class LocalRouter:
 
     async def deliver_external(
         self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
-    ) -> list[str]:
+    ) -> list[str] | None:
         if self._handler is None:
-            return []
+            return None
         return self._handler.deliver_local(session_id, run_id, name, payload)
 
     @property

@@ -15,6 +15,7 @@ from app.budgets import Budgets
 from app.bus.base import Bus
 from app.errors import Unavailable
 from app.metrics import Metrics
+from app.runs.cancel_marks import CancelMarks
 from app.runs.handle import RunHandle
 from app.storage import RunRecord, RunStatus, Store
 from app.tracing import Tracing
@@ -86,6 +87,8 @@ class RunContext:
         self.store = store
         self.bus = bus
         self.events = bus.events
+        # cancels asked while no worker held their run, for its next owner (app.runs.cancel_marks)
+        self.cancel_marks = CancelMarks(bus.values, lease_seconds)
         # the in-process log appends without a coroutine; others are awaited
         self.append_nowait = getattr(bus.events, "append_nowait", None)
         self.admission = admission
@@ -147,14 +150,23 @@ class RunContext:
         this worker's to speak for (``app.runs.fencing``)."""
         return handle.fenced or self.clock() >= handle.lease_deadline
 
-    async def find(self, run_id: str, principal: str) -> RunHandle | RunRecord | None:
-        """The run (held here, else stored) if it exists and belongs to ``principal``.
+    async def find(
+        self, run_id: str, principal: str, session_id: str | None = None
+    ) -> RunHandle | RunRecord | None:
+        """The run (held here, else stored) if it exists, belongs to ``principal`` and, when
+        ``session_id`` is given, to that session: the one place a run a request names is
+        resolved together with its owner (every route, protocol and command goes through it).
 
         A run held here whose lease may have lapsed is answered from the store: this worker
         no longer knows whether it is live.
         """
         handle = self.runs.get(run_id)
-        if handle is not None and handle.principal == principal and not self.lapsed(handle):
+        if (
+            handle is not None
+            and handle.principal == principal
+            and session_id in (None, handle.session_id)
+            and not self.lapsed(handle)
+        ):
             return handle
         # another principal's live run costs the query an unknown id costs: the answer's timing
         # must not tell that such a run exists; a run held here past its lease is answered
@@ -162,6 +174,8 @@ class RunContext:
         record = await self.store.get_run(run_id)
         if record is None or record.principal != principal:
             return None
+        if session_id is not None and record.session_id != session_id:
+            return None  # the caller's run, named under another of its sessions
         if handle is not None and not record.is_finished:
             # stored as unfinished, held here past its lease: neither may be true any more
             raise lease_lapsed(run_id)

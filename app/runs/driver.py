@@ -190,7 +190,7 @@ class Driver:
                     ):
                         handle.status = "waiting"
                         await records.status(handle, "waiting")
-                        handle.asking.set()
+                        handle.ask()
                         continue
                     else:
                         if event_type is _TOOL_COMPLETED and event.tool_call_id in running:
@@ -236,7 +236,7 @@ class Driver:
                     elif event_type is AgentEventType.CUSTOM and event.name == _WAITING_EVENT:
                         handle.status = "waiting"
                         await records.status(handle, "waiting", self._webhook(handle, event))
-                        handle.asking.set()
+                        handle.ask()
                     elif handle.status == "waiting":
                         handle.asking.clear()
                         handle.status = "running"

@@ -119,6 +119,7 @@ class RunHandle:
     __slots__ = (
         "agent",
         "appending",
+        "asked",
         "asking",
         "budget",
         "cancel_reason",
@@ -224,6 +225,19 @@ class RunHandle:
         self.resumed_from: CheckpointRecord | None = None
         # set while the runtime waits for an external answer (an answer may wait for it)
         self.asking = asyncio.Event()
+        # whether it has waited for one on this worker (a resumed run asks its question again)
+        self.asked = False
+
+    def ask(self) -> None:
+        """The runtime waits for an external answer now."""
+        self.asked = True
+        self.asking.set()
+
+    @property
+    def settling(self) -> bool:
+        """True while a run resumed here has not yet asked again the question it was waiting
+        on: an answer to it is to be posted again (it is not refused)."""
+        return self.resumed_from is not None and not self.asked and not self.done
 
     def spent_here(self) -> int:
         """Tokens the run used on this worker: what its end charges to its budgets."""

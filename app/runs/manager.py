@@ -330,8 +330,9 @@ class RunManager:
 
     def deliver_local(
         self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
-    ) -> list[str]:
-        """Offer an external answer to the agent holding the run (found by run, else session)."""
+    ) -> list[str] | None:
+        """Offer an external answer to the agent holding the run (found by run, else session);
+        None if this worker cannot speak for the run now (``Routing.deliver_local``)."""
         return self._routing.deliver_local(session_id, run_id, name, payload)
 
     async def cancel(self, run_id: str, principal: str) -> tuple[str, RunStatus] | None:

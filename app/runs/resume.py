@@ -148,6 +148,9 @@ class Resumer:
         handle.seq = last
         context.hold(handle)
         await context.bus.router.register(run_id, record.session_id)
+        # a cancel asked while no worker held the run (read once routed here: see
+        # app.runs.cancel_marks); the driver then ends it cancelled before going on
+        handle.cancel_reason = await context.cancel_marks.reason(run_id)
         handle.task = context.spawn(self._driver.execute(handle), run_id)
         if self._grace is not None and abandoned_without_readers(taken.data, checkpoint):
             self._grace.resumed(run_id)

@@ -17,10 +17,10 @@ from agent_runtime.errors import AgentClosedError
 from agent_runtime.events import AgentPhase
 from agent_runtime.extensions.external import ExternalEvent
 from app.bus.base import BusError
-from app.errors import Draining, NotFound
-from app.runs.context import RunContext, lease_lapsed
+from app.errors import Draining, NotFound, Unavailable
+from app.runs.context import RunContext
 from app.runs.handle import HANDOVER, RunHandle
-from app.storage import RunStatus
+from app.storage import RunRecord, RunStatus
 
 __all__ = ["Routing"]
 
@@ -33,6 +33,9 @@ _RESUME_WAIT = 10.0
 # when an answer refused during a hand-over may be posted again (the sweep takes the run within
 # a fraction of the lease)
 _RETRY_HANDED_OVER = 1.0
+# run ids are minted with this prefix (``app.runs.start``); a lease held by anything else is not
+# a run's
+_RUN_PREFIX = "run_"
 _STATUS_OF: dict[str, RunStatus] = {
     "run.completed": "completed",
     "run.failed": "failed",
@@ -58,6 +61,8 @@ class Routing:
         handle = context.runs.get(run_id)
         if handle is None or handle.done or context.lapsed(handle):
             return False
+        if handle.cancel_reason == HANDOVER:
+            return False  # parked for another worker: the cancel is for whoever takes it
         return self.stop(handle, reason)
 
     def stop(self, handle: RunHandle, reason: str) -> bool:
@@ -88,16 +93,28 @@ class Routing:
 
     def deliver_local(
         self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
-    ) -> list[str]:
-        """Offer an external answer to the agent holding the run (found by run, else session)."""
+    ) -> list[str] | None:
+        """Offer an external answer to the agent holding the run (found by run, else session).
+
+        The names of the extensions that took it; ``[]`` if the run is held here and took
+        nothing (stale, duplicate, unknown call); None if this worker cannot speak for the run
+        now: it does not hold it, holds it past its lease, hands it over, or resumed it and it
+        has not asked again yet (the answer is to be posted again, see ``external_event``).
+        A run named together with a session it does not belong to takes nothing.
+        """
         context = self._context
         event = ExternalEvent(name, dict(payload))
         config = AgentRunConfig(session_id=session_id, request_id=run_id)
         handle = context.runs.get(run_id) if run_id is not None else None
         if handle is None:
             handle = next((h for h in context.runs.values() if h.session_id == session_id), None)
-        if handle is not None and context.lapsed(handle):
-            return []  # past its lease: an answer taken now could start a tool call
+        if handle is not None:
+            if handle.session_id != session_id:
+                return []  # another session's run: never answered for this one
+            if context.lapsed(handle) or handle.cancel_reason == HANDOVER:
+                return None  # an answer taken now could start a tool call nobody fences
+            if handle.settling:
+                return None  # resumed here, and not waiting again yet
         # no run here: any agent's extension may still hold it (they check session and run)
         agents = [context.agent_for(handle)] if handle is not None else context.all_agents()
         for agent in agents:
@@ -107,7 +124,7 @@ class Routing:
                 continue
             if accepted:
                 return accepted
-        return []
+        return [] if handle is not None else None
 
     # --- from a request ----------------------------------------------------------------------
 
@@ -132,9 +149,15 @@ class Routing:
             return "cancelling", context.live_status(found)
         if found.is_finished:
             return "finished", found.status
-        if not await context.bus.router.cancel(run_id, "cancel_requested"):
-            # no worker holds it unfinished: it is ending as it was going to, or its worker is
-            # lost (the sweep ends it); answer with its end if it comes soon
+        router = context.bus.router
+        if not await router.cancel(run_id, "cancel_requested"):
+            # no worker holds it unfinished: it is ending as it was going to, or between owners
+            # (its worker died or parked it). Marked first, for whoever takes it next, then
+            # asked again: a resumer routes the run to itself before it reads the mark, so one
+            # of the two sees the other (app.runs.cancel_marks)
+            await context.cancel_marks.mark(run_id, "cancel_requested")
+            if await router.cancel(run_id, "cancel_requested"):
+                return "cancelling", found.status
             record = await context.store.get_run(run_id)
             if record is not None and record.is_finished:
                 return "finished", record.status
@@ -213,42 +236,67 @@ class Routing:
         payload: Mapping[str, Any],
     ) -> list[str]:
         context = self._context
-        local = context.runs.get(run_id) if run_id is not None else None
-        if local is None:
-            local = next((h for h in context.runs.values() if h.session_id == session_id), None)
-        if local is not None and local.session_id == session_id:
-            # the run is held here: its handle answers the ownership question without a query
-            owned = local.principal == principal
-            if not owned:
-                # the query an unknown run costs, so that the refusal's timing tells nothing
-                await context.store.get_session(session_id)
-            elif context.lapsed(local):
-                # held here past its lease: never taken (it could start a tool call), and not
-                # looked for elsewhere through a bus this worker may not reach
-                context.metrics.external_events.labels("not_accepted").inc()
-                raise lease_lapsed(local.run_id)
-        else:
+        if run_id is None:
+            run_id = await self._current_run(session_id)
+        if run_id is None:
+            # nothing holds the session: the answer can only be stale (409), or the session
+            # not the caller's (404)
             session = await context.store.get_session(session_id)
-            owned = session is not None and session.principal == principal
-        if not owned:
+            if session is None or session.principal != principal:
+                context.metrics.external_events.labels("not_found").inc()
+                raise NotFound(f"no session {session_id!r}")
+            context.metrics.external_events.labels("not_accepted").inc()
+            return []
+        # the run resolved with its owner and its session, never inferred from the caller's
+        # session: another principal's run is unknown (404), whatever session is named
+        found = await context.find(run_id, principal, session_id)
+        if found is None:
             context.metrics.external_events.labels("not_found").inc()
-            raise NotFound(f"no session {session_id!r}")
+            raise NotFound(f"no run {run_id!r} in session {session_id!r}")
+        if isinstance(found, RunRecord) and found.is_finished:
+            context.metrics.external_events.labels("not_accepted").inc()
+            return []
         accepted = await context.bus.router.deliver_external(session_id, run_id, name, payload)
-        if not accepted and run_id is not None and self.resume_parked is not None:
+        if accepted is None and self.resume_parked is not None:
             # no worker holds the run: parked at a shutdown (or its worker died) and not yet
             # taken by a sweep; resumed here, it asks again, and takes the answer here
             handle = await self.resume_parked(run_id, session_id)
             if handle is not None:
                 accepted = await self._answer_resumed(handle, name, payload)
-        if not accepted and run_id is not None and await self._handed_over(run_id, session_id):
+        if not accepted and await self._handed_over(run_id, session_id):
             context.metrics.external_events.labels("not_accepted").inc()
             raise Draining(
                 f"run {run_id!r} is being handed over to another server, which has not taken "
                 "it yet: post the answer again (to any server)",
                 retry_after=_RETRY_HANDED_OVER,
             )
+        if accepted is None:
+            record = await context.store.get_run(run_id)
+            if record is not None and not record.is_finished:
+                # between owners: its worker is gone and the next has not taken it, or has
+                # and it has not asked again yet; a 409 would make a front end drop the
+                # person's answer
+                context.metrics.external_events.labels("not_accepted").inc()
+                raise Unavailable(
+                    f"run {run_id!r} is between servers (its server stopped or lost its "
+                    "lease, and the next has not taken it up yet): post the answer again",
+                    retry_after=_RETRY_HANDED_OVER,
+                )
         context.metrics.external_events.labels("accepted" if accepted else "not_accepted").inc()
-        return accepted
+        return accepted or []
+
+    async def _current_run(self, session_id: str) -> str | None:
+        """The run holding the session: held here, else the holder of its lease."""
+        context = self._context
+        local = next((h for h in context.runs.values() if h.session_id == session_id), None)
+        if local is not None:
+            return local.run_id
+        try:
+            holder = await context.bus.locks.holder(session_id)
+        except BusError as exc:
+            raise Unavailable(f"the session's lease cannot be read: {exc}") from exc
+        # a sweep or a queue claim holds the lease under a name of its own, not a run id
+        return holder if holder is not None and holder.startswith(_RUN_PREFIX) else None
 
     async def _handed_over(self, run_id: str, session_id: str) -> bool:
         """True if this draining worker hands the run over (or has parked it) and no worker
@@ -266,8 +314,9 @@ class Routing:
 
     async def _answer_resumed(
         self, handle: RunHandle, name: str, payload: Mapping[str, Any]
-    ) -> list[str]:
-        """Give the answer to a run just resumed here, once it waits again (or has ended)."""
+    ) -> list[str] | None:
+        """Give the answer to a run just resumed here, once it waits again (or has ended);
+        None if it has not asked again in time."""
         asking: asyncio.Future[Any] = asyncio.ensure_future(handle.asking.wait())
         ended: asyncio.Future[Any] = handle.finished
         try:
@@ -275,5 +324,5 @@ class Routing:
         finally:
             asking.cancel()
         if not handle.asking.is_set():
-            return []
+            return [] if handle.done else None
         return self.deliver_local(handle.session_id, handle.run_id, name, payload)

@@ -163,7 +163,10 @@ class LostRunSweep:
             await locks.release(lease)
 
     async def resume_parked(self, run_id: str, session_id: str) -> RunHandle | None:
-        """Resume here a run no worker holds (an answer came for it); its handle, or None."""
+        """Resume here a run no worker holds (an answer or a cancel came for it); its handle,
+        or None. ``session_id`` must be the run's own: callers resolve the run with its owner
+        and session first (``RunContext.find``), and a run is only ever resumed under a lease
+        on its own session (``_resume`` reads the session from the run's record)."""
         if await self._context.bus.locks.holder(session_id) is not None:
             return None  # held: by its worker, or by another that resumes it now
         if self._context.draining or not await self._resume(run_id, session_id):
@@ -178,6 +181,11 @@ class LostRunSweep:
             return False
         found = await resumer.resumable(run_id)
         if found is None:
+            return False
+        if found[0].session_id != session_id:
+            # never under another session's lease: that would let the run's own session
+            # start a second run beside it, and fence off the worker that holds it
+            logger.error("not resuming a run under another session", extra={"run_id": run_id})
             return False
         _, end = await self._log_end(run_id)
         if end is not None:
@@ -241,6 +249,17 @@ class LostRunSweep:
                 await self._append_end(
                     run_id, session_id, "run.cancelled", {"reason": "shutdown"}, fence
                 )
+            return False
+        cancelled = await self._context.cancel_marks.reason(run_id)
+        if cancelled is not None:
+            # a cancel was answered 202 while the run was between owners: it ends cancelled
+            if record is not None:
+                await self._store_end(
+                    record, "cancelled", "run.cancelled", {"reason": cancelled}, fence
+                )
+            await self._append_end(
+                run_id, session_id, "run.cancelled", {"reason": cancelled}, fence
+            )
             return False
         error = {
             "code": "worker_lost",

@@ -345,6 +345,8 @@ async def test_a_sealing_with_another_token_leaves_the_lock_alone(buses: Buses) 
 class Handler:
     def __init__(self, runs: set[str]) -> None:
         self.runs = runs
+        # runs held here that cannot take an answer now (between owners): post it again
+        self.settling: set[str] = set()
         self.calls: list[tuple[Any, ...]] = []
 
     def cancel_local(self, run_id: str, reason: str) -> bool:
@@ -353,8 +355,10 @@ class Handler:
 
     def deliver_local(
         self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
-    ) -> list[str]:
+    ) -> list[str] | None:
         self.calls.append(("deliver", session_id, run_id, name, dict(payload)))
+        if run_id in self.settling:
+            return None
         if run_id in self.runs or (run_id is None and session_id == "s-held"):
             return ["ConfirmationExtension"]
         return []
@@ -383,6 +387,10 @@ async def test_commands_reach_the_worker_holding_the_run(buses: Buses) -> None:
     held.runs.clear()
     assert await other.router.cancel("run_h", "cancel_requested") is False
     assert await other.router.deliver_external("s-held", "run_h", "n", {}) == []
+    # a holder that cannot speak for the run now says so: None, not a refusal
+    held.settling.add("run_h")
+    assert await other.router.deliver_external("s-held", "run_h", "n", {}) is None
+    held.settling.clear()
     # unknown runs are answered without asking anyone
     calls = len(held.calls)
     assert await other.router.cancel("run_nope", "cancel_requested") is False
@@ -483,7 +491,8 @@ async def test_a_gone_worker_is_answered_for_at_once(buses: Buses) -> None:
     await holder.aclose()  # its channel has no subscriber any more; its route is still there
     started = time.monotonic()
     assert await other.router.cancel("run_h", "cancel_requested") is False
-    assert await other.router.deliver_external("s", "run_h", "n", {}) == []
+    # nobody could be asked: None (the caller tells "post it again" from "refused")
+    assert await other.router.deliver_external("s", "run_h", "n", {}) is None
     assert time.monotonic() - started < 1.0
 
 

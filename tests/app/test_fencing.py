@@ -209,7 +209,8 @@ async def test_at_the_deadline_the_worker_stops_acting_for_the_run(world: World)
     # no answer is taken (503, never 202), no cancel is claimed, no live status is told
     with pytest.raises(Unavailable):
         await world.answer(handle)
-    assert world.manager.deliver_local(handle.session_id, handle.run_id, "x", {}) == []
+    # not this worker's to answer for any more: None (post it again), never taken
+    assert world.manager.deliver_local(handle.session_id, handle.run_id, "x", {}) is None
     assert world.manager.cancel_local(handle.run_id, "cancel_requested") is False
     with pytest.raises(Unavailable):
         await world.manager.cancel(handle.run_id, "anonymous")

@@ -14,7 +14,8 @@ nobody reads it.
 
 Commands: ``{"op": "cancel", "run_id", "reason", "reply"}`` → ``{"ok": bool}``;
 ``{"op": "deliver", "session_id", "run_id", "name", "payload", "reply"}`` →
-``{"accepted": [names]}``.
+``{"accepted": [names]}``, with ``"retry": true`` when the worker cannot speak for the run
+now (past its lease, handing it over, or resumed and not asking again yet).
 """
 
 from __future__ import annotations
@@ -136,22 +137,23 @@ class RedisRouter:
 
     async def deliver_external(
         self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
-    ) -> list[str]:
+    ) -> list[str] | None:
         handler = self._handler
+        here: list[str] | None = None
         if handler is not None:
-            accepted = handler.deliver_local(session_id, run_id, name, payload)
-            if accepted:
-                return accepted
+            here = handler.deliver_local(session_id, run_id, name, payload)
+            if here:
+                return here
         target = run_id
         if target is None:  # the answer is for whichever run holds the session
             async with unavailable(self._where, "reading a session lock"):
                 value = await self._client.get(self._keys.lock(session_id))
             if value is None:
-                return []
+                return here
             target = text(value).partition(" ")[2]
         worker = await self._holder_of(target)
         if worker is None or worker == self.worker:
-            return []
+            return here
         answer = await self._ask(
             worker,
             {
@@ -162,7 +164,9 @@ class RedisRouter:
                 "payload": dict(payload),
             },
         )
-        names = None if answer is None else answer.get("accepted")
+        if answer is None or answer.get("retry"):
+            return None  # gone, silent, or between owners there
+        names = answer.get("accepted")
         return [str(item) for item in names] if isinstance(names, list) else []
 
     @property
@@ -252,7 +256,7 @@ class RedisRouter:
                 answer = {"ok": ok}
             elif op == "deliver":
                 accepted = (
-                    []
+                    None
                     if handler is None
                     else handler.deliver_local(
                         str(command["session_id"]),
@@ -261,7 +265,11 @@ class RedisRouter:
                         dict(command.get("payload") or {}),
                     )
                 )
-                answer = {"accepted": list(accepted)}
+                answer = (
+                    {"accepted": [], "retry": True}
+                    if accepted is None
+                    else {"accepted": list(accepted)}
+                )
             else:
                 logger.warning("ignored an unknown command %r", op)
                 return
