@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Interval
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from app.api.schemas import SESSION_ID_PATTERN, _unicode_text
+from app.api.schemas import SESSION_ID_PATTERN, unicode_text
 
 __all__ = [
     "FiringView",
@@ -74,7 +74,7 @@ class _Body(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _text(cls, data: Any) -> Any:
-        return _unicode_text(data)
+        return unicode_text(data)
 
 
 class ScheduleCreate(_Body):

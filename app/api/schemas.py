@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 __all__ = [
     "SESSION_CURSOR_PATTERN",
     "SESSION_ID_PATTERN",
+    "SESSION_ID_RULE",
     "AcceptedBy",
     "BackgroundAccepted",
     "CancelAnswer",
@@ -25,6 +27,8 @@ __all__ = [
     "SessionPatch",
     "SessionView",
     "TurnRun",
+    "is_session_id",
+    "unicode_text",
 ]
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -33,22 +37,33 @@ SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 # pattern admits is a cursor the server accepts (the schema-driven fuzzer holds it to that).
 SESSION_CURSOR_PATTERN = r"^[0-9]{1,17}\.[A-Za-z0-9._:-]{1,128}$"
 
+SESSION_ID_RULE = "1 to 128 characters of A-Z a-z 0-9 . _ : -"
+# matched whole (fullmatch): the pattern's "$" would also take a newline before the end
+_SESSION_ID = re.compile(SESSION_ID_PATTERN.removeprefix("^").removesuffix("$"))
+
+
+def is_session_id(value: object) -> bool:
+    """True if ``value`` is a string that keeps the session-id rule (``SESSION_ID_RULE``)."""
+    return isinstance(value, str) and _SESSION_ID.fullmatch(value) is not None
+
+
 SessionId = Annotated[
     str,
     Path(
         min_length=1,
         max_length=128,
         pattern=SESSION_ID_PATTERN,
-        description="1 to 128 characters of A-Z a-z 0-9 . _ : -",
+        description=SESSION_ID_RULE,
     ),
 ]
 
 
-def _unicode_text(data: Any, *, stored: bool = True) -> Any:
+def unicode_text(data: Any, *, stored: bool = True, where: str = "body") -> Any:
     """``data`` if every database can store it exactly; a ValueError naming what cannot be.
 
     Refused, at the edge and the same on every backend, rather than stored on one and failing
-    on another (``stored=False``: only what no encoder takes, the first point):
+    on another (``stored=False``: only what no encoder takes, the first point); ``where`` names
+    ``data`` in the message (a protocol's own field name), and its members are named below it:
 
     - a lone UTF-16 surrogate (JSON may escape one, ``"\\ud800"``): no UTF-8 encoder (the
       database, the SSE stream) accepts it;
@@ -58,29 +73,30 @@ def _unicode_text(data: Any, *, stored: bool = True) -> Any:
 
     Iterative, so a deeply nested body costs no recursion.
     """
-    pending: list[tuple[str, Any]] = [("body", data)]
+    pending: list[tuple[str, Any]] = [(where, data)]
     while pending:
-        where, value = pending.pop()
+        name, value = pending.pop()
         if isinstance(value, str):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
                 raise ValueError(
-                    f"{where} contains a lone UTF-16 surrogate, which is not text"
+                    f"{name} contains a lone UTF-16 surrogate, which is not text"
                 ) from None
             if stored and "\x00" in value:
-                raise ValueError(f"{where} contains NUL (U+0000), which cannot be stored")
+                raise ValueError(f"{name} contains NUL (U+0000), which cannot be stored")
         elif isinstance(value, float):
             if stored and not math.isfinite(value):
-                raise ValueError(f"{where} is a number out of range (not a finite double)")
+                raise ValueError(f"{name} is a number out of range (not a finite double)")
         elif isinstance(value, dict):
-            # the body's own fields are named; what a client put inside them is never echoed
+            # the top level's own fields are named; what a client put inside them (its keys
+            # too) is never echoed
             for key, item in value.items():
-                inner = f"body.{key}" if where == "body" and str(key).isidentifier() else where
-                pending.append((f"a key of {where}", key))
-                pending.append((inner, item))
+                named = value is data and isinstance(key, str) and key.isidentifier()
+                pending.append((f"a key of {name}", key))
+                pending.append((f"{name}.{key}" if named else name, item))
         elif isinstance(value, list):
-            pending.extend((where, item) for item in value)
+            pending.extend((name, item) for item in value)
     return data
 
 
@@ -196,7 +212,7 @@ class RunRequest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _text(cls, data: Any) -> Any:
-        return _unicode_text(data)
+        return unicode_text(data)
 
 
 class ExternalEventRequest(BaseModel):
@@ -215,7 +231,7 @@ class ExternalEventRequest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _text(cls, data: Any) -> Any:
-        return _unicode_text(data, stored=False)
+        return unicode_text(data, stored=False)
 
 
 class Usage(BaseModel):
@@ -336,7 +352,7 @@ class SessionPatch(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _text(cls, data: Any) -> Any:
-        return _unicode_text(data)
+        return unicode_text(data)
 
 
 class SessionList(BaseModel):

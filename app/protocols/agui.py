@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.responses import Response
 
-from app.api.schemas import SESSION_ID_PATTERN
+from app.api.schemas import SESSION_ID_PATTERN, unicode_text
 from app.auth import principal_of
 from app.bus.base import WireEvent
 from app.errors import InvalidRequest, NotFound, ServiceError, SessionBusy
@@ -83,6 +83,13 @@ class RunAgentInput(_Loose):
     context: list[dict[str, Any]] = Field(default_factory=list)
     forwardedProps: dict[str, Any] | None = None
     resume: list[ResumeEntry] | None = None
+
+    # held to the native run start's rules (NUL, a lone surrogate, a number out of range),
+    # anywhere in the body: 422 validation_error, as there
+    @model_validator(mode="before")
+    @classmethod
+    def _text(cls, data: Any) -> Any:
+        return unicode_text(data)
 
 
 def _frame(event: dict[str, Any]) -> bytes:

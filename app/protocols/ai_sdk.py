@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.responses import JSONResponse, Response
 
-from app.api.schemas import SESSION_ID_PATTERN, SessionId
+from app.api.schemas import SESSION_ID_PATTERN, SessionId, unicode_text
 from app.auth import principal_of
 from app.bus.base import WireEvent
 from app.errors import InvalidRequest, NotFound, SessionBusy
@@ -86,6 +86,13 @@ class ChatRequest(_Loose):
     on_disconnect: Literal["cancel", "continue"] = "cancel"
     run_timeout: float | None = Field(default=None, gt=0)
     max_iterations: int | None = Field(default=None, ge=1)
+
+    # held to the native run start's rules (NUL, a lone surrogate, a number out of range),
+    # anywhere in the body: 422 validation_error, as there
+    @model_validator(mode="before")
+    @classmethod
+    def _text(cls, data: Any) -> Any:
+        return unicode_text(data)
 
 
 def _part(chunk: dict[str, Any]) -> bytes:

@@ -12,6 +12,9 @@ agent or keeps a run's state: a reader on any worker sees the same log.
 - ``LogResultResponse``: a blocking answer, sent once the translation says it is complete;
 - ``follow`` / ``snapshot``: the documents of a log, live until the end, or as they are now;
 - ``cancel_on_disconnect``, ``session_of``, ``new_session_id``: small shared steps;
+- ``check_text``, ``check_fields``, ``check_session_id`` (``RefusedValue``): the native run
+  start's rules for what a client sends (text every store holds exactly, the session-id rule),
+  named by each protocol's own field, for each protocol to refuse in its own shape;
 - ``stream_run``, ``start_run``, ``disconnect_policy`` (a disconnect cancels the run wherever it
   runs), ``active_run`` / ``latest_run`` (a session's run, on any worker), ``read_log`` (what a
   run's log holds: its confirmations, answered or not), ``answer_confirmation``: the front-end
@@ -25,7 +28,7 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,9 +41,10 @@ from agent_runtime.extensions.confirmation import (
     CONFIRMATION_RESPONSE,
 )
 from app.api.errors import problem_response
+from app.api.schemas import SESSION_ID_RULE, is_session_id, unicode_text
 from app.api.streaming import EventStreamResponse, FrameEncoder
 from app.bus.base import BusError, EventLog, LogNotFound, Router, WireEvent
-from app.errors import NotFound, SessionBusy
+from app.errors import InvalidRequest, NotFound, SessionBusy
 from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.services import Services
 
@@ -49,12 +53,16 @@ __all__ = [
     "Confirmation",
     "LogResultResponse",
     "LoggedRun",
+    "RefusedValue",
     "TranslatingEncoder",
     "Translator",
     "active_run",
     "answer_confirmation",
     "busy_reason",
     "cancel_on_disconnect",
+    "check_fields",
+    "check_session_id",
+    "check_text",
     "disconnect_policy",
     "dumps",
     "event_data",
@@ -294,6 +302,45 @@ async def session_of(manager: RunManager, run_id: str, principal: str) -> str:
     if found is None:
         raise NotFound(f"no run {run_id!r}")
     return found.session_id
+
+
+class RefusedValue(InvalidRequest):
+    """A value a client sent that the native run start would refuse too; ``param`` is the
+    protocol's own name of the field (the OpenAI error's ``param``)."""
+
+    def __init__(self, param: str, detail: str) -> None:
+        super().__init__(detail)
+        self.param = param
+
+
+def check_text(param: str, value: Any) -> None:
+    """Refuse (``RefusedValue``) what no store holds exactly, anywhere in ``value``: a lone
+    surrogate, NUL, a number out of range (``app.api.schemas.unicode_text``).
+
+    The same on every backend: SQLite would store a NUL that PostgreSQL cannot, and a lone
+    surrogate fails every UTF-8 encoder (the database's, the stream's) after the run began.
+    """
+    try:
+        unicode_text(value, where=param)
+    except ValueError as exc:
+        raise RefusedValue(param, str(exc)) from None
+
+
+def check_fields(fields: Iterable[tuple[str, Any]]) -> None:
+    """``check_text`` of each ``(name, value)``: a pydantic request model's fields, say."""
+    for name, value in fields:
+        check_text(name, value)
+
+
+def check_session_id(param: str, value: str) -> str:
+    """``value`` if it keeps the session-id rule of the native routes; else ``RefusedValue``.
+
+    A session named otherwise would be stored and listed, and then be out of reach of
+    ``GET`` / ``DELETE /v1/sessions/{session_id}``.
+    """
+    if not is_session_id(value):
+        raise RefusedValue(param, f"{param}: {SESSION_ID_RULE} (it names the session)")
+    return value
 
 
 def new_session_id(prefix: str) -> str:

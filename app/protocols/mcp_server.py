@@ -35,8 +35,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from app.api.schemas import SESSION_ID_PATTERN, is_session_id
 from app.errors import InvalidRequest, NotAccepted, NotFound, ServiceError, Unauthorized
-from app.protocols.common import follow, new_session_id, snapshot
+from app.protocols.common import (
+    check_session_id,
+    check_text,
+    follow,
+    new_session_id,
+    snapshot,
+)
 from app.runs import RunRequestOptions
 from app.services import Services
 
@@ -48,8 +55,8 @@ _CALLER = "agent_runtime.mcp.caller"
 _CONFIRMATION_ANSWER = "confirmation_response"
 _WAITING_EVENT = "confirmation_requested"
 _ELICITATION_KEY = "confirm"
-_SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 _INVALID_PARAMS = -32602
+_INTERNAL_ERROR = -32603
 
 _Answer = types.CallToolResult | types.InputRequiredResult
 
@@ -61,7 +68,7 @@ def _input_schema() -> dict[str, Any]:
             "input": {"type": "string", "description": "The message for the agent"},
             "session_id": {
                 "type": "string",
-                "pattern": _SESSION_ID_PATTERN,
+                "pattern": SESSION_ID_PATTERN,
                 "description": "Continue this session (the result names the session it ran in)",
             },
             "approve": {
@@ -248,9 +255,13 @@ async def _call_tool(
     try:
         if params.request_state is not None:
             return await _retry(ctx, caller, agent, params)
+        # the native run start's rules, before anything is looked up or stored
+        check_text("arguments", arguments)
         session_id = arguments.get("session_id")
-        if session_id is not None and not isinstance(session_id, str):
-            raise InvalidRequest("session_id must be a string")
+        if session_id is not None:
+            if not isinstance(session_id, str):
+                raise InvalidRequest("session_id must be a string")
+            check_session_id("session_id", session_id)
         approve = arguments.get("approve")
         if approve is not None:
             if not isinstance(approve, bool) or session_id is None:
@@ -274,6 +285,14 @@ async def _call_tool(
             raise
     except ServiceError as exc:
         raise _error(exc) from None
+    except MCPError:
+        raise
+    except Exception:
+        # the SDK would answer with the error's own text (a database's message, say)
+        logger.exception("unhandled error in a call of the MCP tool %s", agent)
+        raise MCPError(
+            code=_INTERNAL_ERROR, message="the server failed to answer this call; it was logged"
+        ) from None
 
 
 async def _retry(
@@ -289,6 +308,8 @@ async def _retry(
         call_id, seq = str(state["call"]), int(state["seq"])
     except (ValueError, KeyError, TypeError):
         raise InvalidRequest("requestState is not one this server made") from None
+    if not (is_session_id(run_id) and is_session_id(session_id)):
+        raise InvalidRequest("requestState is not one this server made")
     found = await caller.services.manager.find(run_id, caller.principal)
     if found is None or found.session_id != session_id:
         raise NotFound(f"no run {run_id!r}")

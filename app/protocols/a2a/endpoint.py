@@ -10,7 +10,9 @@
 
 The bindings are ``a2a-sdk``'s own dispatchers (parsing, ``A2A-Version`` checks, error codes,
 the optional 0.3 compatibility), in front of ``RunTaskHandler``. A guard in front of them
-authenticates the caller (the service's Bearer keys) and resolves the agent.
+authenticates the caller (the service's Bearer keys), resolves the agent, and refuses a body
+that is not UTF-8 in the binding's own shape (the SDK would answer it 500, or with its decoder's
+message as an internal error).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.jsonrpc_models import JSONParseError
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict, build_error_response
 from a2a.server.routes import (
     DefaultServerCallContextBuilder,
     create_jsonrpc_routes,
@@ -30,6 +33,8 @@ from a2a.utils.constants import (
     PROTOCOL_VERSION_0_3,
     PROTOCOL_VERSION_1_0,
 )
+from a2a.utils.error_handlers import build_rest_error_payload
+from a2a.utils.errors import InvalidParamsError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, Router
@@ -37,6 +42,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.agents import AgentProfile
 from app.errors import Unauthorized
+from app.middleware import read_body, replay
 from app.protocols.a2a.handler import RunTaskHandler, TaskCaller
 from app.services import Services
 
@@ -149,6 +155,18 @@ def _error(
     )
 
 
+_NOT_UTF8 = "the request body is not UTF-8: JSON text must be"
+
+
+def _not_utf8(path: str, agent: str) -> Response:
+    """A body that is not UTF-8, refused as each binding refuses a body it cannot read:
+    JSON-RPC's parse error (-32700, no request id: none could be read), HTTP+JSON's 400."""
+    if path.rstrip("/") == f"/{agent}":  # the JSON-RPC endpoint
+        return JSONResponse(build_error_response(None, JSONParseError(message=_NOT_UTF8)))
+    payload = build_rest_error_payload(InvalidParamsError(_NOT_UTF8))
+    return JSONResponse(payload, status_code=400)
+
+
 async def _agent_card_route(request: Request) -> Response:
     services: Services = request.scope[_CALLER].services
     return JSONResponse(agent_card(request, services, request.path_params["agent"]))
@@ -216,5 +234,15 @@ class A2AEndpoint:
                 challenge = {"WWW-Authenticate": 'Bearer realm="agent-server"'}
                 await _error(401, "UNAUTHENTICATED", exc.detail, challenge)(scope, receive, send)
                 return
+        if scope["method"] == "POST":
+            body = await read_body(receive, services.settings.max_body_bytes)
+            if body is None:
+                return  # the client went away
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError:
+                await _not_utf8(path, agent)(scope, receive, send)
+                return
+            receive = replay(body, receive)
         scope[_CALLER] = TaskCaller(services, principal, agent)
         await self._router(scope, receive, send)

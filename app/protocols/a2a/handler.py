@@ -13,7 +13,7 @@ service's admission, session locks, event logs and workers.
 from __future__ import annotations
 
 import asyncio
-import re
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from functools import wraps
@@ -35,17 +35,25 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
+from app.api.schemas import is_session_id
 from app.errors import InvalidRequest, NotAccepted, NotFound, ServiceError, SessionBusy
 from app.protocols.a2a.tasks import STATE_OF_STATUS, TaskBuilder, data_of, text_of
-from app.protocols.common import follow, new_session_id, snapshot
+from app.protocols.common import (
+    check_session_id,
+    check_text,
+    follow,
+    new_session_id,
+    snapshot,
+)
 from app.runs import RunHandle, RunRequestOptions
 from app.services import Services
 from app.storage import RunRecord, SessionCursor
 
 __all__ = ["RunTaskHandler", "TaskCaller"]
 
+logger = logging.getLogger("app.protocols.a2a")
+
 _CONFIRMATION_ANSWER = "confirmation_response"
-_SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _CANCEL_WAIT = 10.0
 _LIST_DEFAULT = 50
 _LIST_MAX = 100
@@ -84,6 +92,13 @@ def _a2a_error(exc: ServiceError) -> A2AError:
     return InternalError(exc.detail, data=data)
 
 
+def _unexpected(method: str) -> InternalError:
+    """What answers an error nobody mapped: the SDK would send its text (a database's own
+    message, say) to the client; it is logged here instead."""
+    logger.exception("unhandled error in the A2A method %s", method)
+    return InternalError("the server failed to answer this request; it was logged")
+
+
 def _mapped(
     method: Callable[..., Coroutine[Any, Any, T]],
 ) -> Callable[..., Coroutine[Any, Any, T]]:
@@ -93,6 +108,10 @@ def _mapped(
             return await method(*args, **kwargs)
         except ServiceError as exc:
             raise _a2a_error(exc) from None
+        except A2AError:
+            raise
+        except Exception:
+            raise _unexpected(method.__name__) from None
 
     return call
 
@@ -108,6 +127,10 @@ def _mapped_stream(
                 yield event
         except ServiceError as exc:
             raise _a2a_error(exc) from None
+        except A2AError:
+            raise
+        except Exception:
+            raise _unexpected(method.__name__) from None
         finally:
             await inner.aclose()  # type: ignore[attr-defined]
 
@@ -132,7 +155,13 @@ class RunTaskHandler(RequestHandler):
         self, caller: TaskCaller, task_id: str
     ) -> tuple[RunHandle | RunRecord, TaskBuilder]:
         """The caller's task as it stands: its run, and a builder that read its whole log."""
-        found = await caller.services.manager.find(task_id, caller.principal) if task_id else None
+        # a task id is a run id, made of the session ids' characters: anything else names none
+        # (and is never looked up: PostgreSQL refuses a NUL in a query's text)
+        found = (
+            await caller.services.manager.find(task_id, caller.principal)
+            if is_session_id(task_id)
+            else None
+        )
         if found is None or found.agent != caller.agent:
             raise TaskNotFoundError(f"no task {task_id!r}")
         builder = _builder(found)
@@ -152,13 +181,10 @@ class RunTaskHandler(RequestHandler):
     ) -> tuple[RunHandle, TaskBuilder]:
         message = params.message
         text = text_of(message)
+        check_text("message.parts", text)
         if not text.strip():
             raise InvalidParamsError("the message needs a text part: it is the agent's input")
-        session_id = message.context_id or new_session_id("ctx")
-        if not _SESSION_ID.match(session_id):
-            raise InvalidParamsError(
-                "contextId: 1 to 128 characters of A-Z a-z 0-9 . _ : - (it names the session)"
-            )
+        session_id = check_session_id("contextId", message.context_id or new_session_id("ctx"))
         options = RunRequestOptions(
             input=text,
             agent=caller.agent,
@@ -285,6 +311,7 @@ class RunTaskHandler(RequestHandler):
         if params.page_token:
             raise InvalidParamsError("pageToken: this server returns one page of recent tasks")
         if params.context_id:
+            check_session_id("contextId", params.context_id)
             session = await store.get_session(params.context_id)
             if session is None or session.principal != caller.principal:
                 records: list[RunRecord] = []

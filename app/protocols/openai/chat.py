@@ -22,12 +22,19 @@ from app.auth import principal_of
 from app.errors import InvalidRequest, NotFound, ServiceError
 from app.protocols.common import (
     LogResultResponse,
+    RefusedValue,
     TranslatingEncoder,
     cancel_on_disconnect,
+    check_fields,
     dumps,
     new_session_id,
 )
-from app.protocols.openai.schemas import ChatCompletionRequest, message_text, refuse_client_tools
+from app.protocols.openai.schemas import (
+    ChatCompletionRequest,
+    invalid_value,
+    message_text,
+    refuse_client_tools,
+)
 from app.runs import RunRequestOptions
 from app.services import ServicesDep
 
@@ -195,6 +202,10 @@ async def create_chat_completion(
     body: ChatCompletionRequest, principal: Principal, services: ServicesDep
 ) -> Response:
     """Run agent ``model`` on the last user message, in a new session."""
+    try:
+        check_fields(body)
+    except RefusedValue as exc:
+        return invalid_value(exc)
     refuse_client_tools(body.tools)
     text = _last_user_text(body.messages)
     manager = services.manager

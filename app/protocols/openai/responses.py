@@ -21,8 +21,11 @@ from app.bus.base import LogNotFound
 from app.errors import InvalidRequest, NotAccepted, NotFound
 from app.protocols.common import (
     LogResultResponse,
+    RefusedValue,
     TranslatingEncoder,
     cancel_on_disconnect,
+    check_fields,
+    check_session_id,
     new_session_id,
     snapshot,
 )
@@ -35,6 +38,7 @@ from app.protocols.openai.response_events import (
 from app.protocols.openai.schemas import (
     ApprovalAnswer,
     ResponsesRequest,
+    invalid_value,
     message_text,
     refuse_client_tools,
 )
@@ -89,6 +93,7 @@ def _parse_input(body: ResponsesRequest) -> tuple[str | None, str | None, list[A
 
 
 def _conversation(body: ResponsesRequest) -> str | None:
+    """The session named by ``conversation``, held to the session-id rule (``RefusedValue``)."""
     value = body.conversation
     if isinstance(value, dict):
         value = value.get("id")
@@ -96,7 +101,7 @@ def _conversation(body: ResponsesRequest) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise InvalidRequest("conversation: expected a session id or {'id': ...}")
-    return value
+    return check_session_id("conversation", value)
 
 
 async def _find(
@@ -182,6 +187,11 @@ async def create_response(
 ) -> Response:
     """Start a run of agent ``model`` (or answer a confirmation) and answer as the Responses
     API does: streamed events, the finished response, or at once with ``background``."""
+    try:
+        check_fields(body)
+        session_id = _conversation(body)
+    except RefusedValue as exc:
+        return invalid_value(exc)
     refuse_client_tools(body.tools)
     text, instructions, approvals = _parse_input(body)
     if approvals:
@@ -195,7 +205,6 @@ async def create_response(
         raise InvalidRequest("input: expected a string or a user message with text")
     manager = services.manager
     manager.profile(body.model)  # an unknown model is a 404 before anything is created
-    session_id = _conversation(body)
     if body.previous_response_id is not None:
         if session_id is not None:
             raise InvalidRequest("conversation and previous_response_id cannot be used together")

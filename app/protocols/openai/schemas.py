@@ -2,7 +2,9 @@
 
 Fields the service has no use for (sampling parameters, ``store``, ``user``...) are accepted and
 ignored, so an SDK call that sets them still works; fields whose meaning the service cannot keep
-(client-side ``tools``) are refused with a message that says why.
+(client-side ``tools``) are refused with a message that says why. Text and ids are held to the
+native run start's rules (``app.protocols.common.check_text``); a refusal of one is a 400
+``invalid_request_error`` naming the field in ``param``, as OpenAI's API refuses a bad value.
 """
 
 from __future__ import annotations
@@ -10,14 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import JSONResponse, Response
 
+from app.api.errors import openai_error_body
 from app.errors import InvalidRequest
+from app.protocols.common import RefusedValue
 
 __all__ = [
     "ApprovalAnswer",
     "ChatCompletionRequest",
     "ResponsesRequest",
     "StreamOptions",
+    "invalid_value",
     "message_text",
     "refuse_client_tools",
 ]
@@ -99,3 +105,10 @@ def message_text(content: Any) -> str:
                 )
         return "".join(texts)
     raise InvalidRequest("a message's content must be a string or a list of text parts")
+
+
+def invalid_value(exc: RefusedValue) -> Response:
+    """The 400 answering a refused text or id, ``param`` naming its field."""
+    body = openai_error_body(400, exc.code, exc.detail)
+    body["error"]["param"] = exc.param
+    return JSONResponse(body, status_code=400)
