@@ -164,7 +164,12 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             tracing=tracing,
             webhooks=webhooks,
         )
-        services.schedules = Schedules(store, tuple(config.agents))
+        services.schedules = Schedules(
+            store,
+            tuple(config.agents),
+            max_per_principal=settings.scheduler_max_per_principal,
+            min_interval=settings.scheduler_min_interval,
+        )
         if settings.scheduler_enabled:
             services.scheduler = build_scheduler(settings, store, manager)
         api_keys = settings.api_keys

@@ -162,6 +162,11 @@ class Settings(BaseSettings):
     scheduler_max_attempts: Annotated[int, Field(ge=1)] = 20
     """Starts of one firing refused by admission (retried after their Retry-After) before
     the firing is recorded as failed."""
+    scheduler_max_per_principal: Annotated[int, Field(ge=1)] = 100
+    """Schedules one principal may have; one more is a 422 ``too_many_schedules``."""
+    scheduler_min_interval: Annotated[float, Field(ge=0)] = 60.0
+    """Seconds a cron expression must leave between two firings at least (``* * * * * *``
+    fires every second); a shorter one is a 422 ``cron_too_frequent``."""
     allow_unshared_workers: bool = False
     """``AGENT_ALLOW_UNSHARED_WORKERS=1``: let ``agent-server --workers N`` (N > 1) start
     without ``AGENT_REDIS_URL``, each worker with its own runs, logs and session locks."""

@@ -1,11 +1,15 @@
 """A principal's schedules: create, read, change and delete them, checked and owned.
 
 Domain errors only (``app.errors``); ``app.api.schedules`` turns them into answers. Another
-principal's schedule is, to the caller, one that does not exist (``NotFound``).
+principal's schedule is, to the caller, one that does not exist (``NotFound``). A principal
+has at most ``max_per_principal`` schedules (``too_many_schedules``): counted
+and created under one lock in this worker, so creations through several workers at once can
+pass the cap by at most one schedule per other worker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
@@ -13,17 +17,28 @@ from datetime import datetime
 from typing import Any, Final
 
 from app.errors import InvalidRequest, NotFound
-from app.schedules.timing import Timing, parse_timing
+from app.schedules.timing import Timing, parse_timing, zone_names
 from app.storage import Store
 from app.storage.base import utcnow
 from app.storage.schedules import FiringRecord, Misfire, ScheduleRecord
 
-__all__ = ["EndAfter", "ScheduleSpec", "Schedules", "first_due", "new_schedule_id"]
+__all__ = [
+    "DEFAULT_MAX_PER_PRINCIPAL",
+    "DEFAULT_MIN_INTERVAL",
+    "EndAfter",
+    "ScheduleSpec",
+    "Schedules",
+    "first_due",
+    "new_schedule_id",
+]
 
 EndAfter = int | datetime | None
 """A count of firings, or a moment after which nothing fires, or no end."""
 
 _PATCHABLE: Final = frozenset({"input", "cron", "at", "timezone", "end_after", "misfire", "paused"})
+
+DEFAULT_MAX_PER_PRINCIPAL: Final = 100
+DEFAULT_MIN_INTERVAL: Final = 60.0
 
 
 def new_schedule_id() -> str:
@@ -66,7 +81,8 @@ def _split_end(end_after: EndAfter) -> tuple[int | None, datetime | None]:
 
 
 class Schedules:
-    """The schedules of every principal, over one store."""
+    """The schedules of every principal, over one store: at most ``max_per_principal`` each,
+    cron timings firing at most every ``min_interval`` seconds."""
 
     def __init__(
         self,
@@ -74,10 +90,33 @@ class Schedules:
         agents: Collection[str],
         *,
         clock: Callable[[], datetime] = utcnow,
+        max_per_principal: int = DEFAULT_MAX_PER_PRINCIPAL,
+        min_interval: float = DEFAULT_MIN_INTERVAL,
     ) -> None:
         self._store = store
         self._agents = agents
         self._clock = clock
+        self._max_per_principal = max_per_principal
+        self._min_interval = min_interval
+        self._creating = asyncio.Lock()
+        zone_names()  # read the tz database now, not inside a request
+
+    def _parse(
+        self,
+        cron: str | None,
+        at: datetime | None,
+        timezone: str,
+        end_at: datetime | None,
+        now: datetime,
+    ) -> Timing:
+        return parse_timing(
+            cron=cron,
+            at=at,
+            timezone=timezone,
+            end_at=end_at,
+            now=now,
+            min_interval=self._min_interval,
+        )
 
     def _check_agent(self, agent: str) -> None:
         if agent not in self._agents:
@@ -89,9 +128,7 @@ class Schedules:
         self._check_agent(spec.agent)
         now = self._clock()
         end_count, end_date = _split_end(spec.end_after)
-        timing = parse_timing(
-            cron=spec.cron, at=spec.at, timezone=spec.timezone, end_at=end_date, now=now
-        )
+        timing = self._parse(spec.cron, spec.at, spec.timezone, end_date, now)
         if spec.session_id is not None:
             session = await self._store.get_session(spec.session_id)
             if session is not None and session.principal != principal:
@@ -113,7 +150,15 @@ class Schedules:
             created_at=now,
             updated_at=now,
         )
-        await self._store.create_schedule(record)
+        async with self._creating:
+            held = await self._store.list_schedules(principal, self._max_per_principal)
+            if len(held) >= self._max_per_principal:
+                raise InvalidRequest(
+                    f"{principal!r} already has {len(held)} schedules, the most this server "
+                    "keeps for one caller (AGENT_SCHEDULER_MAX_PER_PRINCIPAL); delete one first",
+                    code="too_many_schedules",
+                )
+            await self._store.create_schedule(record)
         return record
 
     async def get(self, principal: str, schedule_id: str) -> ScheduleRecord:
@@ -166,7 +211,7 @@ class Schedules:
             end_after: EndAfter = changes.get("end_after", kept)
             end_count, end_date = _split_end(end_after)
             timezone = changes.get("timezone", record.timezone)
-            timing = parse_timing(cron=cron, at=at, timezone=timezone, end_at=end_date, now=now)
+            timing = self._parse(cron, at, timezone, end_date, now)
             updated = replace(
                 updated,
                 cron=timing.cron,

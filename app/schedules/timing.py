@@ -11,22 +11,33 @@ two wall-clock times that a change of offset makes odd follow one rule each:
   fires once, at its first occurrence (02:30 CEST); the repeated hour does not fire again.
 
 Due times are instants (UTC), strictly increasing: a schedule never fires twice for one
-instant. Parsing uses croniter; its errors become ``ScheduleInvalid`` here, in one place.
+instant. Parsing uses croniter; its errors become ``InvalidRequest`` here, in one place.
+
+What a cron expression may ask is bounded: the shortest wall-clock time between two of its
+firings is at least ``min_interval`` seconds (a gap a DST change shortens is not counted), and
+it fires at least once within ``MAX_YEARS_TO_FIRST`` years (``0 0 31 2 *`` never does). A zone
+is a name of the tz database (``zoneinfo.available_timezones()``) other than the names that are
+not zones: ``localtime`` (the host's own setting), ``posixrules`` (a POSIX default rule) and
+``Factory`` (a placeholder).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from croniter import CroniterError, croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 from app.errors import InvalidRequest
 
 __all__ = [
     "MAX_MISSED_COUNTED",
+    "MAX_YEARS_TO_FIRST",
     "Timing",
     "parse_timing",
     "zone_of",
@@ -41,11 +52,29 @@ _MAX_GAP_MINUTES: Final = 25 * 60
 # how far ahead a cron expression may first match (``0 0 29 2 1``: decades); beyond, it never does
 _MAX_SEARCH: Final = 10_000
 
+MAX_YEARS_TO_FIRST: Final = 5
+"""A cron expression that does not fire within this many years is refused (it never will)."""
+
+# tz database files that are not zones of a region
+_NOT_ZONES: Final = frozenset({"localtime", "posixrules", "Factory"})
+_DAY: Final = 86_400
+
+
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    # reads the tz database's directory once (tens of milliseconds): ``Schedules`` warms it
+    return (frozenset(available_timezones()) - _NOT_ZONES) | {"UTC"}
+
+
+def zone_names() -> frozenset[str]:
+    """The zone names a schedule may have."""
+    return _zone_names()
+
 
 def zone_of(name: str) -> ZoneInfo:
     """The IANA zone ``name``; ``InvalidRequest`` (``unknown_timezone``) if there is none."""
     try:
-        if not name or name != name.strip() or "\x00" in name:
+        if name not in _zone_names():
             raise ValueError(name)
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -53,6 +82,43 @@ def zone_of(name: str) -> ZoneInfo:
             f"unknown timezone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'",
             code="unknown_timezone",
         ) from None
+
+
+def _all(values: Sequence[int | str], size: int) -> list[int]:
+    """A croniter field's values, ``*`` spelled out."""
+    if "*" in values:
+        return list(range(size))
+    return sorted(int(value) for value in values)
+
+
+def _shortest_step(values: list[int]) -> int | None:
+    """The least difference between two consecutive values; None with fewer than two."""
+    return min((b - a for a, b in itertools.pairwise(values)), default=None)
+
+
+def shortest_gap(expression: str) -> int:
+    """The shortest wall-clock time in seconds between two firings of a checked expression.
+
+    Times of day are the product hours x minutes x seconds, so the closest two are neighbours
+    in one field with the fields below it at their extremes; counted as if every day fired
+    (across midnight too), which can only make the answer shorter.
+    """
+    fields = expression.split()
+    walker = croniter(expression, datetime(2000, 1, 1), second_at_beginning=len(fields) == 6)
+    expanded = walker.expanded
+    minutes, hours = _all(expanded[0], 60), _all(expanded[1], 24)
+    seconds = _all(expanded[5], 60) if len(fields) == 6 else [0]
+    within_minute = seconds[0] - seconds[-1]  # from the last second of one to the first of next
+    within_hour = (minutes[0] - minutes[-1]) * 60 + within_minute
+    candidates = [(24 + hours[0] - hours[-1]) * 3600 + within_hour]  # across midnight
+    for step, unit, below in (
+        (_shortest_step(seconds), 1, 0),
+        (_shortest_step(minutes), 60, within_minute),
+        (_shortest_step(hours), 3600, within_hour),
+    ):
+        if step is not None:
+            candidates.append(step * unit + below)
+    return min(candidates)
 
 
 def _check_cron(expression: str) -> str:
@@ -163,9 +229,12 @@ def parse_timing(
     timezone: str,
     end_at: datetime | None,
     now: datetime,
+    min_interval: float = 0.0,
 ) -> Timing:
     """Check a schedule's timing: exactly one of ``cron`` and ``at``, a known zone, an
-    ``at`` in the future; ``InvalidRequest`` with a code that names what is wrong."""
+    ``at`` in the future, a cron expression firing no more often than every ``min_interval``
+    seconds and at least once within ``MAX_YEARS_TO_FIRST`` years; ``InvalidRequest`` with a
+    code that names what is wrong."""
     zone = zone_of(timezone)
     if (cron is None) == (at is None):
         raise InvalidRequest(
@@ -186,4 +255,33 @@ def parse_timing(
             f"'end_after' ({end.isoformat()}) is in the past; give a future date or a count",
             code="schedule_in_past",
         )
+    if checked_cron is not None:
+        _check_cron_bounds(checked_cron, zone, now, min_interval)
     return Timing(checked_cron, moment, timezone, end)
+
+
+def _check_cron_bounds(cron: str, zone: ZoneInfo, now: datetime, min_interval: float) -> None:
+    gap = shortest_gap(cron)
+    if gap < min_interval:
+        raise InvalidRequest(
+            f"cron expression {cron!r} fires {gap} s apart; this server allows at least "
+            f"{min_interval:g} s between firings (AGENT_SCHEDULER_MIN_INTERVAL)",
+            code="cron_too_frequent",
+        )
+    wall = now.astimezone(zone).replace(tzinfo=None)
+    walker = croniter(
+        cron,
+        wall,
+        second_at_beginning=len(cron.split()) == 6,
+        max_years_between_matches=MAX_YEARS_TO_FIRST,
+    )
+    try:
+        first: datetime = walker.get_next(datetime)
+    except (CroniterBadDateError, OverflowError, ValueError):
+        first = datetime.max
+    if first - wall > timedelta(days=366 * MAX_YEARS_TO_FIRST):
+        raise InvalidRequest(
+            f"cron expression {cron!r} does not fire within {MAX_YEARS_TO_FIRST} years "
+            "(a day that no month has, such as 31 February?)",
+            code="cron_never_fires",
+        )

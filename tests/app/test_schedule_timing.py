@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from app.errors import InvalidRequest
-from app.schedules.timing import Timing, parse_timing
+from app.schedules.timing import Timing, parse_timing, shortest_gap
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -125,6 +125,15 @@ def test_naive_at_is_read_in_the_zone() -> None:
         ("0 9 * * *", None, "Mars/Olympus", "unknown_timezone"),
         ("0 9 * * *", None, "../../etc/passwd", "unknown_timezone"),
         ("0 9 * * *", None, "", "unknown_timezone"),
+        # tz database files that are not a region's zone
+        ("0 9 * * *", None, "localtime", "unknown_timezone"),
+        ("0 9 * * *", None, "posixrules", "unknown_timezone"),
+        ("0 9 * * *", None, "Factory", "unknown_timezone"),
+        ("0 9 * * *", None, " UTC", "unknown_timezone"),
+        # days no month has: never fires
+        ("0 0 31 2 *", None, "UTC", "cron_never_fires"),
+        ("0 0 30 2 *", None, "UTC", "cron_never_fires"),
+        ("0 0 31 4,6,9,11 *", None, "UTC", "cron_never_fires"),
         (None, None, "UTC", "schedule_timing"),
         ("0 9 * * *", NOW + timedelta(days=1), "UTC", "schedule_timing"),
         (None, NOW - timedelta(seconds=1), "UTC", "schedule_in_past"),
@@ -135,6 +144,61 @@ def test_refused(cron: str | None, at: datetime | None, timezone: str, code: str
     with pytest.raises(InvalidRequest) as caught:
         parse_timing(cron=cron, at=at, timezone=timezone, end_at=None, now=NOW)
     assert caught.value.code == code
+
+
+@pytest.mark.parametrize(
+    ("cron", "gap"),
+    [
+        ("* * * * * *", 1),
+        ("*/20 * * * * *", 20),
+        ("5,10 * * * * *", 5),
+        ("0 * * * * *", 60),
+        ("* * * * *", 60),
+        ("*/7 * * * *", 240),  # :56 to the next hour's :00
+        ("0,59 0,23 * * *", 60),  # 23:59 to 00:00
+        ("59 58 * * * *", 3600),
+        ("0 9,17 * * 1-5", 8 * 3600),
+        ("0 9 * * *", 86400),
+    ],
+)
+def test_shortest_gap_between_firings(cron: str, gap: int) -> None:
+    assert shortest_gap(cron) == gap
+
+
+@pytest.mark.parametrize(
+    ("cron", "refused"),
+    [
+        ("* * * * * *", True),
+        ("*/30 * * * * *", True),
+        ("59 * * * * *", False),
+        ("* * * * *", False),
+        ("0,59 0,23 * * *", False),
+    ],
+)
+def test_a_minimum_interval_refuses_more_frequent_crons(cron: str, refused: bool) -> None:
+    def parse() -> Timing:
+        return parse_timing(
+            cron=cron, at=None, timezone="UTC", end_at=None, now=NOW, min_interval=60
+        )
+
+    if refused:
+        with pytest.raises(InvalidRequest) as caught:
+            parse()
+        assert caught.value.code == "cron_too_frequent"
+    else:
+        assert parse().cron == cron
+
+
+def test_a_rare_cron_within_the_horizon_is_kept() -> None:
+    # 29 February: the next one is in 2028, within the five years
+    timing = parse_timing(cron="0 0 29 2 *", at=None, timezone="UTC", end_at=None, now=NOW)
+    assert timing.next_after(NOW) == datetime(2028, 2, 29, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("name", ["UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires"])
+def test_region_zones_are_accepted(name: str) -> None:
+    timing = parse_timing(cron="0 9 * * *", at=None, timezone=name, end_at=None, now=NOW)
+    assert timing.timezone == name
 
 
 def test_missed_between_counts_and_finds_the_latest() -> None:

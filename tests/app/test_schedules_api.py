@@ -100,6 +100,12 @@ async def test_another_principal_gets_404(serve: Serve) -> None:
         ({"cron": "61 * * * *"}, "invalid_cron"),
         ({"cron": "every day"}, "invalid_cron"),
         ({"cron": "0 9 * * *", "timezone": "Mars/Olympus"}, "unknown_timezone"),
+        ({"cron": "0 9 * * *", "timezone": "localtime"}, "unknown_timezone"),
+        ({"cron": "0 9 * * *", "timezone": "posixrules"}, "unknown_timezone"),
+        ({"cron": "0 9 * * *", "timezone": "Factory"}, "unknown_timezone"),
+        ({"cron": "* * * * * *"}, "cron_too_frequent"),
+        ({"cron": "*/30 * * * * *"}, "cron_too_frequent"),
+        ({"cron": "0 0 31 2 *"}, "cron_never_fires"),
         ({"at": "2001-01-01T00:00:00Z"}, "schedule_in_past"),
         ({"cron": "0 9 * * *", "end_after": "2001-01-01T00:00:00Z"}, "schedule_in_past"),
         ({}, "schedule_timing"),
@@ -129,6 +135,9 @@ async def test_bad_patches(serve: Serve) -> None:
         for body, code in [
             ({"cron": "nope"}, "invalid_cron"),
             ({"timezone": "Nowhere/City"}, "unknown_timezone"),
+            ({"timezone": "localtime"}, "unknown_timezone"),
+            ({"cron": "* * * * * *"}, "cron_too_frequent"),
+            ({"cron": "0 0 30 2 *"}, "cron_never_fires"),
             ({"cron": "* * * * *", "at": _future(hours=1)}, "schedule_timing"),
             ({"input": None}, "validation_error"),
             ({"agent": "other"}, "validation_error"),
@@ -139,8 +148,43 @@ async def test_bad_patches(serve: Serve) -> None:
         assert unchanged["cron"] == "* * * * *"
 
 
+async def test_a_principal_has_at_most_the_cap_of_schedules(serve: Serve) -> None:
+    async with serve(
+        scheduler_enabled=False, scheduler_max_per_principal=3, api_keys=KEYS
+    ) as served:
+        client = served.client
+        made = [await _create(client) for _ in range(3)]
+        refused = await client.post(
+            "/v1/schedules", json={"input": "x", "cron": "0 9 * * *"}, headers=ALICE
+        )
+        assert_problem(refused, 422, "too_many_schedules")
+        assert "AGENT_SCHEDULER_MAX_PER_PRINCIPAL" in refused.json()["detail"]
+        # the cap is each principal's own
+        other = await client.post(
+            "/v1/schedules", json={"input": "x", "cron": "0 9 * * *"}, headers=BOB
+        )
+        assert other.status_code == 201, other.text
+        # a deletion makes room again
+        deleted = await client.delete(f"/v1/schedules/{made[0]['schedule_id']}", headers=ALICE)
+        assert deleted.status_code == 204
+        await _create(client)
+        listed = (await client.get("/v1/schedules", headers=ALICE)).json()["schedules"]
+        assert len(listed) == 3
+
+
+async def test_the_minimum_interval_is_a_setting(serve: Serve) -> None:
+    async with serve(scheduler_enabled=False, scheduler_min_interval=3600) as served:
+        hourly = await served.client.post("/v1/schedules", json={"input": "x", "cron": "0 * * * *"})
+        assert hourly.status_code == 201, hourly.text
+        response = await served.client.post(
+            "/v1/schedules", json={"input": "x", "cron": "*/30 * * * *"}
+        )
+        assert_problem(response, 422, "cron_too_frequent")
+        assert "1800 s apart" in response.json()["detail"]
+
+
 async def test_a_schedule_fires_on_a_running_server(serve: Serve) -> None:
-    async with serve(scheduler_poll_interval=0.05) as served:
+    async with serve(scheduler_poll_interval=0.05, scheduler_min_interval=1) as served:
         client = served.client
         created = (
             await client.post(

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 _FAST = {
     "AGENT_SCHEDULER_POLL_INTERVAL": "0.05",
     "AGENT_SCHEDULER_LEASE_SECONDS": "2",
+    "AGENT_SCHEDULER_MIN_INTERVAL": "1",  # the test's schedule fires every second
 }
 
 

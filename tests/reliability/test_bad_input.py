@@ -90,11 +90,14 @@ def before_call(context: schemathesis.HookContext, case: Any, kwargs: dict[str, 
 
 
 # what a body can be refused for that its schema cannot say (a cron expression that does not
-# parse, a zone the database does not know, a moment already past, a webhook host that does
-# not resolve to a public address...)
+# parse or fires too often, a zone the database does not know, a moment already past, a
+# webhook host that does not resolve to a public address...)
 _SEMANTIC_CODES = frozenset(
     {
         "invalid_cron",
+        "cron_too_frequent",
+        "cron_never_fires",
+        "too_many_schedules",
         "unknown_timezone",
         "schedule_in_past",
         "schedule_timing",
