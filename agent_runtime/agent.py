@@ -61,7 +61,7 @@ from .run_context import (
     new_id,
 )
 from .skills.catalogue import SkillManager
-from .structured import StructuredOutput
+from .structured import StructuredOutput, aoutput_spec
 from .tool_calls import ToolCalls
 from .tools.base import Tool, ToolPolicy, _run_state
 from .tools.execution import ToolExecutor
@@ -438,7 +438,13 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         self._claim_loop()
         if not isinstance(prompt, str):
             raise ConfigurationError("prompt must be a string")
-        run_options = build_run_options(self, options, conversation)
+        # a client's schema is checked off the loop: that takes ~50 µs a JSON value
+        output = await aoutput_spec(
+            output_type=options.get("output_type"),
+            response_format=options.get("response_format"),
+            max_retries=options.get("output_retries"),
+        )
+        run_options = build_run_options(self, options, conversation, output)
         run_options.resume = resume
         config = config if config is not None else (self.config or AgentRunConfig())
         run_id = config.run_id or new_id("run")
@@ -690,9 +696,9 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
             state.messages.append(message)
             if not message.tool_calls and output is not None:
                 answers += 1
-                # in a thread: a large answer, or a client's schema with a costly pattern, must
-                # not hold up the loop's other runs
-                verdict = await asyncio.to_thread(output.check, message.content or "")
+                # off the loop and within a time limit that this run's end also reaches: a
+                # client's schema must not hold up the loop's other runs, nor outlive its run
+                verdict = await output.acheck(message.content or "")
                 if verdict.ok:
                     structured = StructuredOutput(verdict.value, verdict.json)
                 elif answers > output.max_retries:

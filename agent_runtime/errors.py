@@ -5,6 +5,7 @@ misuse of the API is kept apart from a run that failed::
 
     AgentRuntimeError
     ├── ConfigurationError (also ValueError)    bad setup: duplicate names, collisions, bad options
+    │   └── OutputSchemaError                   a response_format schema refused: .kind, .path
     ├── InvalidInputError (also ValueError)     a capability call's input it cannot take
     ├── AgentClosedError (also RuntimeError)    an entry point called after aclose()
     ├── LoopAffinityError (also RuntimeError)   an agent or binding used from a second event loop
@@ -40,6 +41,7 @@ __all__ = [
     "InvalidInputError",
     "LoopAffinityError",
     "MaxIterationsError",
+    "OutputSchemaError",
     "ProviderConnectionError",
     "ProviderError",
     "ProviderStatusError",
@@ -61,6 +63,22 @@ class AgentRuntimeError(Exception):
 
 class ConfigurationError(AgentRuntimeError, ValueError):
     """The agent, a tool, an extension or a binding was set up wrongly."""
+
+
+class OutputSchemaError(ConfigurationError):
+    """A ``response_format`` schema that cannot be validated safely or at all.
+
+    ``kind`` is a stable literal: ``invalid`` (not a JSON schema), ``too_deep``, ``too_large``,
+    ``ref`` (a remote or dangling ``$ref``), ``ref_cycle`` (a reference cycle that never goes
+    down into the answer), ``pattern`` (a pattern RE2 refuses or too complex), ``unsupported``
+    (a keyword this runtime does not take). ``path`` is where in the schema, as JSON keys and
+    indexes (empty: the schema as a whole).
+    """
+
+    def __init__(self, message: str, *, kind: str, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.path = path
 
 
 class InvalidInputError(AgentRuntimeError, ValueError):

@@ -23,7 +23,7 @@ from .events import AgentEvent, AgentEventType, AgentPhase
 from .messages import AssistantMessage, Message, ToolCall, ToolMessage
 from .model import Usage
 from .skills.activation import SkillState
-from .structured import OutputSpec, StructuredOutput, output_spec
+from .structured import OutputSpec, StructuredOutput
 from .tools.base import Tool, ToolPolicy, tool
 
 if TYPE_CHECKING:
@@ -360,9 +360,13 @@ class AgentRunContext:
 
 
 def build_run_options(
-    agent: AgentCore, options: Mapping[str, Any], conversation: Sequence[Message] | None
+    agent: AgentCore,
+    options: Mapping[str, Any],
+    conversation: Sequence[Message] | None,
+    output: OutputSpec | None = None,
 ) -> RunOptions:
-    """A run's options: the agent's defaults with the run's own ``options`` over them."""
+    """A run's options: the agent's defaults with the run's own ``options`` over them;
+    ``output`` is the run's structured output (``structured.aoutput_spec`` of its options)."""
     unknown = set(options) - OPTION_NAMES
     if unknown:
         raise ConfigurationError(f"unknown run option(s): {', '.join(sorted(unknown))}")
@@ -398,11 +402,6 @@ def build_run_options(
         )
     elif skill is not None:
         raise ConfigurationError(f"skill {skill!r} was asked for, but this agent has no skills")
-    output = output_spec(
-        output_type=options.get("output_type"),
-        response_format=options.get("response_format"),
-        max_retries=options.get("output_retries"),
-    )
     return RunOptions(
         run_timeout=run_timeout,
         max_iterations=max_iterations,

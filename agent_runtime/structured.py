@@ -8,14 +8,25 @@ models with no native form. The final answer is validated; on a validation error
 shown the error and answers again, at most ``output_retries`` times (default 2), all within the
 run's one ``run_timeout``. What still does not validate ends the run with
 ``StructuredOutputError``.
+
+A ``response_format`` schema is a client's: it is checked before the run starts
+(``schema_check``: bounded size and depth, references only inside it and none that loops in
+place, RE2 patterns) and answers are validated against it with a bounded cost
+(``answer_check``: RE2 matching, a time limit, threads of their own). An answer longer than
+``MAX_ANSWER_CHARS`` or nested deeper than ``MAX_ANSWER_DEPTH`` is refused without being
+validated, as an invalid answer.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import itertools
 import json
 import re
+import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,20 +35,40 @@ import pydantic
 import referencing
 import referencing.exceptions
 
-from .errors import ConfigurationError
+from .answer_check import (
+    VALIDATION_TIME_LIMIT,
+    Budget,
+    BudgetSpent,
+    current_budget,
+    safe_validator,
+    validation_executor,
+)
+from .errors import ConfigurationError, OutputSchemaError
 from .model import OutputSchema
+from .schema_check import check_bounds, check_schema_graph
 
 __all__ = [
     "DEFAULT_OUTPUT_RETRIES",
+    "MAX_ANSWER_CHARS",
+    "MAX_ANSWER_DEPTH",
     "OutputCheck",
     "OutputSpec",
     "StructuredOutput",
+    "aoutput_spec",
     "output_spec",
 ]
 
 DEFAULT_OUTPUT_RETRIES = 2
+MAX_ANSWER_CHARS = 128 * 1024
+"""Characters of an answer that are validated; a longer answer is refused unparsed (parsing
+JSON holds the GIL, about 3 ms for this many)."""
+MAX_ANSWER_DEPTH = 64
+"""Levels of JSON nesting an answer may have."""
+_MAX_ERRORS = 20  # validation errors reported of one answer
+_MAX_MESSAGE = 300  # characters of one error's message (they quote the answer)
 _NAME = re.compile(r"[^A-Za-z0-9_-]+")
-_FENCE = re.compile(r"\A```[A-Za-z0-9_-]*\s*\n(.*?)\n?```\s*\Z", re.DOTALL)
+_LANGUAGE = re.compile(r"[A-Za-z0-9_-]*")
+_FIELD = "response_format.json_schema.schema"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,19 +118,68 @@ class OutputSpec:
             "Answer again with only the corrected JSON value."
         )
 
+    async def acheck(self, text: str) -> OutputCheck:
+        """``check`` on the validation threads, within ``VALIDATION_TIME_LIMIT``; a caller
+        cancelled meanwhile (its run's timeout, a cancel) stops it at its next keyword."""
+        budget = Budget()
+
+        def run() -> OutputCheck:
+            budget.deadline = time.monotonic() + VALIDATION_TIME_LIMIT  # from its start
+            with budget:
+                return self.check(text)
+
+        future = validation_executor().submit(run)
+        try:
+            return await asyncio.wrap_future(future)
+        finally:
+            budget.stop.set()
+
+
+def _refused(problem: str) -> OutputCheck:
+    return OutputCheck(False, feedback=problem, summary=problem)
+
 
 def _unfenced(text: str) -> str:
+    """The JSON of an answer, out of a Markdown code fence if it came in one."""
     stripped = text.strip()
-    match = _FENCE.match(stripped)
-    return match.group(1).strip() if match else stripped
+    if len(stripped) < 7 or not (stripped.startswith("```") and stripped.endswith("```")):
+        return stripped
+    inner = stripped[3:-3]
+    language = _LANGUAGE.match(inner)
+    rest = inner[language.end() if language else 0 :]
+    gap = rest[: len(rest) - len(rest.lstrip())]
+    return rest.strip() if "\n" in gap else stripped
+
+
+def _depth(value: Any) -> int:
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, depth)
+            pending.extend((inner, depth + 1) for inner in item.values())
+        elif isinstance(item, list):
+            deepest = max(deepest, depth)
+            pending.extend((inner, depth + 1) for inner in item)
+    return deepest
 
 
 def _decode(text: str) -> tuple[Any, OutputCheck | None]:
+    if len(text) > MAX_ANSWER_CHARS:
+        return None, _refused(
+            f"the answer is {len(text)} characters long; at most {MAX_ANSWER_CHARS} are accepted"
+        )
+    too_deep = _refused(f"the answer is nested deeper than {MAX_ANSWER_DEPTH} levels")
     try:
-        return json.loads(_unfenced(text)), None
+        value = json.loads(_unfenced(text))
     except json.JSONDecodeError as exc:
-        problem = f"not valid JSON ({exc.msg} at character {exc.pos})"
-        return None, OutputCheck(False, feedback=problem, summary=problem)
+        return None, _refused(f"not valid JSON ({exc.msg} at character {exc.pos})")
+    except RecursionError:  # deeper than the parser goes
+        return None, too_deep
+    if _depth(value) > MAX_ANSWER_DEPTH:
+        return None, too_deep
+    return value, None
 
 
 def _type_check(adapter: pydantic.TypeAdapter[Any]) -> Callable[[str], OutputCheck]:
@@ -123,22 +203,41 @@ def _type_check(adapter: pydantic.TypeAdapter[Any]) -> Callable[[str], OutputChe
     return check
 
 
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_MESSAGE else f"{text[: _MAX_MESSAGE - 3]}..."
+
+
 def _schema_check(validator: jsonschema.protocols.Validator) -> Callable[[str], OutputCheck]:
-    def check(text: str) -> OutputCheck:
+    def validate(text: str) -> OutputCheck:
         decoded, failed = _decode(text)
         if failed is not None:
             return failed
         try:
-            errors = sorted(validator.iter_errors(decoded), key=lambda e: list(e.absolute_path))
+            found = list(itertools.islice(validator.iter_errors(decoded), _MAX_ERRORS))
         except referencing.exceptions.Unresolvable:
-            problem = "the schema has a reference that cannot be resolved"
-            return OutputCheck(False, feedback=problem, summary=problem)
-        if not errors:
+            return _refused("the schema has a reference that cannot be resolved")
+        except BudgetSpent as exc:
+            if exc.cancelled:
+                raise
+            return _refused(
+                "checking the answer against the schema took longer than "
+                f"{VALIDATION_TIME_LIMIT:g} s; answer with a smaller value"
+            )
+        except RecursionError:
+            return _refused("the answer is nested too deeply to be checked against the schema")
+        if not found:
             return OutputCheck(True, value=decoded, json=decoded)
+        errors = sorted(found, key=lambda e: [str(p) for p in e.absolute_path])
         where = [".".join(str(p) for p in e.absolute_path) or "(root)" for e in errors]
         summary = "; ".join(f"{w}: {e.validator}" for w, e in zip(where, errors, strict=True))
-        feedback = "; ".join(f"{w}: {e.message}" for w, e in zip(where, errors, strict=True))
+        feedback = "; ".join(f"{w}: {_clip(e.message)}" for w, e in zip(where, errors, strict=True))
         return OutputCheck(False, feedback=feedback, summary=summary)
+
+    def check(text: str) -> OutputCheck:
+        if current_budget() is not None:
+            return validate(text)
+        with Budget():  # called directly, not through acheck: still within the time limit
+            return validate(text)
 
     return check
 
@@ -152,7 +251,9 @@ def output_spec(
     """The OutputSpec of a run's options; None when it asks for no structured output.
 
     ``response_format`` is ``{"type": "json_schema", "json_schema": {"name"?, "schema",
-    "strict"?}}``. A bad type or schema raises ConfigurationError.
+    "strict"?}}``. A bad type raises ConfigurationError, a refused schema OutputSchemaError
+    (see ``schema_check``). Checking a large schema takes a while: on an event loop, use
+    ``aoutput_spec``.
     """
     if max_retries is None:
         max_retries = DEFAULT_OUTPUT_RETRIES
@@ -175,69 +276,72 @@ def output_spec(
     body = response_format.get("json_schema")
     if not isinstance(body, Mapping) or not isinstance(body.get("schema"), Mapping):
         raise ConfigurationError("response_format.json_schema needs a schema (a JSON object)")
-    schema = dict(body["schema"])
+    name = body.get("name", "output")
+    strict = body.get("strict", False)
+    if not isinstance(name, str) or not isinstance(strict, bool):
+        raise ConfigurationError("response_format.json_schema: name is a string, strict a bool")
+    check_bounds(body["schema"], _FIELD)
+    try:
+        key = json.dumps(body["schema"], sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise OutputSchemaError(f"{_FIELD} is not JSON: {exc}", kind="invalid") from None
+    schema, check = _compiled(key)
+    return OutputSpec(OutputSchema(_name(name), schema, strict), check, max_retries)
+
+
+async def aoutput_spec(
+    *,
+    output_type: Any = None,
+    response_format: Mapping[str, Any] | None = None,
+    max_retries: int | None = None,
+) -> OutputSpec | None:
+    """``output_spec`` on the validation threads: checking a client's schema against its
+    draft's metaschema costs about 50 µs a value, too long for an event loop."""
+    if output_type is None and response_format is None:
+        return None
+    call = functools.partial(
+        output_spec,
+        output_type=output_type,
+        response_format=response_format,
+        max_retries=max_retries,
+    )
+    return await asyncio.wrap_future(validation_executor().submit(call))
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(key: str) -> tuple[dict[str, Any], Callable[[str], OutputCheck]]:
+    """A schema's checked form and the check of its answers, by its canonical JSON: a run's
+    schema is checked at its admission and again at its start, often the same for many runs."""
+    schema = json.loads(key)
     with warnings.catch_warnings():
         # an unknown $schema is a warning (and a fallback to the latest draft) in jsonschema
         warnings.simplefilter("error", DeprecationWarning)
         try:
             cls = jsonschema.validators.validator_for(schema)
         except DeprecationWarning:
-            raise ConfigurationError(
-                "response_format.json_schema.schema names an unknown $schema"
+            raise OutputSchemaError(
+                f"{_FIELD} names an unknown $schema", kind="invalid", path=("$schema",)
             ) from None
-    _check_references(schema)
+    if cls is jsonschema.Draft3Validator:
+        raise OutputSchemaError(
+            f"{_FIELD}: draft-03 is not supported; use draft-04 or later",
+            kind="unsupported",
+            path=("$schema",),
+        )
+    patterns = check_schema_graph(schema, _FIELD, draft4=cls is jsonschema.Draft4Validator)
     try:
         cls.check_schema(schema)
     except jsonschema.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise ConfigurationError(
-            f"response_format.json_schema.schema is not a valid JSON schema at {where}: "
-            f"{exc.message}"
+        path = tuple(exc.absolute_path)
+        where = "/".join(str(p) for p in path) or "(root)"
+        raise OutputSchemaError(
+            f"{_FIELD} is not a valid JSON schema at {where}: {_clip(exc.message)}",
+            kind="invalid",
+            path=path,
         ) from None
-    name = body.get("name", "output")
-    strict = body.get("strict", False)
-    if not isinstance(name, str) or not isinstance(strict, bool):
-        raise ConfigurationError("response_format.json_schema: name is a string, strict a bool")
-    spec = OutputSchema(_name(name), schema, strict)
     # an empty registry: a schema's references are resolved in the schema, never fetched
-    validator = cls(schema, registry=referencing.Registry())
-    return OutputSpec(spec, _schema_check(validator), max_retries)
-
-
-def _references(node: Any) -> Iterator[str]:
-    if isinstance(node, Mapping):
-        for key, value in node.items():
-            if key == "$ref" and isinstance(value, str):
-                yield value
-            else:
-                yield from _references(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _references(item)
-
-
-def _check_references(schema: Mapping[str, Any]) -> None:
-    """Only references into the schema itself: a remote ``$ref`` would make the server fetch
-    a URL a client chose."""
-    for ref in _references(schema):
-        if not ref.startswith("#"):
-            raise ConfigurationError(
-                f"response_format.json_schema.schema: $ref {ref!r} is not allowed; only "
-                "references into the schema itself ('#/$defs/NAME') are"
-            )
-        if not ref.startswith("#/"):
-            continue  # "#" or an anchor ("#name"): resolved, if at all, at validation
-        node: Any = schema
-        for part in ref[2:].split("/"):
-            key = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, Mapping) and key in node:
-                node = node[key]
-            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-                node = node[int(key)]
-            else:
-                raise ConfigurationError(
-                    f"response_format.json_schema.schema: $ref {ref!r} points at nothing"
-                )
+    validator = safe_validator(cls, patterns, _FIELD)(schema, registry=referencing.Registry())
+    return schema, _schema_check(validator)
 
 
 def _name(label: str) -> str:

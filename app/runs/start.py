@@ -17,8 +17,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from agent_runtime.errors import ConfigurationError
-from agent_runtime.structured import output_spec
+from agent_runtime.errors import ConfigurationError, OutputSchemaError
+from agent_runtime.structured import aoutput_spec
 from app.admission import AdmissionRejected, Ticket
 from app.agents import AgentProfile
 from app.budgets import BudgetHold
@@ -110,7 +110,11 @@ class Starter:
                 )
         if options.response_format is not None:
             try:
-                output_spec(response_format=options.response_format)
+                await aoutput_spec(response_format=options.response_format)
+            except OutputSchemaError as exc:
+                loc = ["body", "response_format", "json_schema", "schema", *exc.path]
+                error = {"loc": loc, "msg": str(exc), "type": f"schema_{exc.kind}"}
+                raise InvalidRequest(str(exc), extra={"errors": [error]}) from None
             except ConfigurationError as exc:
                 raise InvalidRequest(str(exc)) from None
 
