@@ -258,6 +258,8 @@ async def _call_tool(
         # the native run start's rules, before anything is looked up or stored
         check_text("arguments", arguments)
         session_id = arguments.get("session_id")
+        if session_id == "":
+            session_id = None  # an optional argument a host's form left empty: a new session
         if session_id is not None:
             if not isinstance(session_id, str):
                 raise InvalidRequest("session_id must be a string")
