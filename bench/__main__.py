@@ -35,6 +35,7 @@ from bench.procs import ROOT
 from bench.redis_latency import scenario_redis_latency, scenario_workers
 from bench.report import markdown_report, print_outcome, write_plots
 from bench.scenarios import SCENARIOS
+from bench.structured import scenario_structured
 
 __all__ = ["main", "run"]
 
@@ -44,6 +45,7 @@ ALL = {
     8: scenario_redis_latency,
     9: scenario_workers,
     10: scenario_handover,
+    11: scenario_structured,
 }
 REDIS_SCENARIOS = (8, 9, 10)
 
