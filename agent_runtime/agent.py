@@ -55,6 +55,7 @@ from .run_context import (
     AgentRunConfig,
     AgentRunContext,
     AgentState,
+    ModelGate,
     PermissionCallback,
     ToolGate,
     build_run_options,
@@ -81,6 +82,7 @@ __all__ = [
     "AgentState",
     "ConversationStore",
     "InMemoryConversationStore",
+    "ModelGate",
     "ModelLike",
     "PermissionCallback",
     "ToolGate",
@@ -321,7 +323,8 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         cancels the run. Options override the agent's defaults for this run: ``run_timeout``,
         ``max_iterations``, ``tool_timeout``, ``parallel_tool_calls``, ``system_prompt``,
         ``permission_callback``, ``extra_tools``, ``tool_filter``, ``model_params``,
-        ``agent_name``, ``context_compactor``, ``tool_gate`` (a ``ToolGate``); ``skill`` (a
+        ``agent_name``, ``context_compactor``, ``tool_gate`` (a ``ToolGate``), ``model_gate``
+        (a ``ModelGate``); ``skill`` (a
         skill of the catalogue, active from the start), ``skill_dispatch`` (False: no
         ``system_one`` routing), ``output_type`` or ``response_format`` and ``output_retries``
         (structured output, see ``structured``).

@@ -37,6 +37,9 @@ class ModelCalls:
 
     async def _call_model(self, context: AgentRunContext, request: ModelRequest) -> ModelResponse:
         """One model call, with retries on the same binding and failover to the next one."""
+        gate = context._options.model_gate
+        if gate is not None:
+            await gate(context)  # its RunError fails the run before the call is made
         channel = context._channel
         run_id = context.run_id
         session_id = context.session_id

@@ -39,6 +39,7 @@ __all__ = [
     "AgentRunContext",
     "AgentState",
     "AnswerGate",
+    "ModelGate",
     "PermissionCallback",
     "RunOptions",
     "ToolGate",
@@ -50,6 +51,9 @@ PermissionCallback: TypeAlias = Callable[["AgentRunContext", ToolCall], "bool | 
 ToolGate: TypeAlias = Callable[[ToolCall], "str | None"]
 """A run's last word on a tool call, asked (synchronously) right before the call executes, after
 its hooks, policy and approval: None lets it run, a string refuses it with that error."""
+ModelGate: TypeAlias = Callable[["AgentRunContext"], Awaitable[None]]
+"""Awaited right before each model call of a run's loop; a ``RunError`` it raises ends the run
+with that error (its ``code`` the run's failure code), before the call is made."""
 
 
 class _Unset:
@@ -160,6 +164,7 @@ class RunOptions:
     agent_name: str | None
     context_compactor: ContextCompactor | None = None
     tool_gate: ToolGate | None = None
+    model_gate: ModelGate | None = None
     skill_state: SkillState | None = None
     output: OutputSpec | None = None
     tool_filter: Callable[[Tool], bool] | None = None
@@ -415,6 +420,7 @@ def build_run_options(
         agent_name=options.get("agent_name") or agent.name,
         context_compactor=options.get("context_compactor", agent.context_compactor),
         tool_gate=options.get("tool_gate"),
+        model_gate=options.get("model_gate"),
         skill_state=skill_state,
         output=output,
         tool_filter=tool_filter,
@@ -436,6 +442,7 @@ OPTION_NAMES = frozenset(
         "agent_name",
         "context_compactor",
         "tool_gate",
+        "model_gate",
         "skill",
         "skill_dispatch",
         "output_type",

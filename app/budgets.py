@@ -9,9 +9,13 @@ How a run is counted: admission *reserves* ``AGENT_BUDGET_RESERVE_TOKENS`` on ea
 counters in one atomic step, refused when a counter would pass its budget; the run's end
 replaces the reservation by the tokens it used. So the runs admitted at once never reserve
 more than a budget, whichever workers admit them (with Redis the counters are shared and the
-step is one script; without it they are this worker's memory), and a budget is overrun by at
-most what the runs in flight use beyond their reservations. A refused run gets 429
+step is one script; without it they are this worker's memory). A refused run gets 429
 ``budget_exceeded`` with ``Retry-After`` at the window's reset (the next 00:00 UTC).
+
+A run that has used up its reservation is charged as it goes: before each of its model calls
+(``BudgetHold.draw``) its use so far is added to the counters, and if one of them has reached
+its budget the run fails ``budget_exceeded`` instead of making the call. So a budget is
+overrun by at most one model call's tokens per run in flight (the call that crossed it).
 
 No storage round trip on the hot path: the counters live in memory or in Redis, seeded once
 at start from the store's usage ledger (the day's finished runs).
@@ -26,12 +30,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final, Protocol
 
+from agent_runtime.errors import RunError
 from app.errors import BudgetExceeded
 
 __all__ = [
     "BudgetCounters",
     "BudgetHold",
     "BudgetRules",
+    "BudgetUsedUp",
     "Budgets",
     "LocalBudgetCounters",
     "day_window",
@@ -119,6 +125,13 @@ class BudgetCounters(Protocol):
         """Add ``delta`` (negative to give back) to each counter."""
         ...
 
+    async def charge(
+        self, day: str, charges: Sequence[tuple[str, int]], amount: int, ttl: float
+    ) -> str | None:
+        """Add ``amount`` to every counter of ``charges`` (tokens already spent: never
+        refused); the name of a counter now at or past its budget, else None."""
+        ...
+
     async def seed(self, day: str, used: Mapping[str, int], ttl: float) -> None:
         """Set counters that do not exist yet (this day's usage before this worker)."""
         ...
@@ -147,6 +160,15 @@ class LocalBudgetCounters:
             values[name] = values.get(name, 0) + amount
         return None
 
+    async def charge(
+        self, day: str, charges: Sequence[tuple[str, int]], amount: int, ttl: float
+    ) -> str | None:
+        await self.adjust(day, [name for name, _limit in charges], amount, ttl)
+        for name, limit in charges:
+            if await self.value(day, name) >= limit:
+                return name
+        return None
+
     async def adjust(self, day: str, names: Sequence[str], delta: int, ttl: float) -> None:
         if day < self._day:
             return  # that day's counters are gone: nothing to correct
@@ -164,24 +186,64 @@ class LocalBudgetCounters:
         return self._values.get(name, 0) if day == self._day else 0
 
 
+class BudgetUsedUp(RunError):
+    """A run stopped before a model call: one of its daily token budgets is used up."""
+
+    code = "budget_exceeded"
+
+    def __init__(self, budget: str, limit: int) -> None:
+        super().__init__(
+            f"the daily token budget of {budget} ({limit} tokens) is used up; the run stopped "
+            "before its next model call (the budget resets at 00:00 UTC)"
+        )
+        self.budget = budget
+
+
 class BudgetHold:
-    """A run's reservation; ``settle`` (once, at the run's end) replaces it by the tokens the
-    run used, ``release`` gives it back (a start undone)."""
+    """A run's reservation; ``draw`` (before each model call) charges what the run used past
+    it, ``settle`` (once, at the run's end) replaces what was counted by the tokens the run
+    used, ``release`` gives it back (a start undone)."""
 
-    __slots__ = ("_budgets", "_done", "day", "names", "reserved")
+    __slots__ = ("_budgets", "_done", "charges", "counted", "day", "reserved")
 
-    def __init__(self, budgets: Budgets, day: str, names: list[str], reserved: int) -> None:
+    def __init__(
+        self, budgets: Budgets, day: str, charges: list[tuple[str, int]], reserved: int
+    ) -> None:
         self._budgets = budgets
         self.day = day
-        self.names = names
+        self.charges = charges
         self.reserved = reserved
+        self.counted = reserved
+        """The tokens the counters hold for this run: its reservation, then its use."""
         self._done = False
+
+    @property
+    def names(self) -> list[str]:
+        """The counters the run draws on."""
+        return [name for name, _limit in self.charges]
+
+    async def draw(self, used: int) -> str | None:
+        """Before a model call, with ``used`` the run's tokens so far: None to go on, or the
+        name of a budget that is used up (within its reservation, no counter is touched)."""
+        if self._done or used < self.counted:
+            return None
+        try:
+            full = await self._budgets.counters.charge(
+                self.day, self.charges, used - self.counted, 2 * _DAY
+            )
+        except Exception:
+            # the counters are out of reach: the run goes on, and counts this at its end
+            # (a charge made but not confirmed is then counted twice: the safe side)
+            logger.warning("could not charge a run's token budget", extra={"budgets": self.names})
+            return None
+        self.counted = used
+        return full
 
     async def settle(self, used: int) -> None:
         if self._done:
             return
         self._done = True
-        delta = used - self.reserved
+        delta = used - self.counted
         if delta:
             await self._budgets.adjust(self, delta)
 
@@ -225,7 +287,7 @@ class Budgets:
                 retry_after=max(1.0, left),
                 extra={"budget": full, "limit": limit, "resets_at": resets.isoformat()},
             )
-        return BudgetHold(self, day, [name for name, _ in charges], amount)
+        return BudgetHold(self, day, charges, amount)
 
     def account(self, principal: str, agent: str) -> BudgetHold | None:
         """A hold that reserves and refuses nothing, for a run admitted earlier that goes on
@@ -234,7 +296,7 @@ class Budgets:
         if not charges:
             return None
         day, _ = day_window(self._clock())
-        return BudgetHold(self, day, [name for name, _ in charges], 0)
+        return BudgetHold(self, day, charges, 0)
 
     async def adjust(self, hold: BudgetHold, delta: int) -> None:
         try:

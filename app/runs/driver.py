@@ -21,12 +21,13 @@ import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, cast
 
-from agent_runtime.agent import AgentRunConfig
+from agent_runtime.agent import AgentRunConfig, AgentRunContext, ModelGate
 from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import AgentClosedError, RunError
 from agent_runtime.events import AgentEvent, AgentEventType
 from agent_runtime.messages import Message, ToolCall, message_from_dict
 from app.admission import AdmissionRejected, QueueTimeout
+from app.budgets import BudgetHold, BudgetUsedUp
 from app.bus.base import BusError, BusUnavailable, LeaseLost
 from app.runs.checkpoints import RunCheckpointSink, first_checkpoint
 from app.runs.context import RunContext
@@ -120,6 +121,8 @@ class Driver:
         options = run_options(handle)
         if context.bus.shared:
             options["tool_gate"] = self._tool_gate(handle)
+        if handle.budget is not None:
+            options["model_gate"] = _budget_gate(handle, handle.budget)
         config = AgentRunConfig(
             session_id=handle.session_id,
             request_id=run_id,
@@ -330,6 +333,20 @@ class Driver:
         stopped = Outcome.cancelled(reason)
         stopped.messages = list(event.messages or ())  # the stopped turn (app.turns)
         return stopped
+
+
+def _budget_gate(handle: RunHandle, hold: BudgetHold) -> ModelGate:
+    """Before each model call: charge what the run used past its reservation, and stop it
+    (``budget_exceeded``) once one of its budgets is used up (app.budgets)."""
+
+    async def gate(context: AgentRunContext) -> None:
+        usage = context.state.usage  # the runtime's own, current (the log's may lag behind)
+        used = max(0, usage.input_tokens + usage.output_tokens - handle.usage_before)
+        full = await hold.draw(used)
+        if full is not None:
+            raise BudgetUsedUp(full, dict(hold.charges)[full])
+
+    return gate
 
 
 def _asked_again(event: AgentEvent) -> bool:

@@ -133,6 +133,58 @@ async def test_a_run_over_its_budget_gets_429_until_the_reset(serve: Serve) -> N
         await served.wait_idle()
 
 
+async def test_a_run_past_its_budget_stops_before_its_next_model_call(serve: Serve) -> None:
+    # "what time is it": a model call of 5 tokens (asks for the time), a tool call, then a
+    # model call of 9 tokens (answers). Admitted with a reservation of 1 of the 5 left, the run
+    # uses the 5 in its first call and is stopped before its second one.
+    async with serve(
+        api_keys="key-a=alice", budgets="principal:alice=5", budget_reserve_tokens=1
+    ) as served:
+        answer = await run(served, "t0", "key-a", input="what time is it")
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["status"] == "failed"
+        assert body["error"]["code"] == "budget_exceeded"
+        assert "principal:alice" in body["error"]["message"]
+        assert body["usage"]["input_tokens"] + body["usage"]["output_tokens"] == 5
+        usage = (await served.client.get("/v1/usage", headers=auth("key-a"))).json()
+        assert usage["total"]["total_tokens"] == 5  # the run's use, no more
+        events = (
+            await served.client.get(f"/v1/runs/{body['run_id']}/events", headers=auth("key-a"))
+        ).text
+        assert events.count("event: usage") == 1  # the second model call was never made
+        assert (await run(served, "t1", "key-a")).status_code == 429
+        await served.wait_idle()
+
+
+async def test_a_run_goes_on_while_its_budget_has_tokens_left(serve: Serve) -> None:
+    # 6 left after the first call's 5: the second call is made, and the budget is overrun by
+    # less than that one call's tokens (14 of 6)
+    async with serve(budgets="principal:*=6", budget_reserve_tokens=1) as served:
+        answer = await run(served, "t2", input="what time is it")
+        body = answer.json()
+        assert body["status"] == "completed", body
+        assert body["usage"]["input_tokens"] + body["usage"]["output_tokens"] == 14
+        await served.wait_idle()
+
+
+async def test_a_hold_draws_only_past_its_reservation() -> None:
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC).timestamp()
+    rules = BudgetRules(principals={"*": 100}, agents={"big": 50}, reserve=30)
+    counters = LocalBudgetCounters()
+    budgets = Budgets(rules, counters, clock=lambda: now)
+    hold = await budgets.hold("alice", "big")
+    assert hold is not None
+    assert await hold.draw(29) is None  # within the reservation: nothing charged
+    assert await counters.value("2026-12-02", "agent:big") == 30
+    assert await hold.draw(45) is None  # 15 more: 45 of 50
+    assert await counters.value("2026-12-02", "agent:big") == 45
+    assert await hold.draw(50) == "agent:big"  # 50 of 50: nothing left for another call
+    await hold.settle(52)  # its end counts the rest of what it used
+    assert await counters.value("2026-12-02", "agent:big") == 52
+    assert await counters.value("2026-12-02", "principal:alice") == 52
+
+
 def auth(key: str) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
 
@@ -236,6 +288,13 @@ async def test_workers_racing_on_redis_never_reserve_more_than_the_budget() -> N
         # a seed never overwrites the shared counter another worker already keeps
         await budgets[1].seed({"principal:alice": 5})
         assert await buses[1].budget_counters().value(day, "principal:alice") == 98
+        # a run past its reservation is charged whatever is left, and told the budget is up
+        counters = buses[0].budget_counters()
+        charges = [("principal:alice", 100), ("agent:default", 1000)]
+        assert await counters.charge(day, charges, 1, 60) is None  # 99 of 100
+        assert await counters.charge(day, charges, 5, 60) == "principal:alice"  # 104
+        assert await counters.value(day, "principal:alice") == 104
+        assert await counters.value(day, "agent:default") == 6
     finally:
         for bus in buses:
             await bus.aclose()

@@ -3,7 +3,8 @@
 ``budget:<day>:<name>`` holds the day's used plus reserved tokens of one budget
 (``principal:alice``, ``agent:research``), expiring a day after the day ended. A reservation
 checks and adds on every counter of the run in one script, so two workers racing for the last
-tokens of a budget can never both get them.
+tokens of a budget can never both get them. A run past its reservation is charged in one
+script too, which says whether a budget is now used up.
 """
 
 from __future__ import annotations
@@ -36,6 +37,21 @@ end
 return 0
 """
 
+# KEYS: the counters. ARGV: amount, ttl (ms), then each counter's budget. Adds to every counter
+# (tokens already spent); the index (from 1) of one now at or past its budget, else 0.
+_CHARGE: Final = """
+local amount = tonumber(ARGV[1])
+local full = 0
+for i, key in ipairs(KEYS) do
+  local used = redis.call('INCRBY', key, amount)
+  redis.call('PEXPIRE', key, ARGV[2])
+  if full == 0 and used >= tonumber(ARGV[i + 2]) then
+    full = i
+  end
+end
+return full
+"""
+
 # KEYS: the counters. ARGV: delta, ttl (ms). Only counters that still exist are corrected.
 _ADJUST: Final = """
 for _, key in ipairs(KEYS) do
@@ -57,6 +73,7 @@ class RedisBudgetCounters:
         self._where = where
         self._reserve: Any = client.register_script(_RESERVE)
         self._adjust: Any = client.register_script(_ADJUST)
+        self._charge: Any = client.register_script(_CHARGE)
 
     def _key(self, day: str, name: str) -> str:
         return f"{self._prefix}budget:{day}:{name}"
@@ -66,6 +83,17 @@ class RedisBudgetCounters:
     ) -> str | None:
         async with unavailable(self._where, "reserving a token budget"):
             full = await self._reserve(
+                keys=[self._key(day, name) for name, _ in charges],
+                args=[amount, milliseconds(ttl), *(limit for _, limit in charges)],
+            )
+        index = int(full)
+        return None if index == 0 else charges[index - 1][0]
+
+    async def charge(
+        self, day: str, charges: Sequence[tuple[str, int]], amount: int, ttl: float
+    ) -> str | None:
+        async with unavailable(self._where, "charging a token budget"):
+            full = await self._charge(
                 keys=[self._key(day, name) for name, _ in charges],
                 args=[amount, milliseconds(ttl), *(limit for _, limit in charges)],
             )
