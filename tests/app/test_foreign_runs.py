@@ -14,11 +14,22 @@ from app.agents import load_config
 from app.bus import LocalBus
 from app.errors import NotFound
 from app.lifespan import build_agent
-from app.runs import RunManager, RunRequestOptions
+from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.settings import Settings
 from app.storage import Store, open_store
 from tests.app.conftest import wait_until
 from tests.app.managers import run_manager
+
+
+async def asked_call(bus: LocalBus, handle: RunHandle) -> str:
+    """The id of the tool call the waiting run asks a confirmation for (from its log)."""
+    subscription = await bus.events.subscribe(handle.run_id)
+    try:
+        logged = await subscription.next()
+    finally:
+        await subscription.aclose()
+    (asked,) = [e for e in logged if e.type == "custom"]
+    return str(asked.document["data"]["payload"]["tool_call_id"])
 
 
 class CountingStore:
@@ -41,13 +52,19 @@ class CountingStore:
 
 
 @pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[tuple[RunManager, CountingStore]]:
+async def bus() -> AsyncIterator[LocalBus]:
+    local = LocalBus()
+    yield local
+    await local.aclose()
+
+
+@pytest.fixture
+async def world(tmp_path: Path, bus: LocalBus) -> AsyncIterator[tuple[RunManager, CountingStore]]:
     settings = Settings(
         database_url=f"sqlite:///{tmp_path}/a.db", demo_token_delay=0.0, redis_url=None
     )
     real = await open_store(settings.database_url)
     store = CountingStore(real)
-    bus = LocalBus()
     agent = await build_agent(settings, load_config(None))
     manager = run_manager(agent, store, bus)
     try:
@@ -55,7 +72,6 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[RunManager, CountingStore
     finally:
         await manager.aclose()
         await agent.aclose()
-        await bus.aclose()
         await real.close()
 
 
@@ -87,3 +103,37 @@ async def test_a_foreign_live_run_costs_what_an_unknown_id_costs(
     assert store.calls["get_run"] == 0
     await manager.cancel(handle.run_id, "alice")
     await handle.finished
+
+
+async def test_an_answer_naming_another_s_run_under_ones_own_session_changes_nothing(
+    world: tuple[RunManager, CountingStore], bus: LocalBus
+) -> None:
+    manager, _ = world
+    handle = await manager.start("alice", "s-alice", RunRequestOptions(input="delete x.txt"))
+    await wait_until(lambda: manager.live_status(handle) == "waiting")
+    mine = await manager.start("bob", "s-bob", RunRequestOptions(input="hello"))
+    await mine.finished
+    approve = {"tool_call_id": await asked_call(bus, handle), "approved": True}
+    token = handle.lease.token
+    # bob names alice's run under his own session, and under hers; alice names her run under
+    # another session of her own: the run is unknown to each of those, and untouched
+    attempts = [("bob", "s-bob"), ("bob", "s-alice"), ("alice", "s-bob")]
+    for principal, session in attempts:
+        with pytest.raises(NotFound):
+            await manager.external_event(
+                principal, session, handle.run_id, "confirmation_response", approve
+            )
+        assert await manager.cancel(handle.run_id, "bob") is None
+        assert manager.live_status(handle) == "waiting"
+        # still held here, under its own lease: nothing resumed it elsewhere or fenced it
+        assert manager.local(handle.run_id) is handle and not handle.done
+        assert handle.lease.token == token and handle.lease.session_id == "s-alice"
+    # alice's own answer, under her own session, is the one taken
+    deny = {**approve, "approved": False}
+    taken = await manager.external_event(
+        "alice", "s-alice", handle.run_id, "confirmation_response", deny
+    )
+    assert taken == ["ConfirmationExtension"]
+    await handle.finished
+    assert handle.status == "completed"
+    assert "did not delete" in str(handle.output)
