@@ -14,6 +14,11 @@ answered below the app (the app never sees such a connection) and counted:
   limit): a connection beyond it is answered ``503`` with ``Retry-After`` at once and closed,
   so the worker keeps the descriptors its store, bus and model calls need.
 
+A request httptools cannot parse (a control character such as DEL in a header value, which
+RFC 9110 forbids) is answered ``400`` problem+json here rather than with uvicorn's plain text:
+``invalid_header`` with the header's name in ``header`` when the offending line names one
+(``Idempotency-Key: a\x7fb``), else ``bad_request``.
+
 It also gives each request's scope an ``abort`` callable (``scope["extensions"]
 ["agent.abort"]``): a response whose client stopped reading drops the connection and what its
 transport still buffers, which closing cannot do (a close waits for the buffer to flush).
@@ -27,7 +32,9 @@ it), so every worker of ``agent-server --workers N`` applies its own settings.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
 import resource
 import time
 from dataclasses import dataclass
@@ -144,11 +151,20 @@ _large_log = _Throttled("refused %d request head(s) larger than AGENT_MAX_HEADER
 _refused_log = _Throttled("refused %d connection(s) beyond AGENT_MAX_CONNECTIONS (503)")
 
 
-def _problem(status: int, reason: str, code: str, detail: str, extra: bytes = b"") -> bytes:
+def _problem(
+    status: int,
+    reason: str,
+    code: str,
+    detail: str,
+    extra: bytes = b"",
+    *,
+    extra_member: bytes = b"",
+) -> bytes:
     body = (
         f'{{"type":"about:blank","title":"{reason}","status":{status},'
-        f'"detail":"{detail}","code":"{code}"}}'
+        f'"detail":{json.dumps(detail)},"code":"{code}"'
     ).encode()
+    body += (b"," + extra_member if extra_member else b"") + b"}"
     return (
         f"HTTP/1.1 {status} {reason}\r\n".encode()
         + b"content-type: application/problem+json\r\n"
@@ -201,6 +217,28 @@ def _parts(raw: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
 
 _TOO_LARGE_PARTS = _parts(_TOO_LARGE)
 
+# a header line whose value holds a byte RFC 9110 does not allow there (a control character
+# other than tab, or DEL); its name if it is a token
+_BAD_LINE = re.compile(rb"^(?:([!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}):)?[^\n]*?[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _bad_request(data: bytes) -> bytes:
+    """The 400 problem for a head the parser refused, naming the header at fault if it can
+    (found in ``data``, the bytes that made the parser fail)."""
+    for line in data.split(b"\n"):
+        found = _BAD_LINE.match(line.removesuffix(b"\r"))
+        if found is None:
+            continue
+        name = (found.group(1) or b"").decode("ascii")
+        said = f"the header {name!r}" if name else "a header"
+        detail = (
+            f"the value of {said} holds a control character; header values are visible "
+            "ASCII, spaces and tabs"
+        )
+        member = b'"header":' + json.dumps(name.lower()).encode() if name else b""
+        return _problem(400, "Bad Request", "invalid_header", detail, extra_member=member)
+    return _problem(400, "Bad Request", "bad_request", "the request could not be parsed")
+
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a head size cap, a head timeout and a connection cap."""
@@ -211,6 +249,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _head_timer: asyncio.TimerHandle | None = None
     _refused = False
     _counted = False
+    _last_data = b""
     _extensions: dict[str, Any]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -264,7 +303,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # a new request after the keep-alive wait: its head has a deadline too
             if self._head_timer is None:
                 self._arm_head_timer()
+        self._last_data = data  # what a parse error is about (send_400_response)
         super().data_received(data)
+        self._last_data = b""
         if (
             counting
             and self._head_pending
@@ -277,6 +318,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._disarm_head_timer()
             self.transport.write(_TOO_LARGE)
             self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request the parser refused: problem+json (uvicorn's own is plain text)."""
+        self._disarm_head_timer()
+        self.transport.write(_bad_request(self._last_data))
+        self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
