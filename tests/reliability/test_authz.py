@@ -212,3 +212,32 @@ async def test_the_owner_reaches_everything(server: Server, world: World) -> Non
         assert (await client.get(f"/v1/sessions/{world.done_session}")).status_code == 404
         assert (await client.get("/debug/state")).status_code == 200
         await wait_idle(client)
+
+
+async def test_bobs_own_session_with_alices_run_changes_nothing(
+    server: Server, world: World
+) -> None:
+    bob = auth("bob")
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        mine = f"bob-{uuid.uuid4().hex[:8]}"
+        own = await client.post(
+            f"/v1/sessions/{mine}/runs", json={"input": "hi", "stream": False}, headers=bob
+        )
+        assert own.status_code == 200, own.text
+        answer = {
+            "session_id": mine,
+            "run_id": world.waiting_run,
+            "name": "confirmation_response",
+            "payload": {"tool_call_id": world.tool_call_id, "approved": True},
+        }
+        for body in (answer, {**answer, "payload": {"approved": True}}):
+            response = await client.post("/external-events", json=body, headers=bob)
+            assert_problem(response, 404, "not_found")
+        await still_waiting(client, world)
+        # alice's run under another of her own sessions is not that session's either
+        alice = auth("alice")
+        elsewhere = {**answer, "session_id": world.done_session}
+        assert_problem(
+            await client.post("/external-events", json=elsewhere, headers=alice), 404, "not_found"
+        )
+        await still_waiting(client, world)
