@@ -312,8 +312,8 @@ async def _retry(
         raise InvalidRequest("requestState is not one this server made") from None
     if not (is_session_id(run_id) and is_session_id(session_id)):
         raise InvalidRequest("requestState is not one this server made")
-    found = await caller.services.manager.find(run_id, caller.principal)
-    if found is None or found.session_id != session_id:
+    found = await caller.services.manager.find(run_id, caller.principal, session_id)
+    if found is None:
         raise NotFound(f"no run {run_id!r}")
     responses = params.input_responses or {}
     response = responses.get(_ELICITATION_KEY)
@@ -333,7 +333,7 @@ async def _approve(
     """A host without elicitation answers the session's pending confirmation."""
     services = caller.services
     holder = await services.bus.locks.holder(session_id)
-    found = await services.manager.find(holder, caller.principal) if holder else None
+    found = await services.manager.find(holder, caller.principal, session_id) if holder else None
     pending = await _pending(services, found.run_id) if found is not None else None
     if found is None or pending is None:
         raise NotAccepted(f"session {session_id!r} has no confirmation waiting for an answer")

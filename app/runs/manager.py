@@ -194,9 +194,12 @@ class RunManager:
         """``GET /v1/runs/{id}`` for a run held here."""
         return handle.view(self._context.live_status(handle))
 
-    async def find(self, run_id: str, principal: str) -> RunHandle | RunRecord | None:
-        """The run (held here, else stored) if it exists and belongs to ``principal``."""
-        return await self._context.find(run_id, principal)
+    async def find(
+        self, run_id: str, principal: str, session_id: str | None = None
+    ) -> RunHandle | RunRecord | None:
+        """The run (held here, else stored) if it exists and belongs to ``principal`` (and,
+        given ``session_id``, to that session): ``RunContext.find``."""
+        return await self._context.find(run_id, principal, session_id)
 
     def stream_opened(self) -> None:
         """An SSE response started reading a log."""
