@@ -199,6 +199,16 @@ async def test_approval_round_trip_streamed(client: AsyncOpenAI) -> None:
     assert [o.output for o in outputs] == ["Deleted notes.txt"]
     # the first response stays what it was: it ended on the request
     assert (await client.responses.retrieve(first.id)).status == "incomplete"
+    # the answer's response is the run from the request on; a window of the run that begins
+    # anywhere else was never given out: unknown, like any made-up id
+    assert (await client.responses.retrieve(final.id)).status == "completed"
+    run_part, _, asked_seq = final.id.rpartition("_")
+    for made_up in (int(asked_seq) - 1, int(asked_seq) + 1, 1, 999):
+        with pytest.raises(openai.NotFoundError) as unknown:
+            await client.responses.retrieve(f"{run_part}_{made_up}")
+        assert unknown.value.status_code == 404
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.cancel(f"{run_part}_{made_up}")
     # a second answer to the same request is refused
     with pytest.raises(openai.ConflictError):
         await client.responses.create(

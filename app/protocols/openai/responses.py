@@ -112,9 +112,30 @@ async def _find(
         raise NotFound(f"no response {response_id!r}")
     run_id, after = parsed
     found = await services.manager.find(run_id, principal)
-    if found is None:
+    if found is None or (after and not await _asked_at(services, run_id, after)):
         raise NotFound(f"no response {response_id!r}")
     return run_id, after, found
+
+
+async def _asked_at(services: Services, run_id: str, seq: int) -> bool:
+    """True if the run's event ``seq`` is a confirmation request: the only places a response
+    of the run begins after its first (an id naming any other seq was never given out).
+    False too once the log is gone: such a response can no longer be told apart."""
+    events = services.bus.events
+    last = await events.last_seq(run_id)
+    if last is None or last < seq:
+        return False
+    try:
+        subscription = await events.subscribe(run_id, seq - 1)
+    except LogNotFound:
+        return False
+    try:
+        batch = await subscription.next()
+    finally:
+        await subscription.aclose()
+    if not batch or batch[0].seq != seq or batch[0].type != "custom":
+        return False
+    return bool(batch[0].document["data"].get("name") == _WAITING_EVENT)
 
 
 def _created_at(found: RunHandle | RunRecord) -> float:
