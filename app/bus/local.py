@@ -156,10 +156,12 @@ class LocalEventLog:
         self._logs: dict[str, _RunLog] = {}
         self._subscribers = 0
 
-    async def create(self, run_id: str, *, session_id: str, fence: int) -> None:
+    async def create(self, run_id: str, *, session_id: str, fence: int, after: int = 0) -> None:
         if run_id in self._logs:
             raise BusError(f"run {run_id!r} already has an event log")
         self._logs[run_id] = _RunLog(run_id, session_id, fence)
+        if after > 0:
+            self.skip_to(run_id, after)
 
     async def append(self, run_id: str, event: WireEvent, *, fence: int) -> None:
         self.append_nowait(run_id, event, fence=fence)

@@ -3,17 +3,23 @@ event log position, under the run's lease token.
 
 The runtime calls ``save`` after each model response, around each approval, before a
 non-idempotent tool's body starts and after each tool result (``agent_runtime.checkpoints``);
-an exception from it ends the run. The store refuses a save whose token is older than one the
-run was written with (``StaleFence``): the run was taken over elsewhere, so this worker fences
-it off and the run stops here instead of going on unrecorded.
+an exception from it ends the run. A store outage does not: a checkpoint that cannot be stored
+is skipped (the run stays resumable from its last stored one), except the one recording the
+start of a tool call that must not run twice, which is retried for ``START_WAIT`` seconds
+before the call, then ends the run ``unavailable`` without making the call. The store refuses
+a save whose token is older than one the run was written with (``StaleFence``): the run was
+taken over elsewhere, so this worker fences it off and the run stops here instead of going
+on unrecorded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.messages import UserMessage
@@ -27,6 +33,7 @@ from app.storage import CheckpointRecord, RunRecord, StaleFence, StorageError, S
 __all__ = [
     "REQUEST_KEY",
     "CheckpointFenced",
+    "CheckpointUnavailable",
     "RunCheckpointSink",
     "first_checkpoint",
     "request_options",
@@ -40,8 +47,22 @@ REQUEST_KEY = "request"
 logger = logging.getLogger("app.runs")
 
 
+START_WAIT: Final = 10.0
+"""Seconds the start of a tool call that must not run twice waits for the store to record it
+(retried meanwhile): a short outage delays the call, a long one ends the run ``unavailable``."""
+_RETRY_FIRST: Final = 0.1
+_RETRY_MAX: Final = 1.0
+
+
 class CheckpointFenced(StorageError):
     """A checkpoint of a run this worker no longer holds (fenced off, or taken over)."""
+
+
+class CheckpointUnavailable(StorageError):
+    """The store could not record the start of a tool call that must not run twice within
+    ``START_WAIT``: the call does not start, and the run ends with this ``code``."""
+
+    code = "unavailable"
 
 
 def first_checkpoint(handle: RunHandle) -> RunCheckpoint:
@@ -142,21 +163,40 @@ class RunCheckpointSink:
             data={**checkpoint.to_dict(), REQUEST_KEY: request_options(handle.options)},
             updated_at=datetime.now(UTC),
         )
-        try:
-            await context.store.save_checkpoint(record, fence=handle.lease.token)
-        except StaleFence as exc:
-            self._fencing.fence_off(handle, "the store refused its checkpoint (a newer lease)")
-            raise CheckpointFenced(str(exc)) from exc
-        except StorageUnavailable:
-            if any(call.state == "started" for call in checkpoint.calls):
-                # a tool that must not run twice starts only once its start is recorded
-                raise
-            # an outage must not end a run that can finish (its end waits in memory for the
-            # store, app.runs.final_write): it stays resumable from its last stored checkpoint
-            logger.warning(
-                "could not store a checkpoint; the run goes on",
-                extra={"run_id": handle.run_id, "step": checkpoint.step},
-            )
-            return
+        starting = any(call.state == "started" for call in checkpoint.calls)
+        began = time.monotonic()
+        delay = _RETRY_FIRST
+        while True:
+            try:
+                await context.store.save_checkpoint(record, fence=handle.lease.token)
+                break
+            except StaleFence as exc:
+                self._fencing.fence_off(handle, "the store refused its checkpoint (a newer lease)")
+                raise CheckpointFenced(str(exc)) from exc
+            except StorageUnavailable as exc:
+                details = {"run_id": handle.run_id, "step": checkpoint.step}
+                if not starting:
+                    # an outage must not end a run that can finish (its end waits in memory
+                    # for the store, app.runs.final_write): it stays resumable from its last
+                    # stored checkpoint
+                    logger.warning("could not store a checkpoint; the run goes on", extra=details)
+                    return
+                # a tool that must not run twice starts only once its start is recorded: the
+                # call waits for the store, within bounds
+                if time.monotonic() - began >= START_WAIT:
+                    raise CheckpointUnavailable(
+                        "the store (the database) could not record the start of a tool call "
+                        f"for {START_WAIT:.0f} s; the call was not made"
+                    ) from exc
+                if delay == _RETRY_FIRST:
+                    logger.warning(
+                        "could not record a tool call's start; retrying before it starts",
+                        extra=details,
+                    )
+            await asyncio.sleep(delay)
+            delay = min(_RETRY_MAX, delay * 2)
+            if context.lapsed(handle):
+                self._fencing.fence_off(handle, "its lease deadline passed before a tool call")
+                raise CheckpointFenced(f"run {handle.run_id!r} is no longer held by this worker")
         handle.checkpoint_step = max(handle.checkpoint_step or 0, checkpoint.step)
         context.metrics.checkpoints_saved.inc()

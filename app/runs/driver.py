@@ -28,14 +28,14 @@ from agent_runtime.events import AgentEvent, AgentEventType
 from agent_runtime.messages import Message, ToolCall, message_from_dict
 from app.admission import AdmissionRejected, QueueTimeout
 from app.budgets import BudgetHold, BudgetUsedUp
-from app.bus.base import BusError, BusUnavailable, LeaseLost
+from app.bus.base import BusError
 from app.runs.checkpoints import RunCheckpointSink, first_checkpoint
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
-from app.runs.handle import CANCEL_REASONS, HANDOVER, Outcome, RunHandle, now
+from app.runs.handle import CANCEL_REASONS, HANDOVER, Outcome, RunHandle, lost_outcome, now
 from app.runs.records import RunRecords
-from app.storage import WebhookMessage
+from app.storage import StorageUnavailable, WebhookMessage
 from app.wire import delta_json, encode_data
 
 __all__ = ["Driver"]
@@ -88,9 +88,21 @@ class Driver:
                 await asyncio.shield(self._finalizer.finalize(handle, cancelled))
             raise
         except BusError as exc:
-            # the shared bus failed under the run: Redis unreachable, or the lease taken over
+            # the run's log failed under it: Redis unreachable past the call's bound, its data
+            # lost (a restart without persistence, FLUSHALL), or the lease taken over. This
+            # worker can no longer keep the log, so it stops acting for the run and ends
+            # nothing: the worker that next takes the lease resumes the run from its
+            # checkpoint (or, without one, ends it worker_lost) (app.runs.fencing)
             logger.error("run stopped by a bus failure: %s", exc, extra={"run_id": handle.run_id})
-            outcome = bus_failure(exc)
+            self._fencing.fence_off(handle, f"its event log failed ({exc})", stop=False)
+            outcome = lost_outcome()
+        except StorageUnavailable as exc:
+            # the store failed where the run cannot go on without it (its conversation could
+            # not be read): a clear end, stored once the store answers (app.runs.final_write)
+            logger.error("run stopped by a store outage: %s", exc, extra={"run_id": handle.run_id})
+            outcome = Outcome.failed(
+                "unavailable", "the store (the database) could not be reached during the run"
+            )
         except Exception:
             logger.exception("run failed unexpectedly", extra={"run_id": handle.run_id})
             outcome = Outcome.failed("internal", "the run failed unexpectedly; it was logged")
@@ -246,6 +258,12 @@ class Driver:
                         await records.status(handle, "running")
             except RunError:
                 pass  # run.failed or run.cancelled was yielded just before
+            except BusError as exc:
+                # fenced off before the runtime's run is closed: what it would store while
+                # closing (a call cut short as its result) must not become the checkpoint the
+                # run is resumed from
+                self._fencing.fence_off(handle, f"its event log failed ({exc})", stop=False)
+                raise
             finally:
                 await stream.aclose()
         except AgentClosedError:
@@ -372,16 +390,3 @@ def run_options(handle: RunHandle) -> dict[str, Any]:
     if handle.options.response_format is not None:
         options["response_format"] = handle.options.response_format
     return options
-
-
-def bus_failure(exc: BusError) -> Outcome:
-    """How a run ends when the bus fails under it (the details go to the log, not the client)."""
-    if isinstance(exc, LeaseLost):
-        return Outcome.failed(
-            "worker_lost", "this worker lost the run's session lease; the run was ended"
-        )
-    if isinstance(exc, BusUnavailable):
-        return Outcome.failed(
-            "unavailable", "the shared event bus (Redis) became unreachable during the run"
-        )
-    return Outcome.failed("internal", "the run's event log refused an event; it was logged")

@@ -22,6 +22,13 @@ with its lease's fencing token, which the store and the event log refuse once an
 with a newer one. A tool call already running is counted (``agent_tool_calls_after_lease``)
 and logged: it finishes, if at all, after the lease.
 
+A run whose event log fails under it (Redis unreachable past the call's bound, its data
+lost, the log taken over) is fenced off the same way, at that moment, since the worker can no
+longer keep the run's log: it writes no end (no ``unavailable``, no ``internal``), and the
+worker that next takes the lease resumes the run from its checkpoint. So is a run whose
+renewal finds its lease gone (taken over, or lost with Redis's data): any worker may take
+the session at once.
+
 With the in-process bus (one worker) a lease cannot outlive its holder: the deadline is
 infinite and nothing here applies.
 """
@@ -80,8 +87,9 @@ class Fencing:
             default=math.inf,
         )
 
-    def fence_off(self, handle: RunHandle, why: str) -> None:
-        """Stop acting for the run: see the module's docstring. Idempotent."""
+    def fence_off(self, handle: RunHandle, why: str, *, stop: bool = True) -> None:
+        """Stop acting for the run: see the module's docstring. Idempotent. ``stop=False``
+        for a run that has stopped already (its driver is on its way to finalize)."""
         if handle.fenced or handle.done:
             return
         context = self._context
@@ -100,5 +108,5 @@ class Fencing:
                 extra=details,
             )
         logger.error("fenced off a run: %s; stopping it here", why, extra=details)
-        if not handle.finalizing:
+        if stop and not handle.finalizing:
             self._routing.stop(handle, "shutdown")

@@ -8,8 +8,9 @@ goes on, on the worker that takes its lease, from its last checkpoint.
                   AGENT_MAX_RESUMES resumes so far, its agent configured here
       take it:    the session's lock for the run (a newer fencing token) → the checkpoint
                   taken over with that token (resumes + 1; the lost worker's late writes
-                  are refused from now on) → a handle → the log (kept; a new one after a
-                  restart of the in-process bus, from the checkpoint's seq) → the driver
+                  are refused from now on) → a handle → the log (kept; a new one from the
+                  checkpoint's seq after a restart of the in-process bus, or a Redis that
+                  lost its data) → the driver
       the driver: ``AgentCore.resume(checkpoint)``; its first event is logged as
                   ``run.resumed`` (``reason`` worker_lost|shutdown, ``from_seq``)
 
@@ -138,12 +139,11 @@ class Resumer:
         events = context.events
         last = await events.last_seq(run_id)
         if last is None:
-            # the in-process log did not outlive the process: a new one, whose seq goes on
-            # from the checkpoint's (readers of the old log are gone with it)
-            await events.create(run_id, session_id=record.session_id, fence=lease.token)
-            skip = getattr(events, "skip_to", None)
-            if callable(skip):
-                skip(run_id, taken.event_seq)
+            # the log did not outlive the process (in-process bus) or Redis's data: a new one,
+            # whose seq goes on from the checkpoint's
+            await events.create(
+                run_id, session_id=record.session_id, fence=lease.token, after=taken.event_seq
+            )
             last = taken.event_seq
         handle.seq = last
         context.hold(handle)

@@ -66,11 +66,13 @@ def _pairs(raw: Sequence[bytes]) -> dict[bytes, bytes]:
 
 @dataclass(frozen=True, slots=True)
 class _ReadState:
-    """One read of a log: its events after a cursor, its last seq, whether it is sealed."""
+    """One read of a log: its events after a cursor, its last seq, whether it is sealed, and
+    the cursor it was read from."""
 
     events: Sequence[WireEvent]
     last: int
     sealed: bool
+    cursor: int
 
 
 class _Waiter:
@@ -478,13 +480,15 @@ class RedisEventLog:
         *,
         session_id: str,
         fence: int,
+        after: int = 0,
         route: tuple[str, int] | None = None,
     ) -> None:
-        """Start the run's log; with ``route`` (worker id, ttl in ms), route the run's
-        commands to that worker in the same call (``RedisBus.open_run``)."""
+        """Start the run's log, its first seq ``after + 1``; with ``route`` (worker id, ttl
+        in ms), route the run's commands to that worker in the same call
+        (``RedisBus.open_run``)."""
         keys = self._keys
         names = [keys.meta(run_id), keys.live]
-        args: list[str | int] = [session_id, fence, self._live_ttl_ms, run_id]
+        args: list[str | int] = [session_id, fence, self._live_ttl_ms, run_id, max(0, after)]
         if route is not None:
             names.append(keys.route(run_id))
             args.extend(route)
@@ -587,18 +591,21 @@ class RedisEventLog:
         seqs = f"seq {first}" if first == final else f"seqs {first}..{final}"
         return BusError(f"run {run_id!r}: event {seqs} does not follow the log's last")
 
-    async def read(self, run_id: str, after: int) -> _ReadState | None:
-        """The events after ``after`` (at most ``READ_COUNT``); None if there is no log."""
+    async def read(self, run_id: str, after: int, *, rebase: bool = False) -> _ReadState | None:
+        """The events after ``after`` (at most ``READ_COUNT``); None if there is no log.
+        ``rebase``: a new reader, read from the start of a log begun again past its cursor
+        (``scripts.READ``; the state's ``cursor`` says from where)."""
         keys = self._keys
         cursor = min(max(0, after), _MAX_CURSOR)
         async with unavailable(self._where, "reading an event log"):
             raw = await self._read(
-                keys=[keys.meta(run_id), keys.log(run_id)], args=[cursor, READ_COUNT]
+                keys=[keys.meta(run_id), keys.log(run_id)],
+                args=[cursor, READ_COUNT, 1 if rebase else 0],
             )
         if not raw or not raw[0]:
             return None
         events = [_decode_entry(entry_id, _pairs(fields)) for entry_id, fields in raw[3]]
-        return _ReadState(events, int(raw[1]), int(raw[2]) == 1)
+        return _ReadState(events, int(raw[1]), int(raw[2]) == 1, int(raw[4]))
 
     async def last_seq(self, run_id: str) -> int | None:
         async with unavailable(self._where, "reading an event log"):
@@ -613,12 +620,11 @@ class RedisEventLog:
         return int(last)
 
     async def subscribe(self, run_id: str, after: int = 0) -> RedisSubscription:
-        after = max(0, after)
-        state = await self.read(run_id, after)
+        state = await self.read(run_id, max(0, after), rebase=True)
         if state is None:
             raise LogNotFound(run_id)
         self._subscribers += 1
-        return RedisSubscription(self, run_id, after, state)
+        return RedisSubscription(self, run_id, state.cursor, state)
 
     async def exists(self, run_id: str) -> bool:
         async with unavailable(self._where, "reading an event log"):

@@ -3,7 +3,8 @@
 Values and their layout (see ``app.bus.redis`` for the key names):
 
 - a session lock is a string ``"<token> <holder>"``; ``token`` comes from one ``INCR``
-  counter shared by every session, so it only grows, across sessions and workers;
+  counter shared by every session, so it only grows, across sessions and workers (and across
+  a loss of Redis's data: ``_NEXT_TOKEN``);
 - a log's meta hash has ``session``, ``fence`` (the highest token that wrote), ``last`` (the
   last seq) and ``sealed`` (``1`` once the terminal event is in);
 - a log's stream entries have the id ``<seq>-0`` (our own counter, so a reader's cursor *is*
@@ -35,10 +36,28 @@ __all__ = [
     "UNREGISTER",
 ]
 
+# The next fencing token from the counter at ``key``. A counter that is missing (a Redis that
+# restarted empty, or FLUSHALL) begins again at the server's clock in microseconds, not at 1:
+# the store keeps the tokens it was written with and refuses lower ones, so tokens must keep
+# rising across a loss of Redis's data (a counter that issued fewer than one token per
+# microsecond since it began is passed). Tokens are formatted with %d: Lua prints numbers
+# past 10^14 in exponent form.
+_NEXT_TOKEN: Final = """
+local function next_token(key)
+  if redis.call('EXISTS', key) == 0 then
+    local now = redis.call('TIME')
+    redis.call('SET', key, now[1] .. string.format('%06d', tonumber(now[2])))
+  end
+  return redis.call('INCR', key)
+end
+"""
+
 # KEYS: lock, fence counter. ARGV: holder, ttl (ms).
 # The token of the new lease; the same token again when ``holder`` already holds the lock (a
 # call retried after its answer was lost); nil when someone else holds it.
-ACQUIRE: Final = """
+ACQUIRE: Final = (
+    _NEXT_TOKEN
+    + """
 local current = redis.call('GET', KEYS[1])
 if current then
   local space = string.find(current, ' ', 1, true)
@@ -47,10 +66,11 @@ if current then
   end
   return false
 end
-local token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], token .. ' ' .. ARGV[1], 'NX', 'PX', ARGV[2])
+local token = next_token(KEYS[2])
+redis.call('SET', KEYS[1], string.format('%d', token) .. ' ' .. ARGV[1], 'NX', 'PX', ARGV[2])
 return token
 """
+)
 
 # KEYS: lock, route of the holder, meta of the holder's log, stream of the holder's log.
 # ARGV: lock value, lease ttl (ms), live log ttl (ms).
@@ -79,17 +99,22 @@ return 0
 # KEYS: route. ARGV: worker id. Deletes the route only if it still names this worker.
 UNREGISTER: Final = RELEASE
 
-# KEYS: meta, live set[, route]. ARGV: session id, fence, live ttl (ms), run id[, worker id,
-# route ttl (ms)]. 1 if created (and, given a route, the run routed to that worker), 0 if the
-# log exists already (and nothing changed).
+# KEYS: meta, live set[, route]. ARGV: session id, fence, live ttl (ms), run id, the seq the
+# log goes on after (0 for a new run)[, worker id, route ttl (ms)]. 1 if created (and, given a
+# route, the run routed to that worker), 0 if the log exists already (and nothing changed).
+# A log that goes on after a seq (a run resumed from its checkpoint once Redis lost its log)
+# keeps it as ``restarted``: READ starts a reader whose cursor is past it from there.
 CREATE: Final = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
-redis.call('HSET', KEYS[1], 'session', ARGV[1], 'fence', ARGV[2], 'last', 0, 'sealed', 0)
+redis.call('HSET', KEYS[1], 'session', ARGV[1], 'fence', ARGV[2], 'last', ARGV[5], 'sealed', 0)
+if ARGV[5] ~= '0' then
+  redis.call('HSET', KEYS[1], 'restarted', ARGV[5])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if KEYS[3] then
-  redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[6])
+  redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[7])
 end
 local now = redis.call('TIME')
 redis.call('ZADD', KEYS[2], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),
@@ -105,7 +130,9 @@ return 1
 # and nothing changed, when someone else holds the lock; -1 when the run has a log already.
 # The same token again when ``holder`` holds the lock already: this call, retried after its
 # answer was lost (the log and the route were written with the lock, in the same step).
-CLAIM: Final = """
+CLAIM: Final = (
+    _NEXT_TOKEN
+    + """
 local current = redis.call('GET', KEYS[1])
 if current then
   local space = string.find(current, ' ', 1, true)
@@ -117,9 +144,10 @@ end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return -1
 end
-local token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], token .. ' ' .. ARGV[1], 'PX', ARGV[2])
-redis.call('HSET', KEYS[3], 'session', ARGV[3], 'fence', token, 'last', 0, 'sealed', 0)
+local token = next_token(KEYS[2])
+local text = string.format('%d', token)
+redis.call('SET', KEYS[1], text .. ' ' .. ARGV[1], 'PX', ARGV[2])
+redis.call('HSET', KEYS[3], 'session', ARGV[3], 'fence', text, 'last', 0, 'sealed', 0)
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
 redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6])
 local now = redis.call('TIME')
@@ -127,6 +155,7 @@ redis.call('ZADD', KEYS[4], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]
   ARGV[1])
 return token
 """
+)
 
 # KEYS: lock, meta, stream, live set, route. ARGV: holder (the run's id), worker id.
 # Undoes a CLAIM whose answer never came (cancelled, or Redis unreachable), if it ran: the
@@ -201,7 +230,7 @@ for index = 0, count - 1 do
     'f', ARGV[at + 2])
 end
 if ARGV[3] == '1' then
-  redis.call('HSET', KEYS[1], 'fence', fence, 'last', final, 'sealed', 1)
+  redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'last', final, 'sealed', 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
   redis.call('ZREM', KEYS[3], ARGV[5])
@@ -211,7 +240,7 @@ if ARGV[3] == '1' then
   end
   redis.call('DEL', KEYS[5])
 else
-  redis.call('HSET', KEYS[1], 'fence', fence, 'last', final)
+  redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'last', final)
   if first == 1 then
     local ttl = redis.call('PTTL', KEYS[1])
     if ttl > 0 then
@@ -222,13 +251,21 @@ end
 return 1
 """
 
-# KEYS: meta, stream. ARGV: cursor (the last seq read), count.
-# {0} when there is no log; else {1, last, sealed, entries after the cursor (at most count)}.
+# KEYS: meta, stream. ARGV: cursor (the last seq read), count, rebase (1 for a new reader).
+# {0} when there is no log; else {1, last, sealed, entries after the cursor (at most count),
+# the cursor read from}. A new reader whose cursor is past the seq a restarted log goes on
+# after (CREATE) may count events of the log Redis lost, numbered as this one numbers others:
+# it reads this log from its start (its run.resumed says which of the reader's text to drop).
 READ: Final = """
-local meta = redis.call('HMGET', KEYS[1], 'last', 'sealed')
+local meta = redis.call('HMGET', KEYS[1], 'last', 'sealed', 'restarted')
 if not meta[1] then
   return {0}
 end
-local entries = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])
-return {1, tonumber(meta[1]), tonumber(meta[2]), entries}
+local cursor = tonumber(ARGV[1])
+if ARGV[3] == '1' and meta[3] and cursor > tonumber(meta[3]) then
+  cursor = tonumber(meta[3])
+end
+local from = '(' .. string.format('%d', cursor) .. '-0'
+local entries = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', ARGV[2])
+return {1, tonumber(meta[1]), tonumber(meta[2]), entries, cursor}
 """
