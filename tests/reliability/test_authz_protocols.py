@@ -264,6 +264,10 @@ async def bob_still_waits(world: World) -> None:
 # --- one attempt, and the same attempt with ids that never existed -----------------------------
 
 
+Check = Callable[[httpx.Response], None]
+"""An assertion about the answer to an attempt (the protocol's refusal)."""
+
+
 @dataclass(frozen=True)
 class Attempt:
     """One request of bob's naming alice's objects (``twin``: compare it with the same request
@@ -273,7 +277,7 @@ class Attempt:
     method: str
     path: str
     body: Any
-    expect: Callable[[httpx.Response], None]
+    expect: Check
     twin: bool = True
 
 
@@ -328,7 +332,7 @@ async def refused_alike(world: World, attempts: Attempts) -> None:
 # --- the protocols' refusals ---------------------------------------------------------------------
 
 
-def openai_error(status: int, code: str, kind: str) -> Callable[[httpx.Response], None]:
+def openai_error(status: int, code: str, kind: str) -> Check:
     """The OpenAI error shape: ``{"error": {"message", "type", "code", "param"}}``."""
 
     def check(response: httpx.Response) -> None:
@@ -346,7 +350,7 @@ OPENAI_NOT_FOUND = openai_error(404, "not_found", "not_found_error")
 OPENAI_NOT_ACCEPTED = openai_error(409, "not_accepted", "conflict_error")
 
 
-def problem(status: int, code: str) -> Callable[[httpx.Response], None]:
+def problem(status: int, code: str) -> Check:
     def check(response: httpx.Response) -> None:
         assert_problem(response, status, code)
 
@@ -393,7 +397,7 @@ def a2a_rest_no_tasks(response: httpx.Response) -> None:
     assert listed["tasks"] == [] and listed["totalSize"] == 0, listed
 
 
-def agui_run_error(code: str) -> Callable[[httpx.Response], None]:
+def agui_run_error(code: str) -> Check:
     """AG-UI's refusal of a thread's state: a stream of exactly one ``RUN_ERROR``."""
 
     def check(response: httpx.Response) -> None:
@@ -411,143 +415,92 @@ def agui_run_error(code: str) -> Callable[[httpx.Response], None]:
 # --- OpenAI --------------------------------------------------------------------------------------
 
 
-def approval(request_call: str, approve: bool = True) -> list[dict[str, Any]]:
-    return [
-        {
-            "type": "mcp_approval_response",
-            "approval_request_id": f"mcpr_{request_call}",
-            "approve": approve,
-        }
-    ]
+def approval(call_id: str, approve: bool = True) -> list[dict[str, Any]]:
+    """An ``mcp_approval_response`` input answering the request of ``call_id``."""
+    request = f"mcpr_{call_id}"
+    return [{"type": "mcp_approval_response", "approval_request_id": request, "approve": approve}]
 
 
 def responses_attempts(alice: Owned, bob: Owned) -> list[Attempt]:
     base = "/openai/v1/responses"
-    create = {"model": AGENT, "input": "mine now"}
+    missing = OPENAI_NOT_FOUND
+
+    def get(cell: str, path: str) -> Attempt:
+        return Attempt(cell, "GET", f"{base}/{path}", None, missing)
+
+    def create(cell: str, expect: Check = missing, twin: bool = True, **body: Any) -> Attempt:
+        return Attempt(cell, "POST", base, {"model": AGENT, **body}, expect, twin)
+
+    mine = "mine now"
     return [
-        Attempt(
-            "GET completed response", "GET", f"{base}/{alice.done_response}", None, OPENAI_NOT_FOUND
+        get("GET completed response", alice.done_response),
+        get("GET waiting response", alice.wait_response),
+        get("GET the response after the question", f"{alice.wait_response}_{alice.seq}"),
+        get("GET ?stream=true replay", f"{alice.done_response}?stream=true"),
+        get(
+            "GET ?stream=true&starting_after=0",
+            f"{alice.wait_response}?stream=true&starting_after=0",
         ),
         Attempt(
-            "GET waiting response", "GET", f"{base}/{alice.wait_response}", None, OPENAI_NOT_FOUND
-        ),
-        Attempt(
-            "GET response after the question (resp_<run>_<seq>)",
-            "GET",
-            f"{base}/{alice.wait_response}_{alice.seq}",
-            None,
-            OPENAI_NOT_FOUND,
-        ),
-        Attempt(
-            "GET ?stream=true replay",
-            "GET",
-            f"{base}/{alice.done_response}?stream=true",
-            None,
-            OPENAI_NOT_FOUND,
-        ),
-        Attempt(
-            "GET ?stream=true&starting_after=0 of the waiting response",
-            "GET",
-            f"{base}/{alice.wait_response}?stream=true&starting_after=0",
-            None,
-            OPENAI_NOT_FOUND,
-        ),
-        Attempt(
-            "cancel waiting response",
-            "POST",
-            f"{base}/{alice.wait_response}/cancel",
-            None,
-            OPENAI_NOT_FOUND,
+            "cancel waiting response", "POST", f"{base}/{alice.wait_response}/cancel", None, missing
         ),
         Attempt(
             "cancel completed response",
             "POST",
             f"{base}/{alice.done_response}/cancel",
             None,
-            OPENAI_NOT_FOUND,
+            missing,
         ),
-        Attempt(
-            "create with previous_response_id (completed)",
-            "POST",
-            base,
-            {**create, "previous_response_id": alice.done_response},
-            OPENAI_NOT_FOUND,
+        create(
+            "previous_response_id: completed", input=mine, previous_response_id=alice.done_response
         ),
-        Attempt(
-            "create with previous_response_id (waiting)",
-            "POST",
-            base,
-            {**create, "previous_response_id": alice.wait_response, "background": True},
-            OPENAI_NOT_FOUND,
+        create(
+            "previous_response_id: waiting, background",
+            input=mine,
+            previous_response_id=alice.wait_response,
+            background=True,
         ),
-        Attempt(
-            "create streamed with previous_response_id",
-            "POST",
-            base,
-            {**create, "previous_response_id": alice.done_response, "stream": True},
-            OPENAI_NOT_FOUND,
+        create(
+            "previous_response_id, streamed",
+            input=mine,
+            previous_response_id=alice.done_response,
+            stream=True,
         ),
         # an unknown conversation would be bob's own new one: the owner's is not found
-        Attempt(
-            "create in conversation (completed session)",
-            "POST",
-            base,
-            {**create, "conversation": alice.done_session},
-            OPENAI_NOT_FOUND,
+        create(
+            "conversation: completed session",
             twin=False,
+            input=mine,
+            conversation=alice.done_session,
         ),
-        Attempt(
-            "create in conversation {id} (waiting session)",
-            "POST",
-            base,
-            {**create, "conversation": {"id": alice.wait_session}},
-            OPENAI_NOT_FOUND,
+        create(
+            "conversation {id}: waiting session",
             twin=False,
+            input=mine,
+            conversation={"id": alice.wait_session},
         ),
-        Attempt(
-            "mcp_approval_response naming alice's response and request",
-            "POST",
-            base,
-            {
-                "model": AGENT,
-                "previous_response_id": alice.wait_response,
-                "input": approval(alice.call_id),
-            },
-            OPENAI_NOT_FOUND,
+        create(
+            "mcp_approval_response: alice's response and request",
+            input=approval(alice.call_id),
+            previous_response_id=alice.wait_response,
         ),
-        Attempt(
-            "mcp_approval_response (deny, streamed) naming alice's response",
-            "POST",
-            base,
-            {
-                "model": AGENT,
-                "previous_response_id": alice.wait_response,
-                "input": approval(alice.call_id, approve=False),
-                "stream": True,
-            },
-            OPENAI_NOT_FOUND,
+        create(
+            "mcp_approval_response (deny, streamed): alice's response and request",
+            input=approval(alice.call_id, approve=False),
+            previous_response_id=alice.wait_response,
+            stream=True,
         ),
-        Attempt(
+        create(
             "mcp_approval_response: bob's waiting response, alice's request",
-            "POST",
-            base,
-            {
-                "model": AGENT,
-                "previous_response_id": bob.wait_response,
-                "input": approval(alice.call_id),
-            },
             OPENAI_NOT_ACCEPTED,
+            input=approval(alice.call_id),
+            previous_response_id=bob.wait_response,
         ),
-        Attempt(
+        create(
             "mcp_approval_response: bob's completed response, alice's request",
-            "POST",
-            base,
-            {
-                "model": AGENT,
-                "previous_response_id": bob.done_response,
-                "input": approval(alice.call_id),
-            },
             OPENAI_NOT_ACCEPTED,
+            input=approval(alice.call_id),
+            previous_response_id=bob.done_response,
         ),
     ]
 
@@ -567,15 +520,9 @@ async def test_openai_chat_completions(world: World) -> None:
         "previous_response_id": alice.wait_response,
         "session_id": alice.done_session,
     }
+    body = {"model": AGENT, "messages": [{"role": "user", "content": "hi"}], "metadata": metadata}
     async with world.layout.other.client(headers=auth("bob")) as client:
-        answer = await client.post(
-            "/openai/v1/chat/completions",
-            json={
-                "model": AGENT,
-                "messages": [{"role": "user", "content": "hi"}],
-                "metadata": metadata,
-            },
-        )
+        answer = await client.post("/openai/v1/chat/completions", json=body)
         assert answer.status_code == 200, answer.text
         assert answer.json()["choices"][0]["message"]["content"] == "You said: hi"
         run = (await client.get(f"/v1/runs/{answer.headers['x-run-id']}")).json()
@@ -609,59 +556,46 @@ def rpc(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
 def a2a_jsonrpc_attempts(alice: Owned, bob: Owned) -> list[Attempt]:
     path = f"/a2a/{AGENT}"
 
-    def call(cell: str, method: str, params: Mapping[str, Any], **kwargs: Any) -> Attempt:
-        return Attempt(cell, "POST", path, rpc(method, params), a2a_rpc_not_found, **kwargs)
+    def call(cell: str, method: str, twin: bool = True, **params: Any) -> Attempt:
+        return Attempt(cell, "POST", path, rpc(method, params), a2a_rpc_not_found, twin)
 
     answer = a2a_message(task_id=alice.wait_run, approved=True)
     return [
-        call("GetTask completed task", "GetTask", {"id": alice.done_run}),
-        call("GetTask waiting task", "GetTask", {"id": alice.wait_run, "historyLength": 10}),
-        call("CancelTask waiting task", "CancelTask", {"id": alice.wait_run}),
-        call("CancelTask completed task", "CancelTask", {"id": alice.done_run}),
-        call("SubscribeToTask waiting task", "SubscribeToTask", {"id": alice.wait_run}),
-        call(
-            "SendMessage answering alice's input-required task", "SendMessage", {"message": answer}
-        ),
+        call("GetTask completed task", "GetTask", id=alice.done_run),
+        call("GetTask waiting task", "GetTask", id=alice.wait_run, historyLength=10),
+        call("CancelTask waiting task", "CancelTask", id=alice.wait_run),
+        call("CancelTask completed task", "CancelTask", id=alice.done_run),
+        call("SubscribeToTask waiting task", "SubscribeToTask", id=alice.wait_run),
+        call("SendMessage answering alice's input-required task", "SendMessage", message=answer),
         call(
             "SendMessage (returnImmediately) answering alice's task",
             "SendMessage",
-            {"message": answer, "configuration": {"returnImmediately": True}},
+            message=answer,
+            configuration={"returnImmediately": True},
         ),
-        call(
-            "SendStreamingMessage answering alice's task",
-            "SendStreamingMessage",
-            {"message": answer},
-        ),
+        call("SendStreamingMessage answering alice's task", "SendStreamingMessage", message=answer),
         call(
             "SendMessage: alice's taskId under bob's contextId",
             "SendMessage",
-            {
-                "message": a2a_message(
-                    task_id=alice.wait_run, context_id=bob.wait_session, approved=True
-                )
-            },
+            message=a2a_message(task_id=alice.wait_run, context_id=bob.wait_session, approved=True),
         ),
         call(
-            "SendMessage: alice's taskId with text under alice's contextId",
+            "SendMessage: alice's completed taskId and contextId, with text",
             "SendMessage",
-            {
-                "message": a2a_message(
-                    task_id=alice.done_run, context_id=alice.done_session, text="more"
-                )
-            },
+            message=a2a_message(task_id=alice.done_run, context_id=alice.done_session, text="more"),
         ),
         # an unknown contextId would be bob's own new context: the owner's is not found
         call(
             "SendMessage continuing alice's contextId",
             "SendMessage",
-            {"message": a2a_message(context_id=alice.done_session, text="mine now")},
             twin=False,
+            message=a2a_message(context_id=alice.done_session, text="mine now"),
         ),
         call(
             "SendStreamingMessage in alice's waiting contextId",
             "SendStreamingMessage",
-            {"message": a2a_message(context_id=alice.wait_session, text="delete secret.txt")},
             twin=False,
+            message=a2a_message(context_id=alice.wait_session, text="delete secret.txt"),
         ),
         Attempt(
             "ListTasks of alice's contextId",
@@ -675,75 +609,46 @@ def a2a_jsonrpc_attempts(alice: Owned, bob: Owned) -> list[Attempt]:
 
 def a2a_rest_attempts(alice: Owned, bob: Owned) -> list[Attempt]:
     base = f"/a2a/{AGENT}"
-    answer = {"message": a2a_message(task_id=alice.wait_run, approved=True)}
+    missing = a2a_rest_not_found
+
+    def send(cell: str, path: str, twin: bool = True, **message: Any) -> Attempt:
+        return Attempt(
+            cell, "POST", f"{base}/{path}", {"message": a2a_message(**message)}, missing, twin
+        )
+
+    task = f"{base}/tasks/{alice.wait_run}"
     return [
-        Attempt(
-            "GET tasks/{id} completed",
-            "GET",
-            f"{base}/tasks/{alice.done_run}",
-            None,
-            a2a_rest_not_found,
-        ),
-        Attempt(
-            "GET tasks/{id} waiting",
-            "GET",
-            f"{base}/tasks/{alice.wait_run}",
-            None,
-            a2a_rest_not_found,
-        ),
-        Attempt(
-            "POST tasks/{id}:cancel",
-            "POST",
-            f"{base}/tasks/{alice.wait_run}:cancel",
-            None,
-            a2a_rest_not_found,
-        ),
-        Attempt(
-            "GET tasks/{id}:subscribe",
-            "GET",
-            f"{base}/tasks/{alice.wait_run}:subscribe",
-            None,
-            a2a_rest_not_found,
-        ),
-        Attempt(
-            "POST tasks/{id}:subscribe",
-            "POST",
-            f"{base}/tasks/{alice.wait_run}:subscribe",
-            None,
-            a2a_rest_not_found,
-        ),
-        Attempt(
+        Attempt("GET tasks/{id} completed", "GET", f"{base}/tasks/{alice.done_run}", None, missing),
+        Attempt("GET tasks/{id} waiting", "GET", task, None, missing),
+        Attempt("POST tasks/{id}:cancel", "POST", f"{task}:cancel", None, missing),
+        Attempt("GET tasks/{id}:subscribe", "GET", f"{task}:subscribe", None, missing),
+        Attempt("POST tasks/{id}:subscribe", "POST", f"{task}:subscribe", None, missing),
+        send(
             "message:send answering alice's task",
-            "POST",
-            f"{base}/message:send",
-            answer,
-            a2a_rest_not_found,
+            "message:send",
+            task_id=alice.wait_run,
+            approved=True,
         ),
-        Attempt(
+        send(
             "message:stream answering alice's task",
-            "POST",
-            f"{base}/message:stream",
-            answer,
-            a2a_rest_not_found,
+            "message:stream",
+            task_id=alice.wait_run,
+            approved=True,
         ),
-        Attempt(
+        send(
             "message:send: alice's taskId under bob's contextId",
-            "POST",
-            f"{base}/message:send",
-            {
-                "message": a2a_message(
-                    task_id=alice.wait_run, context_id=bob.wait_session, approved=False
-                )
-            },
-            a2a_rest_not_found,
+            "message:send",
+            task_id=alice.wait_run,
+            context_id=bob.wait_session,
+            approved=False,
         ),
-        Attempt(
+        # an unknown contextId would be bob's own new context: the owner's is not found
+        send(
             "message:send continuing alice's contextId",
-            "POST",
-            f"{base}/message:send",
-            {"message": a2a_message(context_id=alice.done_session, text="mine now")},
-            a2a_rest_not_found,
+            "message:send",
             twin=False,
+            context_id=alice.done_session,
+            text="mine now",
         ),
         Attempt(
             "GET tasks?contextId= alice's",
@@ -781,83 +686,63 @@ async def test_a2a_http_json(world: World) -> None:
 # --- AG-UI ---------------------------------------------------------------------------------------
 
 
-def agui_input(thread: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "threadId": thread,
-        "runId": f"agui-{uuid.uuid4().hex[:8]}",
-        "messages": [{"id": "u1", "role": "user", "content": "mine now"}],
-        "tools": [],
-        "context": [],
-        "state": {},
-        "forwardedProps": {},
-        **extra,
-    }
-
-
 def resume(call_id: str, status: str = "resolved", approved: bool = True) -> list[dict[str, Any]]:
     return [{"interruptId": call_id, "status": status, "payload": {"approved": approved}}]
 
 
 def agui_attempts(alice: Owned, bob: Owned) -> list[Attempt]:
     path = f"/v1/agents/{AGENT}/ag-ui"
-    run_id = "agui-run-1"  # the client's own id: the same in both requests
+
+    def run(cell: str, thread: str, expect: Check, twin: bool = True, **extra: Any) -> Attempt:
+        body = {
+            "threadId": thread,
+            "runId": "agui-run-1",  # the client's own id for its AG-UI run
+            "messages": [{"id": "u1", "role": "user", "content": "mine now"}],
+            "tools": [],
+            "context": [],
+            "state": {},
+            "forwardedProps": {},
+            **extra,
+        }
+        return Attempt(cell, "POST", path, body, expect, twin)
+
+    missing = agui_run_error("not_found")
+    call = alice.call_id
     return [
-        Attempt(
-            "resume alice's interrupt on alice's thread",
-            "POST",
-            path,
-            {**agui_input(alice.wait_session, runId=run_id), "resume": resume(alice.call_id)},
-            agui_run_error("not_found"),
+        run(
+            "resume alice's interrupt on her thread",
+            alice.wait_session,
+            missing,
+            resume=resume(call),
         ),
-        Attempt(
-            "resume (cancelled) alice's interrupt on alice's thread",
-            "POST",
-            path,
-            {
-                **agui_input(alice.wait_session, runId=run_id),
-                "resume": resume(alice.call_id, status="cancelled"),
-            },
-            agui_run_error("not_found"),
+        run(
+            "resume (cancelled) alice's interrupt on her thread",
+            alice.wait_session,
+            missing,
+            resume=resume(call, status="cancelled"),
         ),
-        Attempt(
-            "resume alice's interrupt on alice's completed thread",
-            "POST",
-            path,
-            {**agui_input(alice.done_session, runId=run_id), "resume": resume(alice.call_id)},
-            agui_run_error("not_found"),
+        run(
+            "resume alice's interrupt on her completed thread",
+            alice.done_session,
+            missing,
+            resume=resume(call),
         ),
-        Attempt(
+        run(
             "resume alice's interrupt on bob's waiting thread",
-            "POST",
-            path,
-            {**agui_input(bob.wait_session, runId=run_id), "resume": resume(alice.call_id)},
-            agui_run_error("not_found"),
+            bob.wait_session,
+            missing,
+            resume=resume(call),
         ),
-        Attempt(
+        run(
             "resume alice's interrupt on bob's completed thread",
-            "POST",
-            path,
-            {**agui_input(bob.done_session, runId=run_id), "resume": resume(alice.call_id)},
-            agui_run_error("not_found"),
+            bob.done_session,
+            missing,
+            resume=resume(call),
         ),
         # an unknown thread would be bob's own new one: the owner's is not found (and her
         # pending interrupt is not told: not interrupt_pending)
-        Attempt(
-            "new input on alice's waiting thread",
-            "POST",
-            path,
-            agui_input(alice.wait_session, runId=run_id),
-            NOT_FOUND,
-            twin=False,
-        ),
-        Attempt(
-            "new input on alice's completed thread",
-            "POST",
-            path,
-            agui_input(alice.done_session, runId=run_id),
-            NOT_FOUND,
-            twin=False,
-        ),
+        run("new input on alice's waiting thread", alice.wait_session, NOT_FOUND, twin=False),
+        run("new input on alice's completed thread", alice.done_session, NOT_FOUND, twin=False),
     ]
 
 
@@ -875,52 +760,36 @@ def user_message(text: str) -> dict[str, Any]:
 
 
 def approval_message(call_id: str, approved: bool = True) -> dict[str, Any]:
-    return {
-        "id": "a1",
-        "role": "assistant",
-        "parts": [
-            {
-                "type": "dynamic-tool",
-                "toolName": "delete_file",
-                "toolCallId": call_id,
-                "state": "approval-responded",
-                "input": {"path": "secret.txt"},
-                "approval": {"id": call_id, "approved": approved},
-            }
-        ],
+    part = {
+        "type": "dynamic-tool",
+        "toolName": "delete_file",
+        "toolCallId": call_id,
+        "state": "approval-responded",
+        "input": {"path": "secret.txt"},
+        "approval": {"id": call_id, "approved": approved},
     }
+    return {"id": "a1", "role": "assistant", "parts": [part]}
 
 
 def ai_sdk_attempts(alice: Owned, bob: Owned) -> list[Attempt]:
     base = f"/v1/agents/{AGENT}/ai-sdk/chat"
+
+    def chat(
+        cell: str, chat_id: str, message: dict[str, Any], twin: bool = True, **extra: Any
+    ) -> Attempt:
+        return Attempt(
+            cell, "POST", base, {"id": chat_id, "messages": [message], **extra}, NOT_FOUND, twin
+        )
+
+    call = alice.call_id
     return [
-        Attempt(
-            "approve alice's call in alice's chat",
-            "POST",
-            base,
-            {"id": alice.wait_session, "messages": [approval_message(alice.call_id)]},
-            NOT_FOUND,
+        chat("approve alice's call in her chat", alice.wait_session, approval_message(call)),
+        chat("deny alice's call in her chat", alice.wait_session, approval_message(call, False)),
+        chat(
+            "approve alice's call in bob's waiting chat", bob.wait_session, approval_message(call)
         ),
-        Attempt(
-            "deny alice's call in alice's chat",
-            "POST",
-            base,
-            {"id": alice.wait_session, "messages": [approval_message(alice.call_id, False)]},
-            NOT_FOUND,
-        ),
-        Attempt(
-            "approve alice's call in bob's waiting chat",
-            "POST",
-            base,
-            {"id": bob.wait_session, "messages": [approval_message(alice.call_id)]},
-            NOT_FOUND,
-        ),
-        Attempt(
-            "approve alice's call in bob's completed chat",
-            "POST",
-            base,
-            {"id": bob.done_session, "messages": [approval_message(alice.call_id)]},
-            NOT_FOUND,
+        chat(
+            "approve alice's call in bob's completed chat", bob.done_session, approval_message(call)
         ),
         Attempt(
             "resume alice's waiting chat's stream",
@@ -952,34 +821,25 @@ def ai_sdk_attempts(alice: Owned, bob: Owned) -> list[Attempt]:
         ),
         # an unknown chat would be bob's own new one: the owner's is not found (and her
         # pending approval is not told: not approval_pending)
-        Attempt(
+        chat(
             "new message in alice's waiting chat",
-            "POST",
-            base,
-            {"id": alice.wait_session, "messages": [user_message("mine now")]},
-            NOT_FOUND,
+            alice.wait_session,
+            user_message("mine"),
             twin=False,
         ),
-        Attempt(
+        chat(
             "new message in alice's completed chat",
-            "POST",
-            base,
-            {"id": alice.done_session, "messages": [user_message("mine now")]},
-            NOT_FOUND,
+            alice.done_session,
+            user_message("mine"),
             twin=False,
         ),
-        Attempt(
+        chat(
             "regenerate alice's last answer",
-            "POST",
-            base,
-            {
-                "id": alice.done_session,
-                "messages": [user_message("hello")],
-                "trigger": "regenerate-message",
-                "messageId": alice.done_run,
-            },
-            NOT_FOUND,
+            alice.done_session,
+            user_message("hello"),
             twin=False,
+            trigger="regenerate-message",
+            messageId=alice.done_run,
         ),
     ]
 
@@ -1021,22 +881,23 @@ def request_state(run_id: str, session_id: str, call_id: str, seq: int) -> dict[
 
 def mcp_attempts(alice: Owned, bob: Owned) -> list[ToolCall]:
     retry = {"input": "answer"}
+    waiting = alice.wait_session
     return [
         ToolCall(
             "approve=true in alice's waiting session",
-            {"session_id": alice.wait_session, "approve": True},
+            {"session_id": waiting, "approve": True},
             "not_accepted",
         ),
         ToolCall(
             "approve=false in alice's waiting session",
-            {"session_id": alice.wait_session, "approve": False},
+            {"session_id": waiting, "approve": False},
             "not_accepted",
         ),
         ToolCall(
             "elicitation retry naming alice's run, session and call",
             retry,
             "not_found",
-            request_state(alice.wait_run, alice.wait_session, alice.call_id, alice.seq),
+            request_state(alice.wait_run, waiting, alice.call_id, alice.seq),
         ),
         ToolCall(
             "elicitation retry: alice's run and call under bob's session",
@@ -1059,7 +920,7 @@ def mcp_attempts(alice: Owned, bob: Owned) -> list[ToolCall]:
         ),
         ToolCall(
             "input in alice's waiting session",
-            {"input": "mine now", "session_id": alice.wait_session},
+            {"input": "mine now", "session_id": waiting},
             "not_found",
             twin=False,
         ),
