@@ -11,6 +11,7 @@ stayed ``running`` for good and became ``worker_lost`` at the next start.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -28,6 +29,8 @@ from tests.fakes.tcp_proxy import FaultyProxy
 from .conftest import state
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+_ENDS = ("run.completed", "run.failed", "run.cancelled")
 
 
 def _through(url: str, port: int) -> str:
@@ -116,3 +119,77 @@ async def test_a_run_ended_during_an_outage_stores_its_real_outcome(
         assert [r["run_id"] for r in body["runs"]] == [run_id, nxt.json()["run_id"]]
     assert "could not store the run's end" in server.log()
     assert "stored the end of a run after" in server.log()
+
+
+async def _runs(url: str, schema: str, run_ids: list[str]) -> dict[str, tuple[str, Any]]:
+    connection = await asyncpg.connect(url, server_settings={"search_path": schema})
+    try:
+        rows = await connection.fetch(
+            "SELECT run_id, status, error FROM runs WHERE run_id = ANY($1::text[])", run_ids
+        )
+    finally:
+        await connection.close()
+    return {row["run_id"]: (str(row["status"]), row["error"]) for row in rows}
+
+
+async def test_twelve_runs_through_an_outage_none_ends_internal(
+    outage: tuple[Server, FaultyProxy, str, str],
+) -> None:
+    server, proxy, url, schema = outage
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+        run_ids: list[str] = []
+        for index in range(12):
+            # streaming runs, and runs that call a tool (its start is recorded first)
+            text = "slow " + " ".join(f"w{i}" for i in range(30))
+            if index % 3 == 2:
+                text = "what time is it"
+            started = await client.post(
+                f"/v1/sessions/out-{index}/runs", json={"input": text, "background": True}
+            )
+            assert started.status_code == 202, started.text
+            run_ids.append(started.json()["run_id"])
+        ends: dict[str, dict[str, Any]] = {}
+        reading = [asyncio.Event() for _ in run_ids]
+
+        async def follow(run_id: str, began: asyncio.Event) -> None:
+            async with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
+                assert response.status_code == 200
+                began.set()
+                kind = ""
+                async for line in response.aiter_lines():
+                    if line.startswith("event:"):
+                        kind = line.removeprefix("event:").strip()
+                    elif line.startswith("data:") and kind in _ENDS:
+                        ends[run_id] = {"type": kind, **json.loads(line.removeprefix("data:"))}
+
+        readers = [
+            asyncio.ensure_future(follow(r, e)) for r, e in zip(run_ids, reading, strict=True)
+        ]
+        for began in reading:
+            await began.wait()
+        proxy.refuse()  # mid-run for every one of them
+        # every run ends for its readers meanwhile; none internal
+        await asyncio.wait_for(asyncio.gather(*readers), 60)
+        assert len(ends) == 12
+        for end in ends.values():
+            assert end["type"] == "run.completed" or (
+                end["type"] == "run.failed" and end["data"]["error"]["code"] == "unavailable"
+            ), end
+        proxy.blackhole()
+        proxy.restore()
+
+        async def stored() -> bool:
+            return bool((await state(client))["unwritten_ends"] == 0)
+
+        await wait_for(stored, within=60)
+        records = await _runs(url, schema, run_ids)
+        assert len(records) == 12
+        for run_id, (status, error) in records.items():
+            assert status == ends[run_id]["type"].removeprefix("run."), (run_id, status, error)
+            assert error is None or json.loads(error)["code"] != "internal", error
+        print(
+            "ends through the outage:",
+            sorted(
+                e["type"] + ":" + e["data"].get("error", {}).get("code", "") for e in ends.values()
+            ),
+        )
