@@ -43,6 +43,7 @@ from app.runs.handle import RunRequestOptions
 from app.schedules import Scheduler, Schedules
 from app.services import Services
 from app.settings import Settings
+from app.stateless import StatelessReaper
 from app.storage import Store, open_store
 from app.stream_tokens import open_stream_tokens
 from app.tracing import Tracing, check_tracing_environment
@@ -172,6 +173,12 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
         )
         if settings.scheduler_enabled:
             services.scheduler = build_scheduler(settings, store, manager)
+        services.stateless = StatelessReaper(
+            store,
+            bus.locks,
+            retention=settings.stateless_retention,
+            lock_seconds=settings.lease_seconds,
+        )
         api_keys = settings.api_keys
         if api_keys is not None:
             secret = settings.stream_token_secret
@@ -311,6 +318,8 @@ async def stop_services(services: Services) -> None:
     try:
         if services.scheduler is not None:
             await services.scheduler.aclose()
+        if services.stateless is not None:
+            await services.stateless.aclose()
         await services.manager.drain(services.settings.drain_timeout)
     finally:
         await services.manager.aclose()
@@ -424,6 +433,8 @@ def make_lifespan(
         try:
             if services.scheduler is not None:  # stopped by stop_services, on every path
                 services.scheduler.start()
+            if services.stateless is not None:  # stopped by stop_services too
+                services.stateless.start()
             yield
         finally:
             hook.uninstall()

@@ -22,6 +22,7 @@ from app.tracing import Tracing
 if TYPE_CHECKING:
     from app.media import MediaJobs
     from app.schedules import Scheduler, Schedules
+    from app.stateless import StatelessReaper
     from app.stream_tokens import StreamTokens
     from app.webhooks.hooks import RunWebhooks
 
@@ -61,6 +62,9 @@ class Services:
     scheduler: Scheduler | None = None
     """This worker's scheduler (started by the lifespan); None with
     ``AGENT_SCHEDULER_ENABLED=0``."""
+    stateless: StatelessReaper | None = None
+    """Deletes stateless sessions idle past ``AGENT_STATELESS_RETENTION`` (started by the
+    lifespan)."""
 
 
 async def get_services(request: Request) -> Services:

@@ -103,6 +103,10 @@ class Settings(BaseSettings):
     """Hand-overs of one run before it fails ``worker_lost`` instead of resuming again."""
     event_log_ttl: Annotated[float, Field(ge=0)] = 600.0
     """Seconds a finished run's event log stays available for replay."""
+    stateless_retention: Annotated[float, Field(gt=0)] = 3600.0
+    """Seconds a stateless protocol call's session (a chat completion, a response without a
+    conversation or with ``store: false``, an MCP call without ``session_id``) is kept after
+    its last use; then it is deleted with its messages and runs (``app.stateless``)."""
     event_log_max_events: Annotated[int, Field(ge=16)] = 100_000
     """Events kept per run; beyond it the oldest are dropped (a replay from there has a gap)."""
     redis_max_connections: Annotated[int, Field(ge=2)] = 128
@@ -281,6 +285,7 @@ class Settings(BaseSettings):
         "webhook_timeout",
         "webhook_poll_interval",
         "webhook_retention",
+        "stateless_retention",
     )
     @classmethod
     def _finite(cls, value: float) -> float:

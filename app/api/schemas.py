@@ -325,6 +325,10 @@ class SessionView(BaseModel):
         description="The session's first input (one line, at most 200 characters) until "
         "renamed with PATCH; null before its first run."
     )
+    stateless: bool = Field(
+        description="Made by a stateless protocol call (a chat completion, say): never "
+        "listed, and deleted once idle for AGENT_STATELESS_RETENTION seconds."
+    )
 
 
 class SessionPatch(BaseModel):

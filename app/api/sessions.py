@@ -62,6 +62,7 @@ def _session_view(session: SessionRecord, holder: str | None) -> dict[str, Any]:
         "last_run_id": session.last_run_id,
         "active_run_id": _active_run(holder),
         "title": session.title,
+        "stateless": session.stateless,
     }
 
 

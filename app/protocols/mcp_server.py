@@ -272,11 +272,16 @@ async def _call_tool(
         text = arguments.get("input")
         if not isinstance(text, str) or not text.strip():
             raise InvalidRequest("input: the message for the agent (a non-empty string)")
+        # a call naming no session is stateless: its session is not listed, and is kept for
+        # AGENT_STATELESS_RETENTION after its last use (app.stateless)
+        stateless = session_id is None
         session_id = session_id or new_session_id("mcp")
         handle = await services.manager.start(
             caller.principal,
             session_id,
-            RunRequestOptions(input=text, agent=agent, on_disconnect="continue"),
+            RunRequestOptions(
+                input=text, agent=agent, on_disconnect="continue", stateless=stateless
+            ),
         )
         call = _Call(ctx, caller, agent, session_id)
         try:

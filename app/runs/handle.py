@@ -78,6 +78,9 @@ class RunRequestOptions:
     firing: FiringFence | None = None
     """The schedule's firing this run is started for: the run is created only while its
     starter still holds the firing with that token (``app.schedules``)."""
+    stateless: bool = False
+    """A stateless protocol call's run: a session it creates is not listed and is deleted
+    once idle for ``AGENT_STATELESS_RETENTION`` (``app.stateless``)."""
 
 
 @dataclass(slots=True)

@@ -57,16 +57,24 @@ class RunRecords:
             webhook_url=webhook_url,
         )
         recorded = asyncio.get_running_loop().create_task(
-            self._create(record, handle.options.firing, handle.new_session)
+            self._create(
+                record, handle.options.firing, handle.new_session, handle.options.stateless
+            )
         )
         handle.recorded = recorded
         return recorded
 
     async def _create(
-        self, record: RunRecord, firing: FiringFence | None, create_session: bool
+        self,
+        record: RunRecord,
+        firing: FiringFence | None,
+        create_session: bool,
+        stateless: bool,
     ) -> None:
         try:
-            await self._store.create_run(record, firing=firing, create_session=create_session)
+            await self._store.create_run(
+                record, firing=firing, create_session=create_session, stateless=stateless
+            )
         except SessionNotFound:
             # deleted between the ownership check and the lock
             raise NotFound(f"no session {record.session_id!r}") from None

@@ -290,7 +290,9 @@ class Starter:
         if session is None and not ticket.granted and not options.background:
             # it waits for a slot before its record is written: its session is visible meanwhile
             try:
-                session = await context.store.get_or_create_session(session_id, principal)
+                session = await context.store.get_or_create_session(
+                    session_id, principal, stateless=options.stateless
+                )
             except BaseException as exc:
                 await context.bus.locks.release(lease)
                 if isinstance(exc, SessionOwnedByOther):  # created by someone else meanwhile

@@ -205,6 +205,9 @@ class SessionRecord:
     message_count: int = 0
     last_run_id: str | None = None
     title: str | None = None
+    stateless: bool = False
+    """Created by a stateless protocol call (a chat completion, a response or an MCP call
+    that named no conversation): never listed, deleted once idle past the retention."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,8 +427,11 @@ class Store(Protocol):
 
     # sessions
 
-    async def get_or_create_session(self, session_id: str, principal: str) -> SessionRecord:
-        """Return the session, creating it for `principal` on first use.
+    async def get_or_create_session(
+        self, session_id: str, principal: str, *, stateless: bool = False
+    ) -> SessionRecord:
+        """Return the session, creating it for `principal` on first use (`stateless` if
+        asked: the flag is set at creation only).
 
         Raises `SessionOwnedByOther` if it exists and belongs to another principal.
         """
@@ -442,7 +448,8 @@ class Store(Protocol):
     async def list_sessions(
         self, principal: str, limit: int = 20, before: SessionCursor | None = None
     ) -> list[SessionRecord]:
-        """The principal's sessions, most recently updated first (ties: larger id first).
+        """The principal's sessions, most recently updated first (ties: larger id first),
+        stateless ones left out.
 
         At most `limit` (at least 1, else `ValueError`); with `before`, only the sessions
         after that cursor, so `SessionCursor.after(page[-1])` reads the next page.
@@ -454,6 +461,16 @@ class Store(Protocol):
 
         A session is titled by its first run's input (`create_run`) until this renames it.
         """
+        ...
+
+    async def idle_stateless_sessions(self, before: datetime, limit: int) -> list[str]:
+        """Up to `limit` stateless sessions last updated before `before` and with no
+        unfinished run, the longest idle first: what the retention deletes."""
+        ...
+
+    async def delete_idle_stateless_session(self, session_id: str, before: datetime) -> bool:
+        """Delete the session if it is still stateless, last updated before `before` and
+        without an unfinished run; whether it was deleted."""
         ...
 
     # messages
@@ -492,16 +509,21 @@ class Store(Protocol):
     # runs
 
     async def create_run(
-        self, run: RunRecord, *, firing: FiringFence | None = None, create_session: bool = False
+        self,
+        run: RunRecord,
+        *,
+        firing: FiringFence | None = None,
+        create_session: bool = False,
+        stateless: bool = False,
     ) -> None:
         """Store a new run of an existing session owned by `run.principal`.
 
         A session without a title takes `title_of(run.input)`. Raises `SessionNotFound`,
         `SessionOwnedByOther` or `RunAlreadyExists`. With `create_session`, a missing session
         is created for `run.principal` in the same transaction instead (a new session's first
-        run: one write, not two). With `firing`, the run is a schedule's: it is stored only
-        together with moving that firing, still held with `firing.token`, to `started` (else
-        `FiringLost`, and nothing is written).
+        run: one write, not two), `stateless` if asked. With `firing`, the run is a schedule's:
+        it is stored only together with moving that firing, still held with `firing.token`, to
+        `started` (else `FiringLost`, and nothing is written).
         """
         ...
 

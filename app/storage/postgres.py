@@ -63,13 +63,20 @@ from app.storage.schedules import FiringFence
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "redact_url"]
 
 
-_SESSION_COLUMNS: Final = "id, principal, created_at, updated_at, message_count, last_run_id, title"
+_SESSION_COLUMNS: Final = (
+    "id, principal, created_at, updated_at, message_count, last_run_id, title, stateless"
+)
 _MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
     " input, output, error, usage, metadata, model, webhook_url"
 )
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
+# a stateless session the retention may delete: idle since the cut-off ($1), no run going on
+_IDLE_STATELESS: Final = (
+    "stateless AND updated_at < $1 AND NOT EXISTS (SELECT 1 FROM runs"
+    f" WHERE runs.session_id = sessions.id AND runs.status NOT IN ({_TERMINAL_SQL}))"
+)
 _USAGE_KEYS: Final = {"agent": "agent", "principal": "principal", "day": "day"}
 
 # What a lost or refused connection looks like. DataError is an InterfaceError too, but it
@@ -134,6 +141,7 @@ def _session(row: asyncpg.Record) -> SessionRecord:
         message_count=row["message_count"],
         last_run_id=row["last_run_id"],
         title=row["title"],
+        stateless=row["stateless"],
     )
 
 
@@ -264,7 +272,9 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
     # --- sessions -------------------------------------------------------------------------
 
     @finish_on_cancel
-    async def get_or_create_session(self, session_id: str, principal: str) -> SessionRecord:
+    async def get_or_create_session(
+        self, session_id: str, principal: str, *, stateless: bool = False
+    ) -> SessionRecord:
         """Return the session, creating it for `principal` on first use."""
         async with self._connection() as conn:
             # Two statements, not one: a row inserted by a concurrent transaction is skipped
@@ -273,12 +283,13 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
             for _ in range(3):
                 now = utcnow()
                 row = await conn.fetchrow(
-                    "INSERT INTO sessions (id, principal, created_at, updated_at)"
-                    " VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO NOTHING"
+                    "INSERT INTO sessions (id, principal, created_at, updated_at, stateless)"
+                    " VALUES ($1, $2, $3, $3, $4) ON CONFLICT (id) DO NOTHING"
                     f" RETURNING {_SESSION_COLUMNS}",
                     session_id,
                     principal,
                     now,
+                    stateless,
                 )
                 if row is None:
                     row = await conn.fetchrow(
@@ -322,15 +333,15 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
             if before is None:
                 rows = await conn.fetch(
                     f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE principal = $1"
-                    " ORDER BY updated_at DESC, id DESC LIMIT $2",
+                    " AND NOT stateless ORDER BY updated_at DESC, id DESC LIMIT $2",
                     principal,
                     limit,
                 )
             else:
-                # a row comparison: one range scan of sessions_by_principal
+                # a row comparison: one range scan of sessions_listed
                 rows = await conn.fetch(
                     f"SELECT {_SESSION_COLUMNS} FROM sessions"
-                    " WHERE principal = $1 AND (updated_at, id) < ($2, $3)"
+                    " WHERE principal = $1 AND NOT stateless AND (updated_at, id) < ($2, $3)"
                     " ORDER BY updated_at DESC, id DESC LIMIT $4",
                     principal,
                     before.updated_at,
@@ -349,6 +360,28 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                 title,
             )
         return None if row is None else _session(row)
+
+    @finish_on_cancel
+    async def idle_stateless_sessions(self, before: datetime, limit: int) -> list[str]:
+        """Stateless sessions idle since before `before`; see `Store.idle_stateless_sessions`."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                f"SELECT id FROM sessions WHERE {_IDLE_STATELESS} ORDER BY updated_at LIMIT $2",
+                before,
+                limit,
+            )
+        return [row["id"] for row in rows]
+
+    @finish_on_cancel
+    async def delete_idle_stateless_session(self, session_id: str, before: datetime) -> bool:
+        """Delete an idle stateless session; see `Store.delete_idle_stateless_session`."""
+        async with self._connection() as conn:
+            deleted = await conn.fetchval(
+                f"DELETE FROM sessions WHERE id = $2 AND {_IDLE_STATELESS} RETURNING id",
+                before,
+                session_id,
+            )
+        return deleted is not None
 
     # --- messages -------------------------------------------------------------------------
 
@@ -459,7 +492,12 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
 
     @finish_on_cancel
     async def create_run(
-        self, run: RunRecord, *, firing: FiringFence | None = None, create_session: bool = False
+        self,
+        run: RunRecord,
+        *,
+        firing: FiringFence | None = None,
+        create_session: bool = False,
+        stateless: bool = False,
     ) -> None:
         """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
         async with self._connection() as conn, conn.transaction():
@@ -469,11 +507,13 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                 # the row this one inserts is locked until the commit
                 now = utcnow()
                 owner = await conn.fetchval(
-                    "INSERT INTO sessions (id, principal, created_at, updated_at)"
-                    " VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO NOTHING RETURNING principal",
+                    "INSERT INTO sessions (id, principal, created_at, updated_at, stateless)"
+                    " VALUES ($1, $2, $3, $3, $4) ON CONFLICT (id) DO NOTHING"
+                    " RETURNING principal",
                     run.session_id,
                     run.principal,
                     now,
+                    stateless,
                 )
             if owner is None:
                 # FOR KEY SHARE keeps the session from being deleted before the INSERT.

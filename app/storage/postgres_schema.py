@@ -102,6 +102,15 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     CHECKPOINTS_MIGRATION,
     # 9: where a run's notifications go, for whoever ends it
     ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS webhook_url text",),
+    # 10: sessions of stateless protocol calls: not listed, deleted once idle past the
+    # retention (app.stateless); the listing reads its own index, without them (on a large
+    # table, build both CONCURRENTLY beforehand, as for 2)
+    (
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS stateless boolean NOT NULL DEFAULT false",
+        """CREATE INDEX IF NOT EXISTS sessions_listed ON sessions (principal, updated_at, id)
+            WHERE NOT stateless""",
+        "CREATE INDEX IF NOT EXISTS sessions_stateless ON sessions (updated_at) WHERE stateless",
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

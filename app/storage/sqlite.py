@@ -61,7 +61,9 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 # How long a statement waits for another process's write lock before giving up.
 _BUSY_TIMEOUT_SECONDS: Final = 10.0
 
-_SESSION_COLUMNS: Final = "id, principal, created_at, updated_at, message_count, last_run_id, title"
+_SESSION_COLUMNS: Final = (
+    "id, principal, created_at, updated_at, message_count, last_run_id, title, stateless"
+)
 _MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
@@ -96,6 +98,7 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         message_count=row["message_count"],
         last_run_id=row["last_run_id"],
         title=row["title"],
+        stateless=bool(row["stateless"]),
     )
 
 
@@ -191,9 +194,11 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules):
     # --- sessions -------------------------------------------------------------------------
 
     @finish_on_cancel
-    async def get_or_create_session(self, session_id: str, principal: str) -> SessionRecord:
+    async def get_or_create_session(
+        self, session_id: str, principal: str, *, stateless: bool = False
+    ) -> SessionRecord:
         """Return the session, creating it for `principal` on first use."""
-        record = await self._write(_get_or_create_session, session_id, principal)
+        record = await self._write(_get_or_create_session, session_id, principal, stateless)
         if record.principal != principal:
             raise SessionOwnedByOther(session_id)
         return record
@@ -221,6 +226,16 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules):
     async def set_title(self, session_id: str, title: str) -> SessionRecord | None:
         """Set the session's title; see `Store.set_title`."""
         return await self._write(_set_title, session_id, title)
+
+    @finish_on_cancel
+    async def idle_stateless_sessions(self, before: datetime, limit: int) -> list[str]:
+        """Stateless sessions idle since before `before`; see `Store.idle_stateless_sessions`."""
+        return await self._read(_idle_stateless_sessions, _ts(before), limit)
+
+    @finish_on_cancel
+    async def delete_idle_stateless_session(self, session_id: str, before: datetime) -> bool:
+        """Delete an idle stateless session; see `Store.delete_idle_stateless_session`."""
+        return await self._write(_delete_idle_stateless_session, session_id, _ts(before))
 
     # --- messages -------------------------------------------------------------------------
 
@@ -251,10 +266,15 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules):
 
     @finish_on_cancel
     async def create_run(
-        self, run: RunRecord, *, firing: FiringFence | None = None, create_session: bool = False
+        self,
+        run: RunRecord,
+        *,
+        firing: FiringFence | None = None,
+        create_session: bool = False,
+        stateless: bool = False,
     ) -> None:
         """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
-        await self._write(_create_run, run, firing, create_session)
+        await self._write(_create_run, run, firing, create_session, stateless)
 
     @finish_on_cancel
     async def update_run(
@@ -463,13 +483,13 @@ def _get_session(db: sqlite3.Connection, session_id: str) -> SessionRecord | Non
 
 
 def _get_or_create_session(
-    db: sqlite3.Connection, session_id: str, principal: str
+    db: sqlite3.Connection, session_id: str, principal: str, stateless: bool
 ) -> SessionRecord:
     now = _ts(utcnow())
     db.execute(
-        "INSERT OR IGNORE INTO sessions (id, principal, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?)",
-        (session_id, principal, now, now),
+        "INSERT OR IGNORE INTO sessions (id, principal, created_at, updated_at, stateless)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (session_id, principal, now, now, int(stateless)),
     )
     record = _get_session(db, session_id)
     assert record is not None  # inserted or already there, inside one transaction
@@ -479,18 +499,19 @@ def _get_or_create_session(
 def _list_sessions(
     db: sqlite3.Connection, principal: str, limit: int, before: SessionCursor | None
 ) -> list[SessionRecord]:
-    # A row value comparison, which SQLite answers with a range scan of
-    # sessions_by_principal (fixed-width UTC text sorts in time order).
+    # A row value comparison, which SQLite answers with a range scan of sessions_listed
+    # (fixed-width UTC text sorts in time order); ``stateless = 0`` is that index's own
+    # condition, written the same way so that SQLite uses it.
     if before is None:
         rows = db.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE principal = ?"
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE principal = ? AND stateless = 0"
             " ORDER BY updated_at DESC, id DESC LIMIT ?",
             (principal, limit),
         ).fetchall()
     else:
         rows = db.execute(
             f"SELECT {_SESSION_COLUMNS} FROM sessions"
-            " WHERE principal = ? AND (updated_at, id) < (?, ?)"
+            " WHERE principal = ? AND stateless = 0 AND (updated_at, id) < (?, ?)"
             " ORDER BY updated_at DESC, id DESC LIMIT ?",
             (principal, _ts(before.updated_at), before.session_id, limit),
         ).fetchall()
@@ -500,6 +521,28 @@ def _list_sessions(
 def _set_title(db: sqlite3.Connection, session_id: str, title: str) -> SessionRecord | None:
     db.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
     return _get_session(db, session_id)
+
+
+# a stateless session the retention may delete: idle since the cut-off, no run going on
+_IDLE_STATELESS: Final = (
+    "stateless = 1 AND updated_at < ? AND NOT EXISTS (SELECT 1 FROM runs"
+    f" WHERE runs.session_id = sessions.id AND runs.status NOT IN ({_TERMINAL_SQL}))"
+)
+
+
+def _idle_stateless_sessions(db: sqlite3.Connection, before: str, limit: int) -> list[str]:
+    rows = db.execute(
+        f"SELECT id FROM sessions WHERE {_IDLE_STATELESS} ORDER BY updated_at LIMIT ?",
+        (before, limit),
+    ).fetchall()
+    return [row["id"] for row in rows]
+
+
+def _delete_idle_stateless_session(db: sqlite3.Connection, session_id: str, before: str) -> bool:
+    deleted = db.execute(
+        f"DELETE FROM sessions WHERE id = ? AND {_IDLE_STATELESS}", (session_id, before)
+    ).rowcount
+    return deleted > 0
 
 
 def _remove_last_turn(db: sqlite3.Connection, session_id: str, run_id: str) -> bool:
@@ -576,10 +619,14 @@ def _append_messages(
 
 
 def _create_run(
-    db: sqlite3.Connection, run: RunRecord, firing: FiringFence | None, create_session: bool
+    db: sqlite3.Connection,
+    run: RunRecord,
+    firing: FiringFence | None,
+    create_session: bool,
+    stateless: bool,
 ) -> None:
     if create_session:
-        owner = _get_or_create_session(db, run.session_id, run.principal).principal
+        owner = _get_or_create_session(db, run.session_id, run.principal, stateless).principal
     else:
         row = db.execute(
             "SELECT principal FROM sessions WHERE id = ?", (run.session_id,)

@@ -100,6 +100,15 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     CHECKPOINTS_MIGRATION,
     # 9: where a run's notifications go, for whoever ends it
     ("ALTER TABLE runs ADD COLUMN webhook_url TEXT",),
+    # 10: sessions of stateless protocol calls: not listed, deleted once idle past the
+    # retention (app.stateless); the listing reads its own index, without them
+    (
+        "ALTER TABLE sessions ADD COLUMN stateless INTEGER NOT NULL DEFAULT 0",
+        """CREATE INDEX IF NOT EXISTS sessions_listed ON sessions (principal, updated_at, id)
+            WHERE stateless = 0""",
+        """CREATE INDEX IF NOT EXISTS sessions_stateless ON sessions (updated_at)
+            WHERE stateless = 1""",
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -652,6 +652,9 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
     await _execute(old, "ALTER TABLE runs DROP COLUMN fence")
     await _execute(old, "ALTER TABLE sessions DROP COLUMN fence")
     await _execute(old, "ALTER TABLE runs DROP COLUMN webhook_url")
+    await _execute(old, "DROP INDEX sessions_listed")
+    await _execute(old, "DROP INDEX sessions_stateless")
+    await _execute(old, "ALTER TABLE sessions DROP COLUMN stateless")
     await _execute(old, "DELETE FROM schema_version WHERE version > 1")
     await old.close()
 
@@ -666,7 +669,9 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
     booked = await stores[0].usage_totals(start=T0 - day, end=T0 + day, group_by="principal")
     assert booked == [UsageTotal("alice", 7, 5, 1)]
     assert [s.id for s in await stores[-1].list_sessions("alice")] == ["s1"]
-    assert (await stores[0].get_session("s1")) is not None
+    upgraded = await stores[0].get_session("s1")
+    assert upgraded is not None and not upgraded.stateless
+    assert {"sessions_listed", "sessions_stateless"} <= await _index_names(stores[0])
 
 
 async def test_workers_opening_a_new_sqlite_file_together_all_switch_it_to_wal(

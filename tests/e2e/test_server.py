@@ -408,6 +408,7 @@ async def test_list_sessions(start_server: Launch) -> None:
             "last_run_id",
             "active_run_id",
             "title",
+            "stateless",
         }
         bobs = (await bob.get("/v1/sessions")).json()["sessions"]
         assert [item["session_id"] for item in bobs] == [theirs]

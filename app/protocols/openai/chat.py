@@ -1,7 +1,8 @@
 """``/openai/v1/chat/completions`` and ``/openai/v1/models``.
 
 A chat completion is one run in a session of its own: the last user message is the run's input
-(the agent's system prompt and tools are the server's; earlier messages are not replayed).
+(the agent's system prompt and tools are the server's; earlier messages are not replayed). The
+session is stateless: not listed, and deleted once idle past ``AGENT_STATELESS_RETENTION``.
 The agent's tool calls run on the server and do not appear as ``tool_calls``. A run that stops
 for a confirmation cannot be answered here: the request fails with ``confirmation_required``
 and the run is cancelled; the Responses endpoint carries confirmations.
@@ -212,7 +213,9 @@ async def create_chat_completion(
     handle = await manager.start(
         principal,
         new_session_id("chat"),
-        RunRequestOptions(input=text, agent=body.model, metadata=body.metadata or {}),
+        RunRequestOptions(
+            input=text, agent=body.model, metadata=body.metadata or {}, stateless=True
+        ),
     )
     run_id = handle.run_id
     cancel = cancel_on_disconnect(manager, handle)

@@ -231,6 +231,9 @@ async def create_response(
             raise InvalidRequest("conversation and previous_response_id cannot be used together")
         _, _, previous = await _find(services, body.previous_response_id, principal)
         session_id = previous.session_id
+    # no conversation named (or store: false): a stateless call, whose session is not listed
+    # and is kept only for AGENT_STATELESS_RETENTION after its last use (app.stateless)
+    stateless = body.store is False or session_id is None
     if session_id is None:
         session_id = new_session_id("conv")
     options = RunRequestOptions(
@@ -240,6 +243,7 @@ async def create_response(
         on_disconnect="continue" if body.background else "cancel",
         metadata=body.metadata or {},
         system_prompt=instructions,
+        stateless=stateless,
     )
     handle = await manager.start(principal, session_id, options)
     builder = _builder(

@@ -1,6 +1,6 @@
 """Request bodies of the OpenAI-compatible endpoints (what the ``openai`` SDKs send).
 
-Fields the service has no use for (sampling parameters, ``store``, ``user``...) are accepted and
+Fields the service has no use for (sampling parameters, ``user``...) are accepted and
 ignored, so an SDK call that sets them still works; fields whose meaning the service cannot keep
 (client-side ``tools``) are refused with a message that says why. Text and ids are held to the
 native run start's rules (``app.protocols.common.check_text``); a refusal of one is a 400
@@ -51,6 +51,10 @@ class ResponsesRequest(_Lenient):
     )
     stream: bool = False
     background: bool = False
+    store: bool | None = Field(
+        default=None,
+        description="false: a stateless call, whose session is kept only for the retention",
+    )
     metadata: dict[str, str] | None = None
     tools: list[Any] | None = None
 
