@@ -100,10 +100,12 @@ class Netns:
 
 
 @contextlib.contextmanager
-def namespaces(count: int) -> Iterator[list[Netns]]:
-    """``count`` namespaces, removed (with their veth pairs) on exit, whatever happened."""
+def namespaces(count: int, octets: range = range(200, 250)) -> Iterator[list[Netns]]:
+    """``count`` namespaces, removed (with their veth pairs) on exit, whatever happened; their
+    /24s are ``10.<octet>.<i>.0``, the octet drawn from ``octets`` (clusters alive at once
+    draw from ranges of their own)."""
     tag = secrets.token_hex(2)
-    octet = 200 + secrets.randbelow(50)
+    octet = octets[secrets.randbelow(len(octets))]
     made: list[Netns] = []
     try:
         for i in range(1, count + 1):
@@ -173,6 +175,9 @@ def _behaviour(request: RecordedRequest) -> Behaviour:
     found = _APPEND.search(prompt)
     if found is not None:
         return ToolCalls([FakeToolCall("append_line", {"text": found.group(1)})])
+    if prompt.startswith("stream "):
+        # a long answer, a word every 0.1 s: still streaming well past a cut and a lease
+        return Text(prompt, delay=0.1)
     return demo_like(request)
 
 
@@ -192,6 +197,17 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three workers whose fenced-off runs end ``worker_lost`` (no resume)."""
+    yield from _cluster(tmp_path_factory, resume=False)
+
+
+@pytest.fixture(scope="module")
+def resuming_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three workers that resume a fenced-off run from its checkpoint (the default)."""
+    yield from _cluster(tmp_path_factory, resume=True)
+
+
+def _cluster(tmp_path_factory: pytest.TempPathFactory, *, resume: bool) -> Iterator[Cluster]:
     reason = _skip_reason()
     if reason is not None:
         pytest.skip(reason)
@@ -213,7 +229,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         upstream = stack.enter_context(
             FakeUpstream.in_thread(default=Respond(_behaviour), host="0.0.0.0")
         )
-        nss = stack.enter_context(namespaces(3))
+        nss = stack.enter_context(namespaces(3, range(150, 200) if resume else range(200, 250)))
         base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
         workers: dict[str, Worker] = {}
 
@@ -236,8 +252,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "AGENT_REDIS_PREFIX": env["AGENT_REDIS_PREFIX"],
                 "AGENT_DATABASE_URL": _via(env["AGENT_DATABASE_URL"], ns.host_ip, pg.port),
                 "AGENT_LEASE_SECONDS": str(LEASE_SECONDS),
-                # the fenced-off run ends worker_lost (resume is tests/scale/test_durable_runs)
-                "AGENT_RESUME_RUNS": "0",
+                "AGENT_RESUME_RUNS": "1" if resume else "0",
+                # a Redis call gives up well before the lease's deadline: a streaming run's
+                # append fails while its lease still has time left (the partition case)
+                "AGENT_BACKEND_TIMEOUT": "1" if resume else "5",
                 "AGENT_SSE_PING": str(PING),
                 "AGENT_CONFIRMATION_TIMEOUT": "120",
                 "AGENT_DEBUG_ENDPOINTS": "1",
@@ -472,10 +490,19 @@ async def test_a_worker_cut_off_from_redis_stops_acting_for_its_runs(cluster: Cl
             assert late.status_code in (409, 503), late.text
             # ... nor on B, which does not hold the run
             assert (await _approve(cb, session, run_id, call)).status_code == 409
-            # the session goes on, on B
-            after = await cb.post(
-                f"/v1/sessions/{session}/runs", json={"input": "hello", "stream": False}
-            )
+
+            # the session goes on, on B: at once, or (when A wrote the run's end itself,
+            # under its lease's token) once A's lease has lapsed in Redis
+            async def next_turn() -> httpx.Response | None:
+                after = await cb.post(
+                    f"/v1/sessions/{session}/runs", json={"input": "hello", "stream": False}
+                )
+                if after.status_code == 409 and after.json()["code"] == "session_busy":
+                    assert after.json()["active_run_id"] == run_id, after.text
+                    return None
+                return after
+
+            after = await _until(next_turn, within=TTL + 2)
             assert after.status_code == 200 and after.json()["status"] == "completed", after.text
             # the stream of A's run ended without a terminal event
             await asyncio.wait_for(watch.ended.wait(), 30)
@@ -558,3 +585,79 @@ def _metric(text: str, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[1])
     return 0.0
+
+
+async def test_runs_on_a_worker_cut_off_from_redis_go_on_elsewhere(
+    resuming_cluster: Cluster,
+) -> None:
+    """A partition with resume on: the streaming run on the cut-off worker completes on
+    another, its readers there seeing one stream (seq rising by one, one ``run.resumed``, the
+    whole text); the waiting run waits again elsewhere and takes its answer there. The cut-off
+    worker writes no end for either, and its tool never runs."""
+    cluster = resuming_cluster
+    a, b = cluster.workers["A"], cluster.workers["B"]
+    waiting_session = f"part-wait-{secrets.token_hex(4)}"
+    streaming_session = f"part-stream-{secrets.token_hex(4)}"
+    words = [f"w{index}" for index in range(100)]
+    text = "stream " + " ".join(words)
+    rule = ("OUTPUT", "-d", a.ns.host_ip, "-p", "tcp", "--dport", str(cluster.redis_port))
+    async with a.client() as ca, b.client() as cb:
+        _, waiting_id, call = await _waiting_run(ca, waiting_session, "three")
+        started = await ca.post(
+            f"/v1/sessions/{streaming_session}/runs", json={"input": text, "background": True}
+        )
+        assert started.status_code == 202, started.text
+        streaming_id = started.json()["run_id"]
+        # a reader on B, which keeps reaching Redis: one stream across the hand-over
+        reader = Watch()
+        asyncio.get_running_loop().create_task(
+            reader.follow(cb, "GET", f"/v1/runs/{streaming_id}/events")
+        )
+        await _until(lambda: _true(reader.events().count("text.delta") >= 5))
+        cut = time.monotonic()
+        a.ns.run("iptables", "-A", *rule, "-j", "DROP")
+        try:
+            await asyncio.wait_for(reader.ended.wait(), 60)
+            resumed_after = time.monotonic() - cut
+            documents = reader.data()
+            assert [d["seq"] for d in documents] == list(range(1, len(documents) + 1))
+            types = [d["type"] for d in documents]
+            assert types.count("run.resumed") == 1, types
+            assert types[-1] == "run.completed", types
+            assert sum(t in ("run.completed", "run.failed", "run.cancelled") for t in types) == 1
+            output = documents[-1]["data"]["output"]["content"]
+            assert output.split() == ["stream", *words]
+
+            # the waiting run waits again elsewhere, and takes its answer there
+            async def answered() -> bool:
+                response = await _approve(cb, waiting_session, waiting_id, call)
+                assert response.status_code in (202, 503), response.text
+                return response.status_code == 202
+
+            await _until(answered, within=60)
+            view: dict[str, Any] = {}
+
+            async def completed() -> bool:
+                nonlocal view
+                view = (await cb.get(f"/v1/runs/{waiting_id}")).json()
+                return bool(view["status"] == "completed")
+
+            await _until(completed, within=30)
+            assert "three" in view["output"]["content"], view
+        finally:
+            a.ns.run("iptables", "-D", *rule, "-j", "DROP", check=False)
+        await _idle(a)
+        # A wrote no end for either: each ended once, where it was resumed
+        for run_id in (streaming_id, waiting_id):
+            mine = [
+                entry
+                for entry in a.log()
+                if entry.get("run_id") == run_id and entry.get("msg") == "run finished"
+            ]
+            assert all(entry.get("code") != "unavailable" for entry in mine), mine
+        effects = _effects(cluster)
+        assert [line for line in effects if line.startswith("A ")] == []
+        assert [line for line in effects if line.endswith(" three")] != []
+        print(
+            f"partition: the streaming run completed elsewhere {resumed_after:.1f} s after the cut"
+        )
