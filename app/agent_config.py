@@ -52,6 +52,7 @@ __all__ = [
     "ConfigError",
     "ServiceConfig",
     "default_config",
+    "environment_references",
     "import_object",
     "key_path",
     "load_config",
@@ -658,6 +659,18 @@ def _webhook_url(table: _Table) -> str | None:
     except TargetRefused as exc:
         raise table.error("webhook_url", str(exc)) from None
     return url
+
+
+def environment_references(path: str | None) -> frozenset[str]:
+    """The environment variables ``${NAME}`` the file at ``path`` refers to; none when there
+    is no file or it cannot be read (``load_config`` says why)."""
+    if path is None:
+        return frozenset()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return frozenset()
+    return frozenset(match.group(1) for match in _ENV_REF.finditer(text))
 
 
 def load_config(path: str | None) -> ServiceConfig:

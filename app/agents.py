@@ -15,7 +15,8 @@ The steps, each apart so that ``agent-server`` can check a file before it starts
         → preflight()                every model binding built (capability models too), no
                                      network call
         → warm_up(prompt)            MCP clients started (tool discovery), their tools
-                                     registered, one short run per agent
+                                     registered, one short run per agent (AGENT_WARMUP=0:
+                                     the skills read, no model call)
         → aclose(), close_mcp()      at shutdown, after the runs drained: cores, then clients
 """
 
@@ -313,14 +314,17 @@ class ConfiguredAgents:
 
     @property
     def warm(self) -> frozenset[str]:
-        """The agents whose warm-up run succeeded."""
+        """The agents whose warm-up succeeded (with ``call_model`` off: their tools and
+        skills were loaded)."""
         return frozenset(self._warm)
 
-    async def warm_up(self, prompt: str) -> bool:
+    async def warm_up(self, prompt: str, *, call_model: bool = True) -> bool:
         """One warm-up round: start the MCP clients not started yet (tool discovery), then
-        one short run per agent not warmed up yet. Each agent's outcome goes to ``states``
-        (an agent whose MCP server or model fails is ``unavailable``, with a reason naming
-        the server or key, the others are unaffected). True once every agent is warm."""
+        one short run per agent not warmed up yet (``call_model`` False, ``AGENT_WARMUP=0``:
+        its skill catalogue only, and it is ``configured`` rather than ``ready``). Each
+        agent's outcome goes to ``states`` (an agent whose MCP server or model fails is
+        ``unavailable``, with a reason naming the server or key, the others are
+        unaffected). True once every agent is warm."""
         clients = [(name, c) for name, c in self.clients.items() if name not in self._started]
         outcomes = await asyncio.gather(*(c.start() for _, c in clients), return_exceptions=True)
         failures: dict[str, BaseException] = {}
@@ -353,16 +357,28 @@ class ConfiguredAgents:
                 self.states.mark_failed(name, f"{key_path('agents', name, 'mcp_servers')}: {exc}")
                 continue
             try:
-                await self._warm_run(name, core, prompt)
+                if call_model:
+                    await self._warm_run(name, core, prompt)
+                else:
+                    await self._load_skills(name, core)
             except Exception as exc:
-                self.states.mark_failed(name, _run_reason(name, exc))
+                reason = (
+                    _run_reason(name, exc)
+                    if call_model
+                    else f"{key_path('agents', name, 'skills')}: the skills could not be read "
+                    f"({type(exc).__name__})"
+                )
+                self.states.mark_failed(name, reason)
                 logger.warning(
-                    "agent warm-up run failed",
+                    "agent warm-up run failed" if call_model else "agent skills failed to load",
                     extra={"agent": name, "error": str(exc)},
                 )
                 continue
             self._warm.add(name)
-            self.states.mark_ready(name)
+            if call_model:
+                self.states.mark_ready(name)
+            else:
+                self.states.mark_configured(name)
         if not self._checked and not failures:
             self._checked = True
             self._warn_unknown_policy_names()
@@ -380,6 +396,14 @@ class ConfiguredAgents:
             run_timeout=60.0,
         )
         if core.skills is not None:
+            logger.info("skills loaded", extra={"agent": name, "skills": len(core.skills.skills)})
+
+    @staticmethod
+    async def _load_skills(name: str, core: AgentCore) -> None:
+        # what the warm-up run does besides its model call: read the skill catalogue (in a
+        # worker thread), so that a bad skill shows here, not in the first user's run
+        if core.skills is not None:
+            await core.skills.aload()
             logger.info("skills loaded", extra={"agent": name, "skills": len(core.skills.skills)})
 
     @staticmethod

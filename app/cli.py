@@ -1,13 +1,19 @@
 """``agent-server``: serve the app with uvicorn.
 
 Flags: ``--host`` (127.0.0.1), ``--port`` (8000), ``--workers`` (1). Everything else comes
-from ``AGENT_*`` environment variables (see ``app.settings``).
+from ``AGENT_*`` environment variables (see ``app.settings``); one the service does not know
+is named in a warning, with the closest known name.
+
+Before a worker starts, the settings, the agents' configuration, the backends and the
+listening address are checked; a failure is one line on stderr, ``agent-server: cannot
+start: ...``, and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import math
 import os
 import signal
@@ -19,10 +25,12 @@ import uvicorn
 from pydantic import ValidationError
 from uvicorn.config import STARTUP_FAILURE
 
+from app.agent_config import environment_references
 from app.bus.base import BusError
 from app.lifespan import check_configuration
-from app.logs import logging_config
-from app.settings import Settings
+from app.listen import ListenError, Server, bind_sockets
+from app.logs import configure_logging, logging_config
+from app.settings import Settings, unknown_variables
 from app.storage import PostgresStore, StorageError
 from app.supervisor import Listeners, Supervisor
 
@@ -72,6 +80,32 @@ async def _check_backends(settings: Settings) -> None:
         await store.close()
 
 
+def _warn_unknown_variables(settings: Settings) -> None:
+    """Name each ``AGENT_*`` variable no setting reads, with the closest known name.
+
+    A warning, not a refusal: the ``AGENT_`` prefix is not ours alone (a wrapper script, a
+    sidecar or another program may use it), ``AGENT_CONFIG`` may refer to variables of its
+    own, and a rolling deploy runs versions that know different settings side by side; a
+    refusal would turn any of these into an outage. The misspelt setting keeps its default,
+    which the warning makes visible.
+    """
+    logger = logging.getLogger("app.settings")
+    for name, close in unknown_variables(os.environ, environment_references(settings.config)):
+        if close is not None:
+            logger.warning(
+                "unknown setting %s (did you mean %s?)",
+                name,
+                close,
+                extra={"variable": name, "suggestion": close},
+            )
+        else:
+            logger.warning(
+                "unknown setting %s (no setting has a similar name; docs/api.md lists them)",
+                name,
+                extra={"variable": name},
+            )
+
+
 def _stopped(signum: int, frame: FrameType | None) -> None:
     """SIGTERM after uvicorn's shutdown: nothing more to do."""
 
@@ -93,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"agent-server: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
+    configure_logging(settings.log_level, settings.log_format)
+    # here, in the one process that reads the command line: once per start, not per worker
+    _warn_unknown_variables(settings)
     if args.workers > 1 and settings.redis_url is None:
         if not settings.allow_unshared_workers:
             # Each worker would keep its own runs, event logs and session locks: a run's
@@ -135,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         workers=args.workers,
-        log_config=logging_config(settings.log_level),
+        log_config=logging_config(settings.log_level, settings.log_format),
         access_log=settings.debug,
         timeout_graceful_shutdown=math.ceil(graceful),
         timeout_keep_alive=math.ceil(settings.keep_alive_timeout),
@@ -145,14 +182,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         # on connections (app.http_protocol)
         http="app.http_protocol:GuardedHttpToolsProtocol",
     )
+    try:
+        if args.workers == 1:
+            # bound before the app starts: uvicorn would bind only after the lifespan (and
+            # its warm-up's model calls), and fail with a log line and status 3
+            sockets = bind_sockets(args.host, args.port)
+        else:
+            listeners = Listeners(config)
+    except ListenError as exc:
+        print(f"agent-server: cannot start: {exc}", file=sys.stderr)
+        return 2
     if args.workers == 1:
-        server = uvicorn.Server(config)
-        server.run()
+        server = Server(config)
+        try:
+            server.run(sockets=sockets)
+        finally:
+            for sock in sockets:
+                sock.close()
         if not server.started:
             return STARTUP_FAILURE
-    else:
+        return 0
+    try:
         # uvicorn's supervisor, a listening socket per worker, saying why it replaces one
-        Supervisor(config, Listeners(config)).run()
+        Supervisor(config, listeners).run()
+    except ListenError as exc:
+        print(f"agent-server: cannot start: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

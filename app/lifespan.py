@@ -3,8 +3,9 @@
 Startup (in order): the store, the bus, the agents (one ``AgentCore`` per configured agent,
 built on the worker's loop, see ``app.agents``), the run manager; then the bindings' preflight,
 which refuses to start on a bad model configuration. The warm-up follows in the background: MCP
-tool discovery, then one short run per agent; ``/readyz`` turns 200 once every required agent
-warmed up (``app.agent_health``; each failed agent is retried until it succeeds).
+tool discovery, then one short run per agent (none with ``AGENT_WARMUP=0``: an agent is then
+``configured`` rather than ``ready``); ``/readyz`` turns 200 once every required agent warmed
+up (``app.agent_health``; each failed agent is retried until it succeeds).
 
 Shutdown on SIGTERM or SIGINT: the first signal starts the drain at once, while the server
 still accepts connections (``/readyz`` 503, new runs 503 ``draining``); runs get
@@ -292,7 +293,9 @@ async def warm_up(services: Services) -> None:
     delay = 0.5
     while True:
         try:
-            done = await services.agents.warm_up(_WARMUP_PROMPT)
+            done = await services.agents.warm_up(
+                _WARMUP_PROMPT, call_model=services.settings.warmup
+            )
         except Exception as exc:  # not one agent's failure: the round itself failed
             logger.warning("warm-up failed; retrying", extra={"error": str(exc), "retry_in": delay})
             services.readiness_problem = f"the warm-up failed ({type(exc).__name__})"
@@ -301,7 +304,7 @@ async def warm_up(services: Services) -> None:
             services.readiness_problem = states.problem
         if states.ready and not services.ready:
             services.ready = True
-            logger.info("ready")
+            logger.info("ready", extra={"readiness": services.readiness})
         if done:
             return
         if services.ready:

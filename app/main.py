@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     """Build the service for ``settings`` (default: from the environment)."""
     settings = settings if settings is not None else Settings()
     if configure_logs and not logging.getLogger("app").handlers:
-        configure_logging(settings.log_level)
+        configure_logging(settings.log_level, settings.log_format)
     # the Redis pool (and its blocking reader) and PostgreSQL's need descriptors too
     max_connections = effective_max_connections(
         settings.max_connections, reserve=settings.redis_max_connections + 16

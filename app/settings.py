@@ -7,7 +7,9 @@ the rest tune the service (demo model, SSE, drain, logs). Secrets (``AGENT_API_K
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -16,9 +18,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from app.budgets import parse_budgets
 from app.webhooks.signing import parse_endpoint_secrets, parse_secret
 
-__all__ = ["Settings", "parse_api_keys"]
+__all__ = ["Settings", "known_variables", "parse_api_keys", "unknown_variables"]
 
 LogLevel = Literal["debug", "info", "warning", "error"]
+LogFormat = Literal["auto", "text", "json"]
 
 
 def parse_api_keys(value: str) -> dict[str, str]:
@@ -92,6 +95,12 @@ class Settings(BaseSettings):
     demo_token_delay: Annotated[float, Field(ge=0)] = 0.02
     demo_slow_seconds: Annotated[float, Field(ge=0)] = 5.0
     log_level: LogLevel = "info"
+    log_format: LogFormat = "auto"
+    """``text`` (readable lines), ``json`` (one object per line) or ``auto``: text when stderr
+    is a terminal, JSON otherwise (``app.logs``)."""
+    warmup: bool = True
+    """``AGENT_WARMUP=0``: no warm-up model call at start; an agent is then ready once it is
+    configured (preflight passed, MCP tools discovered) rather than once its model answered."""
     confirmation_timeout: Annotated[float, Field(gt=0)] = 300.0
     per_principal_max_runs: Annotated[int | None, Field(ge=1)] = None
     """Runs (executing plus queued) one principal may have at once; unset = no own cap."""
@@ -319,3 +328,26 @@ class Settings(BaseSettings):
     def debug(self) -> bool:
         """True at ``AGENT_LOG_LEVEL=debug``: prompts and arguments may then be logged."""
         return self.log_level == "debug"
+
+
+def known_variables() -> frozenset[str]:
+    """Every ``AGENT_*`` variable the service reads: one per ``Settings`` field."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    return frozenset(f"{prefix}{name}".upper() for name in Settings.model_fields)
+
+
+def unknown_variables(
+    environ: Mapping[str, str], also_known: Iterable[str] = ()
+) -> list[tuple[str, str | None]]:
+    """The ``AGENT_*`` names of ``environ`` that no setting reads (nor ``also_known``, such as
+    the variables ``AGENT_CONFIG`` refers to), sorted, each with the closest known name (or
+    None when none is close)."""
+    known = sorted(known_variables() | set(also_known))
+    unknown: list[tuple[str, str | None]] = []
+    for name in sorted(environ):
+        # pydantic-settings matches names whatever their case: so does this
+        upper = name.upper()
+        if upper.startswith("AGENT_") and upper not in known:
+            close = difflib.get_close_matches(upper, known, n=1)
+            unknown.append((name, close[0] if close else None))
+    return unknown

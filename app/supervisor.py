@@ -10,7 +10,9 @@ connections over the sockets that listen, by a hash of each connection's address
 listens once its worker is serving and is gone with its worker (the supervisor keeps no copy):
 a worker still starting, or one that died, is given no connection, and a replacement binds a
 socket of its own. Elsewhere (and for a Unix socket or an inherited file descriptor) the
-workers share uvicorn's socket.
+workers share uvicorn's socket. An address that cannot be bound (a port already in use) is a
+``ListenError`` before any worker starts, which ``agent-server`` reports as its one start-error
+line.
 
 **Why a worker was replaced.** uvicorn's own supervisor logs a replaced worker as "Child
 process [pid] died" whatever happened. An operator needs to tell a worker that crashed (its
@@ -30,6 +32,8 @@ from collections.abc import Iterator
 
 from uvicorn.config import STARTUP_FAILURE, Config
 from uvicorn.supervisors.multiprocess import Multiprocess, Process
+
+from app.listen import listen_error
 
 __all__ = ["Listeners", "Supervisor", "replacement_reason"]
 
@@ -69,6 +73,7 @@ class Listeners:
     Linux), or uvicorn's one socket for all of them."""
 
     def __init__(self, config: Config) -> None:
+        """Bind (or probe) the address; ``ListenError`` when it cannot be bound."""
         self._shared: socket.socket | None = None
         if not _spreads(config):
             self._shared = config.bind_socket()
@@ -84,8 +89,7 @@ class Listeners:
                 probe.bind((host, config.port))
                 self._address: tuple[str, int] = (host, probe.getsockname()[1])
         except OSError as exc:
-            logger.error("cannot listen on %s:%s: %s", host, config.port, exc)
-            sys.exit(STARTUP_FAILURE)
+            raise listen_error(host, config.port, exc) from exc
         scheme = "https" if config.is_ssl else "http"
         where = f"[{host}]" if self._family == socket.AF_INET6 else host
         logger.info(
@@ -94,6 +98,14 @@ class Listeners:
             where,
             self._address[1],
         )
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The host and port the workers listen on."""
+        if self._shared is not None:
+            host, port = self._shared.getsockname()[:2]
+            return str(host), int(port)
+        return self._address
 
     @contextlib.contextmanager
     def for_worker(self) -> Iterator[list[socket.socket]]:
@@ -138,13 +150,17 @@ class Supervisor(Multiprocess):
         return process
 
     def init_processes(self) -> None:
+        """Start the workers; ``ListenError`` (the workers started stopped again) when one
+        cannot be given a socket (the address was taken since ``Listeners`` probed it)."""
+        self.processes = []
         try:
-            self.processes = [self._start() for _ in range(self.processes_num)]
+            for _ in range(self.processes_num):
+                self.processes.append(self._start())
         except OSError as exc:
-            logger.error("cannot listen for a worker: %s", exc)
             self.terminate_all()
             self.join_all()
-            sys.exit(STARTUP_FAILURE)
+            host, port = self.listeners.address
+            raise listen_error(host, port, exc) from exc
 
     def keep_subprocess_alive(self) -> None:
         if self.should_exit.is_set():

@@ -34,8 +34,10 @@ async def healthz() -> dict[str, str]:
 async def readyz(services: ServicesDep) -> Response:
     """200 once preflight is done and every required agent warmed up; 503 before that, while
     draining, and while the store or the bus does not answer (``app.readiness``). ``agents``
-    reports each agent (``starting``, ``ready`` or ``unavailable`` with its ``reason``)."""
-    agents = {"agents": services.agents.states.to_dict()}
+    reports each agent (``starting``, ``ready``, ``configured`` or ``unavailable`` with its
+    ``reason``); ``readiness`` says what ready means: ``answered`` (the agents' models
+    answered a warm-up call) or ``configured`` (``AGENT_WARMUP=0``: no call was made)."""
+    agents = {"readiness": services.readiness, "agents": services.agents.states.to_dict()}
     if services.manager.draining:
         return problem_response(
             503,

@@ -361,6 +361,12 @@ def _special_cases(schema: dict[str, Any]) -> None:
                     "required": ["status"],
                     "properties": {
                         "status": {"type": "string", "enum": ["ready"]},
+                        "readiness": {
+                            "type": "string",
+                            "enum": ["answered", "configured"],
+                            "description": "answered: every required agent's model answered "
+                            "a warm-up call; configured: AGENT_WARMUP=0, no call was made",
+                        },
                         "agents": {
                             "type": "object",
                             "description": "each agent's warm-up state, by name",
@@ -370,7 +376,12 @@ def _special_cases(schema: dict[str, Any]) -> None:
                                 "properties": {
                                     "status": {
                                         "type": "string",
-                                        "enum": ["starting", "ready", "unavailable"],
+                                        "enum": [
+                                            "starting",
+                                            "ready",
+                                            "configured",
+                                            "unavailable",
+                                        ],
                                     },
                                     "required": {"type": "boolean"},
                                     "reason": {"type": "string"},

@@ -126,7 +126,7 @@ def launch(
         if _wait_ready(server, until):
             return server
         server.stop()
-        if "address already in use" not in server.log().lower():
+        if "already in use" not in server.log().lower():
             break
     raise RuntimeError(f"agent-server did not become ready:\n{server.log()}")
 
