@@ -256,7 +256,9 @@ class Routing:
         if isinstance(found, RunRecord) and found.is_finished:
             context.metrics.external_events.labels("not_accepted").inc()
             return []
-        accepted = await context.bus.router.deliver_external(session_id, run_id, name, payload)
+        accepted: list[str] | None = None
+        if await self._leased(session_id, run_id):
+            accepted = await context.bus.router.deliver_external(session_id, run_id, name, payload)
         if accepted is None and self.resume_parked is not None:
             # no worker holds the run: parked at a shutdown (or its worker died) and not yet
             # taken by a sweep; resumed here, it asks again, and takes the answer here
@@ -285,6 +287,21 @@ class Routing:
         context.metrics.external_events.labels("accepted" if accepted else "not_accepted").inc()
         return accepted or []
 
+    async def _leased(self, session_id: str, run_id: str) -> bool:
+        """Whether the run still holds its session's lease, as the shared bus says: a holder
+        that lost it (Redis lost its data, or it was taken over) may not have noticed yet,
+        and an answer it took now would be lost with the run's hand-over. Always true on the
+        in-process bus, where a lease cannot outlive its holder."""
+        context = self._context
+        if not context.bus.shared:
+            return True
+        try:
+            return await context.bus.locks.holder(session_id) == run_id
+        except BusError as exc:
+            raise Unavailable(
+                f"the session's lease cannot be read: {exc}", retry_after=_RETRY_HANDED_OVER
+            ) from exc
+
     async def _current_run(self, session_id: str) -> str | None:
         """The run holding the session: held here, else the holder of its lease."""
         context = self._context
@@ -294,7 +311,9 @@ class Routing:
         try:
             holder = await context.bus.locks.holder(session_id)
         except BusError as exc:
-            raise Unavailable(f"the session's lease cannot be read: {exc}") from exc
+            raise Unavailable(
+                f"the session's lease cannot be read: {exc}", retry_after=_RETRY_HANDED_OVER
+            ) from exc
         # a sweep or a queue claim holds the lease under a name of its own, not a run id
         return holder if holder is not None and holder.startswith(_RUN_PREFIX) else None
 

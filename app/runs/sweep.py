@@ -167,6 +167,8 @@ class LostRunSweep:
         or None. ``session_id`` must be the run's own: callers resolve the run with its owner
         and session first (``RunContext.find``), and a run is only ever resumed under a lease
         on its own session (``_resume`` reads the session from the run's record)."""
+        if run_id in self._context.runs:
+            return None  # still held here: until this worker lets it go, nobody resumes it
         if await self._context.bus.locks.holder(session_id) is not None:
             return None  # held: by its worker, or by another that resumes it now
         if self._context.draining or not await self._resume(run_id, session_id):
