@@ -1,5 +1,7 @@
 // An AG-UI front end in a few lines: @ag-ui/client's HttpAgent against agent-server.
 //
+// Node.js 22.12 or later:
+//
 //   npm install @ag-ui/client@1.0.0
 //   AGENT_URL=http://127.0.0.1:8000 node agui_client.mjs
 //

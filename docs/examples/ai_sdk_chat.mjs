@@ -1,6 +1,8 @@
 // A Vercel AI SDK front end against agent-server, in Node: the `ai` package's
 // DefaultChatTransport and readUIMessageStream (what useChat uses underneath).
 //
+// Node.js 22.12 or later:
+//
 //   npm install ai@7.0.173
 //   AGENT_URL=http://127.0.0.1:8000 node ai_sdk_chat.mjs
 //
