@@ -15,6 +15,7 @@ a results file. Scenarios 8, 9 and 10 (Redis farther away, two workers, hand-ove
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import subprocess
@@ -221,6 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     docs.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args(argv)
+    if not getattr(args, "no_plots", False) and importlib.util.find_spec("matplotlib") is None:
+        # found now, not after minutes of measuring
+        parser.error(
+            "the plots need matplotlib, of the bench dependency group: "
+            "uv run --group bench python -m bench ..."
+            + ("" if args.command == "docs" else " (or --no-plots)")
+        )
     if args.command == "docs":
         update_docs(args.results or [Config().results_dir / "latest.json"], args.doc)
         return 0

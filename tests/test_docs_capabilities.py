@@ -19,6 +19,7 @@ import pytest
 
 from tests.fakes.tls_proxy import TLSInterceptor
 from tests.fakes.upstream import FakeUpstream
+from tests.local_models import needs_local_models
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "capabilities.md"
 BLOCKS = [
@@ -44,7 +45,13 @@ def test_the_document_has_an_example_per_capability() -> None:
         assert call in text, call
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
+@pytest.mark.parametrize(
+    "index",
+    [
+        pytest.param(index, marks=[needs_local_models] if "agent_runtime.local" in block else [])
+        for index, block in enumerate(BLOCKS)
+    ],
+)
 async def test_example_runs(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
     async with (
         FakeUpstream() as upstream,

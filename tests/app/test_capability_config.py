@@ -11,6 +11,7 @@ from agent_runtime.providers.openai_capabilities import OpenAICapabilities
 from app.agent_config import ConfigError, load_config
 from app.agents import build_agents
 from app.errors import NotFound
+from tests.local_models import needs_local_models
 
 from .conftest import MakeSettings
 
@@ -23,6 +24,7 @@ def write(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
+@needs_local_models
 def test_the_examples_capability_models_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SEARCH_MCP_TOKEN", "token-1")
     monkeypatch.delenv("EMBEDDINGS_URL", raising=False)
@@ -41,6 +43,7 @@ def test_the_examples_capability_models_are_read(monkeypatch: pytest.MonkeyPatch
     assert config.agents["default"].capabilities == {}
 
 
+@needs_local_models
 async def test_capability_models_build_preflight_and_resolve(
     tmp_path: Path, make_settings: MakeSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

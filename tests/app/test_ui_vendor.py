@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
+from tests import npm_clients
+from tests.npm_clients import NODE_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 VENDOR = ROOT / "app" / "ui" / "vendor"
-NODE_MODULES = ROOT / "tests" / "js" / "node_modules"
 
 # vendored file → (package, file inside the package)
 FILES = {
@@ -24,10 +24,8 @@ def test_every_vendored_module_has_its_licence() -> None:
         assert (VENDOR / name).parent.joinpath("LICENSE").is_file(), name
 
 
-@pytest.mark.skipif(
-    not NODE_MODULES.is_dir(), reason="run `npm ci --prefix tests/js` to compare the files"
-)
 def test_vendored_modules_are_the_pinned_packages_files() -> None:
+    npm_clients.node()  # installs the pinned packages if they are not
     pinned = json.loads((ROOT / "tests" / "js" / "package.json").read_text())["dependencies"]
     readme = (VENDOR / "README.md").read_text()
     for name, (package, inside) in FILES.items():

@@ -14,7 +14,15 @@ import tempfile
 import threading
 from pathlib import Path
 
-from playwright.sync_api import Browser, Page, Playwright
+import pytest
+
+try:
+    from playwright.sync_api import Browser, Page, Playwright
+except ImportError:
+    pytest.skip(
+        "playwright is not installed (the browser group): uv run --group browser pytest",
+        allow_module_level=True,
+    )
 
 __all__ = [
     "CHROMIUM",
@@ -22,6 +30,7 @@ __all__ = [
     "SCREENSHOTS",
     "DroppableProxy",
     "launch_chromium",
+    "overview_screenshot",
     "screenshot",
     "skip_reason",
 ]
@@ -38,7 +47,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 # Screenshots go to a scratch folder, so a test run leaves the checkout clean; to refresh the
-# pictures docs/ui.md shows, run the browser tests with UI_SCREENSHOT_DIR=docs/images.
+# pictures docs/ui.md and README.md show, run the browser tests with UI_SCREENSHOT_DIR=docs/images.
 SCREENSHOTS = Path(
     os.environ.get("UI_SCREENSHOT_DIR", Path(tempfile.gettempdir()) / "agent-ui-screenshots")
 )
@@ -65,6 +74,14 @@ def screenshot(page: Page, name: str) -> Path:
     """Save ``docs/images/ui-<name>.png`` (animations settled, caret hidden)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"ui-{name}.png"
+    page.screenshot(path=str(path), animations="disabled", caret="hide")
+    return path
+
+
+def overview_screenshot(page: Page) -> Path:
+    """Save ``docs/images/ui.png``, the picture of the UI that README.md shows."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / "ui.png"
     page.screenshot(path=str(path), animations="disabled", caret="hide")
     return path
 

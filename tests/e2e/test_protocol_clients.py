@@ -9,25 +9,20 @@ checked here.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests import npm_clients
 from tests.e2e.conftest import Launch, Server, read_events, wait_for
-
-JS = Path(__file__).resolve().parents[1] / "js"
-NODE = shutil.which("node")
+from tests.npm_clients import JS
 
 
 def node(script: str, server: Server, scenario: str) -> dict[str, Any]:
     """Run one scenario of ``tests/js/<script>_scenarios.mjs``; what it printed."""
-    assert NODE is not None, "Node 20 is needed for the protocol clients' tests"
-    assert (JS / "node_modules").is_dir(), "run: npm ci --prefix tests/js"
     done = subprocess.run(
-        [NODE, str(JS / f"{script}_scenarios.mjs"), server.base_url, scenario],
+        [npm_clients.node(), str(JS / f"{script}_scenarios.mjs"), server.base_url, scenario],
         cwd=JS,
         capture_output=True,
         text=True,

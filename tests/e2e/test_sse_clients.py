@@ -20,10 +20,10 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
+from tests import npm_clients
 from tests.e2e.conftest import Event, Launch, Server, read_events, to_event
 from tests.fakes.tcp_proxy import CuttingProxy
-
-from .test_protocol_clients import JS, NODE
+from tests.npm_clients import JS
 
 TYPES = [
     "run.started",
@@ -57,10 +57,8 @@ def proxy(sse_server: Server) -> Iterator[CuttingProxy]:
 
 def node_sse(scenario: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """Run one scenario of tests/js/sse_scenarios.mjs in its own process (off the loop)."""
-    assert NODE is not None, "Node 20 is needed for the SSE clients' tests"
-    assert (JS / "node_modules").is_dir(), "run: npm ci --prefix tests/js"
     done = subprocess.run(
-        [NODE, str(JS / "sse_scenarios.mjs"), scenario, json.dumps(arguments)],
+        [npm_clients.node(), str(JS / "sse_scenarios.mjs"), scenario, json.dumps(arguments)],
         cwd=JS,
         capture_output=True,
         text=True,

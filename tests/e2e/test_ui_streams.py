@@ -10,7 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, Page, Request, expect
+
+try:
+    from playwright.sync_api import BrowserContext, Page, Request, expect
+except ImportError:
+    pytest.skip(
+        "playwright is not installed (the browser group): uv run --group browser pytest",
+        allow_module_level=True,
+    )
 
 from . import test_ui
 from .browser import DroppableProxy

@@ -1,34 +1,25 @@
 """The reference MCP server, ``@modelcontextprotocol/server-everything`` (TypeScript SDK), as a
 process on a loopback port, for tests that need a stateful streamable-HTTP server: it gives
 each session an ``Mcp-Session-Id`` and answers an id it does not know with 400 "Bad Request: No
-valid session ID provided". Installed by ``npm ci --prefix tests/js``; ``restart()`` replaces
-the process on the same port, as a deployment's restart would.
+valid session ID provided". Pinned in tests/js (``tests.npm_clients.node()`` installs it and
+names the ``node`` that runs it); ``restart()`` replaces the process on the same port, as a
+deployment's restart would.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["EVERYTHING", "EverythingServer", "available"]
+__all__ = ["EVERYTHING", "EverythingServer"]
 
 _JS = Path(__file__).resolve().parents[1] / "js"
 EVERYTHING = (
     _JS / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 )
-
-
-def available() -> str | None:
-    """Why the server cannot run here, or None."""
-    if shutil.which("node") is None:
-        return "node is not installed"
-    if not EVERYTHING.exists():
-        return "run npm ci --prefix tests/js (server-everything is missing)"
-    return None
 
 
 def _free_port() -> int:
@@ -41,7 +32,8 @@ def _free_port() -> int:
 class EverythingServer:
     """``server-everything streamableHttp`` on 127.0.0.1 (blocking: for sync fixtures)."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, node: str, log: Path) -> None:
+        self._node = node
         self.port = _free_port()
         self._log = log
         self.process = self._start()
@@ -53,7 +45,13 @@ class EverythingServer:
     def _start(self) -> subprocess.Popen[bytes]:
         with self._log.open("ab") as log:
             process = subprocess.Popen(
-                ["node", "--require", str(_JS / "loopback.cjs"), str(EVERYTHING), "streamableHttp"],
+                [
+                    self._node,
+                    "--require",
+                    str(_JS / "loopback.cjs"),
+                    str(EVERYTHING),
+                    "streamableHttp",
+                ],
                 cwd=_JS,
                 env={**os.environ, "PORT": str(self.port)},
                 stdout=log,

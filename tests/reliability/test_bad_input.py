@@ -13,21 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import os
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-import schemathesis
-from schemathesis.engine import events as engine_events
-from schemathesis.engine import from_schema
 
 from tests.e2e.conftest import Server, backend_env, launch
 
 from .conftest import API_KEYS, PROBLEM, assert_problem, auth, read_events, state, stop, wait_idle
+
+if TYPE_CHECKING:
+    # imported where used: the hand-picked requests below run without the fuzz group
+    import schemathesis
+    from schemathesis.engine import events as engine_events
 
 MAX_BODY = 64 * 1024
 SEED = int(os.environ.get("RELIABILITY_SEED", "20261130"))
@@ -64,6 +67,9 @@ def fuzzed(
 ) -> Iterator[Server]:
     """The server schemathesis runs against, once per backend (the default one is
     ``server``)."""
+    pytest.importorskip(
+        "schemathesis", reason="not installed (the fuzz group): uv run --group fuzz pytest -m slow"
+    )
     if request.param == "default":
         yield request.getfixturevalue("server")
         return
@@ -77,7 +83,6 @@ def fuzzed(
 # --- schemathesis -------------------------------------------------------------------------------
 
 
-@schemathesis.hook
 def before_call(context: schemathesis.HookContext, case: Any, kwargs: dict[str, Any]) -> None:
     """An Idempotency-Key names one request: a generated key sent again with another body is
     rightly refused (422 ``idempotency_key_reused``), so every request sent gets a key of its
@@ -87,6 +92,14 @@ def before_call(context: schemathesis.HookContext, case: Any, kwargs: dict[str, 
     key = headers.get("Idempotency-Key") if headers is not None else None
     if isinstance(key, str):
         headers["Idempotency-Key"] = f"{key[:200]}-{uuid.uuid4()}"
+
+
+@functools.cache
+def _register_global_hooks() -> None:
+    """Gives schemathesis ``before_call``, once per process."""
+    import schemathesis
+
+    schemathesis.hook(before_call)
 
 
 # what a body can be refused for that its schema cannot say (a cron expression that does not
@@ -127,6 +140,11 @@ def _sent_authorization(response: Any) -> bool:
 
 def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
     """Run every schemathesis phase; the end event and what was sent and received."""
+    import schemathesis
+    from schemathesis.engine import events as engine_events
+    from schemathesis.engine import from_schema
+
+    _register_global_hooks()
     config = schemathesis.Config.from_dict(
         {
             "seed": SEED,

@@ -20,17 +20,15 @@ import pytest
 
 from agent_runtime.mcp import MCPClient, MCPServerConfig
 from agent_runtime.mcp.sessions import session_unknown
-from tests.fakes.mcp_everything import EverythingServer, available
+from tests import npm_clients
+from tests.fakes.mcp_everything import EverythingServer
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def everything(tmp_path: Path) -> Iterator[EverythingServer]:
-    missing = available()
-    if missing is not None:
-        pytest.skip(missing)
-    server = EverythingServer(tmp_path / "everything.log")
+    server = EverythingServer(npm_clients.node(), tmp_path / "everything.log")
     try:
         yield server
     finally:

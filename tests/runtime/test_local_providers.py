@@ -24,7 +24,11 @@ from agent_runtime.local import (
     resolve_model,
 )
 from agent_runtime.local.engines import engine_for
+from tests.local_models import MISSING
 from tests.loopcheck import no_blocking_calls
+
+if MISSING is not None:
+    pytest.skip(MISSING, allow_module_level=True)
 
 PROVIDER = LocalEmbeddingProvider()  # one per process, as in production
 

@@ -29,6 +29,7 @@ from agent_runtime.local import DEFAULT_MODEL, LocalEmbeddingProvider, resolve_m
 from agent_runtime.local import engines as local_engines
 from tests.fakes.tls_proxy import TLSInterceptor
 from tests.fakes.upstream import FakeToolCall, FakeUpstream, Text, ToolCalls
+from tests.local_models import needs_local_models
 from tests.seeds import renamed, seed_text
 
 IMAGE_SNIPPET = """\
@@ -184,6 +185,7 @@ async def test_seed_image_snippet_runs_against_the_fake(
 
 
 @pytest.mark.slow
+@needs_local_models
 @pytest.mark.timeout(600)  # a first import of torch takes a minute or two on a busy machine
 def test_seed_embed_in_thread_snippet_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip(
