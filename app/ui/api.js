@@ -52,8 +52,8 @@ async function problemOf(response) {
   });
 }
 
-async function send(method, path, { json, signal, extraHeaders } = {}) {
-  const init = { method, headers: headers(extraHeaders), signal, cache: "no-store" };
+async function send(method, path, { json, signal, extraHeaders, keepalive } = {}) {
+  const init = { method, headers: headers(extraHeaders), signal, cache: "no-store", keepalive };
   if (json !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(json);
@@ -109,7 +109,9 @@ export const api = {
     json("GET", `v1/sessions?limit=${limit}${before ? `&before=${seg(before)}` : ""}`),
   session: (sessionId) => json("GET", `v1/sessions/${seg(sessionId)}`),
   messages: (sessionId) => json("GET", `v1/sessions/${seg(sessionId)}/messages`),
-  deleteSession: (sessionId) => json("DELETE", `v1/sessions/${seg(sessionId)}`),
+  /** ``keepalive``: the request outlives the page (a deletion sent as the page goes away). */
+  deleteSession: (sessionId, keepalive = false) =>
+    json("DELETE", `v1/sessions/${seg(sessionId)}`, { keepalive }),
   renameSession: (sessionId, title) => json("PATCH", `v1/sessions/${seg(sessionId)}`, { json: { title } }),
   /** The configured agents: {agents: [{name, description, model, skills, ready}]}. */
   agents: () => json("GET", "v1/agents"),

@@ -4,7 +4,7 @@
 
 import { api, ApiError } from "./api.js";
 import { ConfirmDialog } from "./confirm.js";
-import { copyText } from "./markdown.js";
+import { copyText, plainTitle } from "./markdown.js";
 import { readEventStream } from "./sse.js";
 import { MAX_SESSIONS, newSendKey, newSessionId, store } from "./store.js";
 import { h, newTurn, TurnView, turnOptions, turnsFromMessages } from "./view.js";
@@ -36,6 +36,7 @@ const els = {
   agentPicker: $("agent-picker"),
   agentSelect: $("agent"),
   rename: $("rename"),
+  jump: $("jump"),
 };
 
 const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
@@ -43,6 +44,8 @@ const STALL_MS = 45_000; // the server pings every 15 s of silence: three missed
 const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
 // a send whose POST got no answer at all is sent again (same Idempotency-Key) this often
 const SEND_RETRIES = 4;
+// a deleted conversation can be brought back this long; then the DELETE is sent
+const UNDO_MS = 5000;
 
 let sessionId = store.sessionId();
 let current = null; // the run this tab follows: {runId, sessionId, view, lastSeq, ...}
@@ -51,6 +54,9 @@ let serverOffset = 0; // server clock minus ours, in ms (from the Date header)
 let loadToken = 0;
 let listToken = 0;
 let agents = []; // GET /v1/agents, when the server has it
+let following = true; // the view keeps the end of the conversation in sight
+let lastScrollTop = 0;
+let pendingDelete = null; // {id, entry, wasCurrent, timer}: deleted here, DELETE not sent yet
 
 const serverNow = () => Date.now() + serverOffset;
 
@@ -75,13 +81,57 @@ function setConn(state, text = "") {
   els.conn.textContent = text;
 }
 
-function nearBottom() {
+// --- following the end of the conversation ----------------------------------------------
+//
+// As chat pages do: while the reader is at the bottom, the view follows what arrives (an
+// answer growing word by word, a tool card, an error); scrolling up stops that, and scrolling
+// back down to the bottom (or "Jump to the latest") starts it again. The view moves when the
+// conversation's size changes (a ResizeObserver), so it follows what is drawn, whenever it is
+// drawn (an answer is rendered once a frame), not only what arrived.
+
+function atBottom() {
   const c = els.chat;
-  return c.scrollHeight - c.scrollTop - c.clientHeight < 120;
+  return c.scrollHeight - c.scrollTop - c.clientHeight < 24;
 }
 
+function showJump() {
+  els.jump.hidden = following || atBottom();
+}
+
+/** Keep the end in sight (``force``: start following again, as after a send). */
 function scrollToEnd(force = false) {
-  if (force || nearBottom()) els.chat.scrollTop = els.chat.scrollHeight;
+  if (force) following = true;
+  if (following) els.chat.scrollTop = els.chat.scrollHeight;
+  lastScrollTop = els.chat.scrollTop;
+  showJump();
+}
+
+function watchScrolling() {
+  els.chat.addEventListener(
+    "scroll",
+    () => {
+      const top = els.chat.scrollTop;
+      // growing content never moves scrollTop: a move up is the reader's (or the content
+      // shrank, and then the view is still at the bottom)
+      if (atBottom()) following = true;
+      else if (top < lastScrollTop) following = false;
+      lastScrollTop = top;
+      showJump();
+    },
+    { passive: true },
+  );
+  const onResize = () => {
+    if (following) els.chat.scrollTop = els.chat.scrollHeight;
+    lastScrollTop = els.chat.scrollTop;
+    showJump();
+  };
+  const observer = new ResizeObserver(onResize);
+  observer.observe(els.log);
+  observer.observe(els.chat);
+  els.jump.addEventListener("click", () => {
+    scrollToEnd(true);
+    els.prompt.focus({ preventScroll: true });
+  });
 }
 
 function setBusy(busy) {
@@ -123,7 +173,10 @@ function sleep(ms, signal) {
 // --- sessions ----------------------------------------------------------------------------
 
 function renderSessions() {
-  const list = store.sessions().map((s) => ({ ...s, title: s.title || "New chat" }));
+  const list = store
+    .sessions()
+    .filter((s) => s.id !== pendingDelete?.id)
+    .map((s) => ({ ...s, title: plainTitle(s.title) || "New chat" }));
   if (!list.some((s) => s.id === sessionId)) list.unshift({ id: sessionId, title: "New chat", updated: Date.now() });
   els.sessions.replaceChildren(
     ...list.map((s) => {
@@ -162,9 +215,10 @@ function renderSessions() {
   document.title = `${title} · agent-server`;
 }
 
-/** A prompt as a list entry's title: one line, 60 characters at most. */
+/** A prompt as a list entry's title until the server's is known: one line, as the server
+ * keeps it (its Markdown is stripped where it is shown). */
 function titleOf(prompt) {
-  return (prompt || "").trim().replace(/\s+/g, " ").slice(0, 60);
+  return (prompt || "").trim().replace(/\s+/g, " ").slice(0, 200);
 }
 
 /**
@@ -244,22 +298,63 @@ function newChat() {
   els.prompt.focus();
 }
 
-async function deleteSession(id) {
+/**
+ * × removes the conversation from the list at once and offers Undo for a few seconds; only
+ * then is the DELETE sent. Deleting another one, or leaving the page, sends the earlier
+ * deletion at once (leaving: as a keepalive request, which outlives the page).
+ */
+function deleteSession(id) {
+  flushDelete();
+  // the × goes away with the entry: its focus goes to Undo rather than to nothing
+  const hadFocus = Boolean(document.activeElement?.closest?.(".sessions"));
+  const entry = store.sessions().find((s) => s.id === id) || { id, title: "", updated: Date.now() };
+  const wasCurrent = id === sessionId;
+  const pending = { id, entry, wasCurrent, timer: null };
+  pending.timer = setTimeout(() => commitDelete(pending), UNDO_MS);
+  pendingDelete = pending;
+  if (wasCurrent) newChat();
+  else renderSessions();
+  const title = plainTitle(entry.title) || "New chat";
+  toast(`Deleted “${title}”`, () => undoDelete(pending), { label: "Undo", ms: UNDO_MS, focus: hadFocus });
+  announce("Conversation deleted. Undo is offered for a few seconds.");
+}
+
+function undoDelete(pending) {
+  if (pendingDelete !== pending) return;
+  clearTimeout(pending.timer);
+  pendingDelete = null;
+  if (pending.wasCurrent && !current) switchSession(pending.id);
+  else renderSessions();
+  announce("Conversation restored");
+}
+
+/** Send the waiting deletion now (another one was asked for, or the page is going away). */
+function flushDelete(leaving = false) {
+  const pending = pendingDelete;
+  if (!pending) return;
+  clearTimeout(pending.timer);
+  commitDelete(pending, leaving);
+}
+
+async function commitDelete(pending, leaving = false) {
+  if (pendingDelete === pending) pendingDelete = null;
+  if (!leaving) document.querySelector(".toast[data-kind=undo]")?.remove();
   try {
-    await api.deleteSession(id);
+    await api.deleteSession(pending.id, leaving);
   } catch (error) {
-    if (error instanceof ApiError && error.status === 401) return needKey(() => deleteSession(id));
+    if (leaving) return;
+    if (error instanceof ApiError && error.status === 401) return needKey(() => commitDelete(pending));
     if (!(error instanceof ApiError && error.status === 404)) {
+      // not deleted (a run is active in it, say): it is listed again
+      renderSessions();
       announce(`Could not delete: ${describe(error)}`);
       toast(`Could not delete the conversation: ${describe(error)}`);
       return;
     }
   }
-  store.forgetSession(id);
-  if (id === sessionId) newChat();
-  else renderSessions();
+  store.forgetSession(pending.id);
+  renderSessions();
   refreshSessions();
-  announce("Conversation deleted");
 }
 
 // --- loading a session -------------------------------------------------------------------
@@ -311,7 +406,7 @@ async function loadSession() {
     }
   }
   showEmpty(messages.length === 0);
-  scrollToEnd(true);
+  scrollToEnd(true); // opened at its end, following what comes
   // a run started elsewhere (another tab, a script) and still going: follow it from the start
   try {
     const info = await api.session(id);
@@ -487,7 +582,6 @@ async function consume(run, response) {
       onActivity: arm,
       onEvents: (events) => {
         if (run.abandoned) return true;
-        const follow = nearBottom();
         for (const sse of events) {
           let wire;
           try {
@@ -510,7 +604,7 @@ async function consume(run, response) {
           if (run.view.turn.status === "waiting") setConn("warn", "Needs your approval");
           else setConn("busy", "Streaming");
         }
-        if (follow) scrollToEnd(true);
+        scrollToEnd();
         return run.done;
       },
     });
@@ -677,22 +771,26 @@ function countdownButton(button, seconds) {
 }
 
 let toastTimer = null;
-function toast(text, action) {
+/** A short message at the bottom, with an optional action (``label``, Retry by default). */
+function toast(text, action, { label = "Retry", ms = 8000, focus = false } = {}) {
   let el = document.querySelector(".toast");
   if (!el) {
     el = h("div", { class: "toast", role: "alert" });
     document.body.append(el);
   }
+  el.dataset.kind = label === "Undo" ? "undo" : "message";
   el.replaceChildren(h("span", { text }));
   if (action) {
-    const retry = () => {
+    const act = () => {
       el.remove();
       action();
     };
-    el.append(h("button", { type: "button", class: "button small", text: "Retry", onclick: retry }));
+    const button = h("button", { type: "button", class: "button small", text: label, onclick: act });
+    el.append(button);
+    if (focus) button.focus();
   }
   clearTimeout(toastTimer);
-  toastTimer = setTimeout(() => el.remove(), 8000);
+  toastTimer = setTimeout(() => el.remove(), ms);
 }
 
 // --- API key -----------------------------------------------------------------------------
@@ -790,9 +888,12 @@ function startEdit(turnEl) {
   const cancel = h("button", { type: "button", class: "button small", text: "Cancel" });
   const save = h("button", { type: "submit", class: "button small primary", text: "Send" });
   const form = h("form", { class: "edit-form" }, box, h("div", { class: "actions" }, cancel, save));
+  // the message's own Copy and Edit stay hidden while it is being edited
+  const actions = turnEl.querySelector(".user-actions");
   const close = () => {
     form.remove();
     bubble.hidden = false;
+    if (actions) actions.hidden = false;
     turnEl.querySelector("[data-action=edit]")?.focus();
   };
   cancel.addEventListener("click", close);
@@ -811,9 +912,11 @@ function startEdit(turnEl) {
     if (!text.trim() || current) return;
     form.remove();
     bubble.hidden = false;
+    if (actions) actions.hidden = false;
     send(text, turnEl);
   });
   bubble.hidden = true;
+  if (actions) actions.hidden = true;
   bubble.after(form);
   box.focus();
   box.setSelectionRange(box.value.length, box.value.length);
@@ -875,7 +978,8 @@ function startRename() {
   const entry = store.sessions().find((s) => s.id === sessionId);
   if (!entry) return; // nothing sent yet: the server has no session to rename
   const input = h("input", { class: "rename-box", "aria-label": "Conversation title", maxlength: "200" });
-  input.value = entry.title || "";
+  const shown = plainTitle(entry.title);
+  input.value = shown;
   let finished = false;
   const done = async (save) => {
     if (finished) return; // Enter, then the blur of the box going away
@@ -884,7 +988,7 @@ function startRename() {
     input.remove();
     els.rename.hidden = false;
     renderSessions();
-    if (!save || !title || title === entry.title) return els.rename.focus();
+    if (!save || !title || title === shown || title === entry.title) return els.rename.focus();
     try {
       const session = await api.renameSession(sessionId, title);
       store.setSessions(store.sessions().map((s) => (s.id === sessionId ? { ...s, title: session.title } : s)));
@@ -1009,6 +1113,8 @@ function wire() {
     announce("API key forgotten");
     els.keyInput.focus();
   });
+  // a deletion still waiting for its Undo goes through when the page goes away
+  window.addEventListener("pagehide", () => flushDelete(true));
   window.addEventListener("storage", (event) => {
     if (event.key === "agent-ui.sessions") renderSessions();
   });
@@ -1020,6 +1126,7 @@ function wire() {
 }
 
 wire();
+watchScrolling();
 renderSessions();
 loadSession();
 refreshSessions();

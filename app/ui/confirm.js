@@ -10,6 +10,19 @@
 import { ApiError } from "./api.js";
 import { formatArguments } from "./view.js";
 
+// The runtime's default question names the tool and repeats its arguments, which the dialog
+// shows below it already: then the dialog asks in its own words. A question of the agent's
+// own (a configured one) is shown as it is.
+const DEFAULT_QUESTION = /^Allow the tool (['"]).*\1 to run with the arguments [\s\S]*\?$/;
+
+function questionOf(request) {
+  const question = (request.question || "").trim();
+  if (!question || DEFAULT_QUESTION.test(question)) {
+    return "The agent wants to run this tool with the arguments below.";
+  }
+  return question;
+}
+
 function formatRemaining(ms) {
   const total = Math.max(0, Math.ceil(ms / 1000));
   const minutes = Math.floor(total / 60);
@@ -67,7 +80,7 @@ export class ConfirmDialog {
     this.request = request;
     this.state = "pending";
     this.title.textContent = request.tool;
-    this.question.textContent = request.question || `Allow the tool ${request.tool} to run?`;
+    this.question.textContent = questionOf(request);
     this.args.textContent = JSON.stringify(request.arguments ?? {}, null, 2);
     this.args.setAttribute("aria-label", `Arguments: ${formatArguments(request.arguments)}`);
     this.message.textContent = "";

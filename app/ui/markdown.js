@@ -84,6 +84,30 @@ export function renderMarkdown(text) {
   return fragment;
 }
 
+const TITLE_CHARS = 80;
+const BLOCK_END = /<\/(p|h[1-6]|li|pre|blockquote|td|th|tr|table|ul|ol)>|<br\s*\/?>|<hr\s*\/?>/g;
+const titles = new Map();
+
+/**
+ * A conversation's title as plain text: its Markdown drawn and read back as text (so
+ * ``**bold**`` is "bold", ``[docs](url)`` is "docs", a heading's ``#`` goes), on one line, cut
+ * at 80 characters with an ellipsis. Raw HTML stays text, as in an answer.
+ */
+export function plainTitle(text) {
+  const source = String(text || "");
+  let title = titles.get(source);
+  if (title === undefined) {
+    // blocks would run together as text: a space where each one ends
+    const html = marked.parse(source).replace(BLOCK_END, " $&");
+    const fragment = purifier.sanitize(html, SANITIZE);
+    title = (fragment.textContent || "").replace(/\s+/g, " ").trim();
+    if (title.length > TITLE_CHARS) title = `${title.slice(0, TITLE_CHARS - 1).trimEnd()}…`;
+    if (titles.size >= HIGHLIGHT_CACHE) titles.delete(titles.keys().next().value);
+    titles.set(source, title);
+  }
+  return title;
+}
+
 /** Put ``text`` on the clipboard; falls back to a selection where the Clipboard API is off. */
 export async function copyText(text) {
   try {
