@@ -228,11 +228,17 @@ async def test_the_same_request_with_plain_text_runs(server: Server, path: Path)
         assert response.status_code == 200, response.text
         assert "error" not in _rpc(response) if path.name == "mcp" else True
         after = await _session_ids(client)
-        assert len(after - before) == 1
         if path.names_session:
             assert after - before == {session}
-            messages = await client.get(f"/v1/sessions/{session}/messages")
-            assert messages.json()["messages"][0]["content"] == "a\u0001b caf\u00e9"
+            stored = session
+        else:
+            # a chat completion's session of its own is stateless: stored, never listed
+            assert after == before
+            run = await client.get(f"/v1/runs/{response.headers['x-run-id']}")
+            stored = run.json()["session_id"]
+            assert (await client.get(f"/v1/sessions/{stored}")).json()["stateless"] is True
+        messages = await client.get(f"/v1/sessions/{stored}/messages")
+        assert messages.json()["messages"][0]["content"] == "a\u0001b caf\u00e9"
 
 
 # --- the other fields a client sends: each checked, each named ------------------------------
