@@ -114,13 +114,20 @@ async def test_connections_spread_over_the_workers(
         server.stop()
 
 
-def test_a_second_server_on_a_port_in_use_does_not_start(
+async def test_a_second_server_on_a_port_in_use_does_not_start(
     tmp_path: Path, cluster_env: dict[str, str]
 ) -> None:
     server = launch(tmp_path / "first", cluster_env, workers=2)
     try:
         port = str(server.port)
-        second = subprocess.run(
+
+        async def both_listen() -> bool:
+            return _listening_sockets(server.port) == 2
+
+        # the server is ready once one worker is; the other may still be starting
+        await wait_for(both_listen, within=60)
+        second = await asyncio.to_thread(
+            subprocess.run,
             [str(AGENT_SERVER), "--port", port, "--workers", "2"],
             env={**cluster_env, "PATH": "/usr/bin:/bin"},
             cwd=tmp_path,
