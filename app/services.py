@@ -62,15 +62,15 @@ class Services:
     scheduler: Scheduler | None = None
     """This worker's scheduler (started by the lifespan); None with
     ``AGENT_SCHEDULER_ENABLED=0``."""
+    stateless: StatelessReaper | None = None
+    """Deletes stateless sessions idle past ``AGENT_STATELESS_RETENTION`` (started by the
+    lifespan)."""
 
     @property
     def readiness(self) -> str:
         """What ready means here: ``answered`` (every required agent's model answered its
         warm-up call) or ``configured`` (``AGENT_WARMUP=0``: no warm-up call was made)."""
         return "answered" if self.settings.warmup else "configured"
-    stateless: StatelessReaper | None = None
-    """Deletes stateless sessions idle past ``AGENT_STATELESS_RETENTION`` (started by the
-    lifespan)."""
 
 
 async def get_services(request: Request) -> Services:
