@@ -337,7 +337,12 @@ def replay(page: str, server: Server) -> list[tuple[Step, str]]:
             deadline = time.monotonic() + 10
             while True:
                 done = subprocess.run(
-                    ["bash", "-c", command], capture_output=True, text=True, timeout=30, check=False
+                    ["bash", "-c", command],
+                    env=offline_env(),
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
                 )
                 attempt = copy.deepcopy(actual)
                 got = attempt.normalize(done.stdout)
