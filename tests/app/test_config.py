@@ -25,6 +25,7 @@ from app.errors import Unauthorized
 from app.logs import JsonFormatter
 from app.settings import Settings, parse_api_keys
 from app.wire import WireEncoder, iso_ms
+from tests.local_models import needs_local_models
 
 from .conftest import MakeSettings, Serve, Served, wait_until
 
@@ -177,6 +178,7 @@ def example_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@needs_local_models  # the example's [embeddings.minilm] is in-process
 @pytest.mark.usefixtures("example_env")
 def test_the_documented_example_file_loads() -> None:
     config = load_config(str(EXAMPLE))
@@ -232,6 +234,7 @@ def test_the_documented_example_file_loads() -> None:
     assert support.mcp_servers == ("search", "tickets")
 
 
+@needs_local_models
 @pytest.mark.usefixtures("example_env")
 async def test_the_example_builds_and_passes_preflight(make_settings: MakeSettings) -> None:
     config = load_config(str(EXAMPLE))

@@ -16,7 +16,14 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Locator, Page, Route, expect
+
+try:
+    from playwright.sync_api import Browser, Locator, Page, Route, expect
+except ImportError:
+    pytest.skip(
+        "playwright is not installed (the browser group): uv run --group browser pytest",
+        allow_module_level=True,
+    )
 
 from . import test_ui
 from .browser import overview_screenshot, screenshot
