@@ -20,7 +20,8 @@ RUN groupadd --system --gid 999 agent \
     && mkdir -p /srv/var && chown 999:999 /srv/var
 WORKDIR /srv
 COPY --from=build /srv /srv
-ENV PATH="/srv/.venv/bin:$PATH" PYTHONUNBUFFERED=1
+# JSON logs even under `docker run -t`, where a terminal would make them text for people
+ENV PATH="/srv/.venv/bin:$PATH" PYTHONUNBUFFERED=1 AGENT_LOG_FORMAT=json
 # numeric, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd
 USER 999:999
 EXPOSE 8000
