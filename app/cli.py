@@ -25,14 +25,14 @@ import uvicorn
 from pydantic import ValidationError
 from uvicorn.config import STARTUP_FAILURE
 
-from app.agent_config import environment_references
+from app.agents.config import environment_references
 from app.bus.base import BusError
-from app.lifespan import check_configuration
-from app.listen import ListenError, Server, bind_sockets
-from app.logs import configure_logging, logging_config
+from app.server.lifespan import check_configuration
+from app.server.listen import ListenError, Server, bind_sockets
+from app.server.supervisor import Listeners, Supervisor
 from app.settings import Settings, unknown_variables
 from app.storage import PostgresStore, StorageError
-from app.supervisor import Listeners, Supervisor
+from app.telemetry.logs import configure_logging, logging_config
 
 __all__ = ["main"]
 
@@ -179,8 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout_worker_healthcheck=_WORKER_HEALTHCHECK_TIMEOUT,
         lifespan="on",
         # uvicorn's httptools protocol with a cap and a deadline on request heads and a cap
-        # on connections (app.http_protocol)
-        http="app.http_protocol:GuardedHttpToolsProtocol",
+        # on connections (app.server.http_protocol)
+        http="app.server.http_protocol:GuardedHttpToolsProtocol",
     )
     try:
         if args.workers == 1:

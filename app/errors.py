@@ -1,7 +1,7 @@
 """The service's domain errors: what a request asked for that the service will not do.
 
 Domain modules (the run manager, services, auth, the protocols' translations) raise these;
-only the HTTP edge turns them into answers (``app.api.errors`` for problem+json, each
+only the HTTP edge turns them into answers (``app.http.api.errors`` for problem+json, each
 protocol's own error shape on its paths). ``code`` is the stable public literal of the
 contract; the HTTP status belongs to the edge::
 

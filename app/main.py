@@ -20,32 +20,32 @@ from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from app.api import agents as agents_api
-from app.api import capabilities, external_events, health, runs, schedules, sessions, usage
-from app.api.docs import DOCS_PATHS, install_docs
-from app.api.errors import CatchAllMiddleware, install_error_handlers
-from app.api.openapi import install_openapi
-from app.api.start_path import RunStartMiddleware
-from app.auth import Authenticator
-from app.http_protocol import EdgeLimits, configure, effective_max_connections
-from app.lifespan import make_lifespan
-from app.logs import configure_logging
-from app.metrics import Metrics
-from app.middleware import BodyLimitMiddleware, LoadShedMiddleware
-from app.protocols import agui, ai_sdk
-from app.protocols import openai as openai_protocol
-from app.protocols.a2a import install_a2a
-from app.protocols.loading import DeferredEndpoint
-from app.security import SecurityHeadersMiddleware
+from app.auth.keys import Authenticator
+from app.http.api import agents as agents_api
+from app.http.api import capabilities, external_events, health, runs, schedules, sessions, usage
+from app.http.api.docs import DOCS_PATHS, install_docs
+from app.http.api.errors import CatchAllMiddleware, install_error_handlers
+from app.http.api.openapi import install_openapi
+from app.http.api.start_path import RunStartMiddleware
+from app.http.middleware import BodyLimitMiddleware, LoadShedMiddleware
+from app.http.protocols import agui, ai_sdk
+from app.http.protocols import openai as openai_protocol
+from app.http.protocols.a2a import install_a2a
+from app.http.protocols.loading import DeferredEndpoint
+from app.http.security import SecurityHeadersMiddleware
+from app.server.http_protocol import EdgeLimits, configure, effective_max_connections
+from app.server.lifespan import make_lifespan
 from app.settings import Settings
-from app.tracing import TraceContextMiddleware, tracing_requested
+from app.telemetry.logs import configure_logging
+from app.telemetry.metrics import Metrics
+from app.telemetry.tracing import TraceContextMiddleware, tracing_requested
 
 if TYPE_CHECKING:
-    from app.protocols.mcp_server import McpEndpoint
+    from app.http.protocols.mcp_server import McpEndpoint
 
 __all__ = ["UI_DIR", "create_app"]
 
-UI_DIR = Path(__file__).resolve().parent / "ui"
+UI_DIR = Path(__file__).resolve().parent / "http" / "ui"
 VERSION = "0.1.0"
 
 
@@ -83,8 +83,8 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     )
     metrics = Metrics()
     service_lifespan = make_lifespan(settings, metrics)
-    # the MCP SDK loads on the first request to /mcp (see app.protocols.loading)
-    mcp = DeferredEndpoint("app.protocols.mcp_server", _mcp_endpoint, serve=_mcp_transport)
+    # the MCP SDK loads on the first request to /mcp (see app.http.protocols.loading)
+    mcp = DeferredEndpoint("app.http.protocols.mcp_server", _mcp_endpoint, serve=_mcp_transport)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.budgets import parse_budgets
+from app.admission.budgets import parse_budgets
 from app.webhooks.signing import parse_endpoint_secrets, parse_secret
 
 __all__ = ["Settings", "known_variables", "parse_api_keys", "unknown_variables"]
@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     log_level: LogLevel = "info"
     log_format: LogFormat = "auto"
     """``text`` (readable lines), ``json`` (one object per line) or ``auto``: text when stderr
-    is a terminal, JSON otherwise (``app.logs``)."""
+    is a terminal, JSON otherwise (``app.telemetry.logs``)."""
     warmup: bool = True
     """``AGENT_WARMUP=0``: no warm-up model call at start; an agent is then ready once it is
     configured (preflight passed, MCP tools discovered) rather than once its model answered."""
@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     stateless_retention: Annotated[float, Field(gt=0)] = 3600.0
     """Seconds a stateless protocol call's session (a chat completion, a response without a
     conversation or with ``store: false``, an MCP call without ``session_id``) is kept after
-    its last use; then it is deleted with its messages and runs (``app.stateless``)."""
+    its last use; then it is deleted with its messages and runs (``app.runs.stateless``)."""
     event_log_max_events: Annotated[int, Field(ge=16)] = 100_000
     """Events kept per run; beyond it the oldest are dropped (a replay from there has a gap)."""
     redis_max_connections: Annotated[int, Field(ge=2)] = 128
@@ -155,7 +155,7 @@ class Settings(BaseSettings):
     """Set by ``agent-server --workers``; the app only reads it."""
     budgets: str = ""
     """Daily token budgets: ``principal:NAME=TOKENS`` and ``agent:NAME=TOKENS`` entries,
-    comma-separated (``principal:*`` for every principal); see ``app.budgets``."""
+    comma-separated (``principal:*`` for every principal); see ``app.admission.budgets``."""
     budget_reserve_tokens: Annotated[int, Field(ge=0)] = 1000
     """Tokens a run reserves of its budgets when admitted, replaced by its use at its end."""
     trace_content: bool = False

@@ -64,12 +64,12 @@ def _timed_stream(name: str, fn: Callable[..., AsyncIterator[Any]]) -> Callable[
 
 _TARGETS: list[tuple[str, str, str, str]] = [
     # module, class, method, kind
-    ("app.storage.sqlite", "SQLiteStore", "get_or_create_session", "call"),
-    ("app.storage.sqlite", "SQLiteStore", "create_run", "call"),
-    ("app.storage.sqlite", "SQLiteStore", "update_run", "call"),
-    ("app.storage.sqlite", "SQLiteStore", "list_messages", "call"),
-    ("app.storage.sqlite", "SQLiteStore", "append_messages", "call"),
-    ("app.storage.sqlite", "SQLiteStore", "get_session", "call"),
+    ("app.storage.sqlite.store", "SQLiteStore", "get_or_create_session", "call"),
+    ("app.storage.sqlite.store", "SQLiteStore", "create_run", "call"),
+    ("app.storage.sqlite.store", "SQLiteStore", "update_run", "call"),
+    ("app.storage.sqlite.store", "SQLiteStore", "list_messages", "call"),
+    ("app.storage.sqlite.store", "SQLiteStore", "append_messages", "call"),
+    ("app.storage.sqlite.store", "SQLiteStore", "get_session", "call"),
     ("app.runs", "RunManager", "start", "call"),
     ("app.runs", "RunManager", "_finalize", "call"),
     ("app.runs.start", "Starter", "start", "call"),

@@ -12,7 +12,7 @@ the line right before its opening fence is ``<!-- fragment -->`` or ``<!-- fragm
   (``uv run agent-server``'s defaults), each ``$`` command with ``curl``, and the output shown
   must be what the server answers, ids, times and dates aside;
 - ``json`` parses (one document, or one per line), ``yaml`` parses, ``toml`` parses and, when
-  it defines agents, loads with the service's own reader (``app.agents.load_config``);
+  it defines agents, loads with the service's own reader (``app.agents.build.load_config``);
 - ``text``: output, diagrams and layouts, with nothing to run.
 
 A block in any other language (``bash``, ``js``, ...) or with none must be a fragment. A Python
@@ -242,7 +242,7 @@ def test_a_yaml_block_parses(block: Block) -> None:
 def test_a_toml_block_parses_and_its_agents_load(
     block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.agents import load_config
+    from app.agents.build import load_config
 
     data = tomllib.loads(block.text)
     if "agents" not in data:

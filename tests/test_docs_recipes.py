@@ -98,7 +98,7 @@ def test_the_configuration_page_starts_with_the_starter_file() -> None:
 
 
 def test_the_starter_configuration_has_a_tool_of_the_repository_and_no_servers() -> None:
-    from app.agents import load_config
+    from app.agents.build import load_config
 
     config = load_config(str(STARTER))
     default = config.agents["default"]

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 from agent_runtime.agent import AgentCore
 from agent_runtime.events import AgentPhase
-from app.admission import Admission
-from app.agents import AgentProfile
-from app.budgets import Budgets
+from app.admission.budgets import Budgets
+from app.admission.slots import Admission
+from app.agents.build import AgentProfile
 from app.bus.base import Bus
 from app.errors import Unavailable
-from app.metrics import Metrics
 from app.runs.cancel_marks import CancelMarks
 from app.runs.handle import RunHandle
 from app.storage import RunRecord, RunStatus, Store
-from app.tracing import Tracing
+from app.telemetry.metrics import Metrics
+from app.telemetry.tracing import Tracing
 
 if TYPE_CHECKING:
     from app.webhooks.hooks import RunWebhooks
@@ -74,7 +74,7 @@ class RunContext:
         self.max_resumes = max_resumes
         # park runs at shutdown for another worker (or the restart) to resume
         self.hand_over = hand_over and resume_runs
-        # the worker's trace pipeline when OTEL_* asks for one (app.tracing), else None
+        # the worker's trace pipeline when OTEL_* asks for one (app.telemetry.tracing), else None
         self.tracing = tracing
         # the runs' webhooks (app.webhooks); None: a run start's webhook_url is refused
         self.webhooks = webhooks

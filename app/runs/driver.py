@@ -26,9 +26,10 @@ from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import AgentClosedError, RunError
 from agent_runtime.events import AgentEvent, AgentEventType
 from agent_runtime.messages import Message, ToolCall, message_from_dict
-from app.admission import AdmissionRejected, QueueTimeout
-from app.budgets import BudgetHold, BudgetUsedUp
+from app.admission.budgets import BudgetHold, BudgetUsedUp
+from app.admission.slots import AdmissionRejected, QueueTimeout
 from app.bus.base import BusError
+from app.bus.wire import delta_json, encode_data
 from app.runs.checkpoints import RunCheckpointSink, first_checkpoint
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
@@ -36,7 +37,6 @@ from app.runs.finalize import Finalizer
 from app.runs.handle import CANCEL_REASONS, HANDOVER, Outcome, RunHandle, lost_outcome, now
 from app.runs.records import RunRecords
 from app.storage import StorageUnavailable, WebhookMessage
-from app.wire import delta_json, encode_data
 
 __all__ = ["Driver"]
 
@@ -349,13 +349,13 @@ class Driver:
         if event.usage is not None:
             handle.usage = event.usage
         stopped = Outcome.cancelled(reason)
-        stopped.messages = list(event.messages or ())  # the stopped turn (app.turns)
+        stopped.messages = list(event.messages or ())  # the stopped turn (app.runs.turns)
         return stopped
 
 
 def _budget_gate(handle: RunHandle, hold: BudgetHold) -> ModelGate:
     """Before each model call: charge what the run used past its reservation, and stop it
-    (``budget_exceeded``) once one of its budgets is used up (app.budgets)."""
+    (``budget_exceeded``) once one of its budgets is used up (app.admission.budgets)."""
 
     async def gate(context: AgentRunContext) -> None:
         usage = context.state.usage  # the runtime's own, current (the log's may lag behind)

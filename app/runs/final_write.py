@@ -31,8 +31,8 @@ from agent_runtime.messages import message_to_dict
 from app.bus.base import BusError
 from app.runs.context import RunContext
 from app.runs.handle import Outcome, RunHandle, lost_outcome
+from app.runs.turns import stopped_turn
 from app.storage import RunNotFound, StaleFence, StorageUnavailable, Store, WebhookMessage
-from app.turns import stopped_turn
 
 __all__ = ["FinalWrite", "FinalWrites", "write_final"]
 

@@ -12,13 +12,13 @@ from typing import Any, Literal
 
 from agent_runtime.messages import Message
 from agent_runtime.model import Usage
-from app.admission import Ticket
-from app.agents import AgentProfile
-from app.budgets import BudgetHold
+from app.admission.budgets import BudgetHold
+from app.admission.slots import Ticket
+from app.agents.build import AgentProfile
 from app.bus.base import Lease
+from app.bus.wire import WireEncoder, iso_ms
 from app.storage import CheckpointRecord, RunRecord, RunStatus
 from app.storage.schedules import FiringFence
-from app.wire import WireEncoder, iso_ms
 
 __all__ = [
     "CANCEL_REASONS",
@@ -62,7 +62,7 @@ class RunRequestOptions:
     run_timeout: float | None = None
     max_iterations: int | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    # the session's latest run, whose turn this one takes the place of (app.turns)
+    # the session's latest run, whose turn this one takes the place of (app.runs.turns)
     replaces: str | None = None
     system_prompt: str | None = None
     """Replaces the agent's system prompt for this run (OpenAI ``instructions``)."""
@@ -80,7 +80,7 @@ class RunRequestOptions:
     starter still holds the firing with that token (``app.schedules``)."""
     stateless: bool = False
     """A stateless protocol call's run: a session it creates is not listed and is deleted
-    once idle for ``AGENT_STATELESS_RETENTION`` (``app.stateless``)."""
+    once idle for ``AGENT_STATELESS_RETENTION`` (``app.runs.stateless``)."""
 
 
 @dataclass(slots=True)
@@ -185,7 +185,7 @@ class RunHandle:
         self.metadata = dict(options.metadata)
         self.lease = lease
         self.ticket = ticket
-        # the run's reservation of its token budgets (app.budgets), settled at its end
+        # the run's reservation of its token budgets (app.admission.budgets), settled at its end
         self.budget: BudgetHold | None = None
         self.status: RunStatus = "queued"
         self.created_at = now()

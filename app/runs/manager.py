@@ -20,7 +20,7 @@ It holds no logic of its own beyond the queries; each concept is a module of thi
     context.py    what they share: the dependencies and the table of held runs
 
 A run is decoupled from the HTTP response that started it: responses only read its log, each
-from its own cursor (``app.api.streaming``).
+from its own cursor (``app.http.api.streaming``).
 """
 
 from __future__ import annotations
@@ -32,12 +32,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agent_runtime.agent import AgentCore
-from app.admission import Admission
-from app.agents import AgentProfile
-from app.budgets import Budgets
+from app.admission.budgets import Budgets
+from app.admission.slots import Admission
+from app.agents.build import AgentProfile
 from app.bus.base import Bus
 from app.errors import ServiceError, WebhookRefused
-from app.metrics import Metrics
 from app.runs.context import RunContext
 from app.runs.drain import Drain
 from app.runs.driver import Driver
@@ -49,6 +48,7 @@ from app.runs.handle import RunHandle, RunRequestOptions
 from app.runs.handover import HandOver
 from app.runs.idempotency import IdempotentStarts
 from app.runs.leases import LeaseKeeper
+from app.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
     from app.webhooks.hooks import RunWebhooks
@@ -59,7 +59,7 @@ from app.runs.routing import Routing
 from app.runs.start import Starter
 from app.runs.sweep import LostRunSweep
 from app.storage import RunRecord, RunStatus, Store
-from app.tracing import Tracing
+from app.telemetry.tracing import Tracing
 
 __all__ = ["RunManager"]
 

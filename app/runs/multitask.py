@@ -34,11 +34,11 @@ from typing import Any, Protocol
 from agent_runtime.model import Usage
 from app.bus.base import BusError, Lease, LogNotFound
 from app.bus.queue import LocalSessionQueue, QueueEntry, SessionQueue
+from app.bus.wire import iso_ms
 from app.errors import Conflict, Draining, NotFound, Overloaded, ServiceError, SessionBusy
 from app.runs.context import RunContext
 from app.runs.handle import Outcome, RunHandle, RunRequestOptions, new_run_id
 from app.storage import RunRecord, RunStatus, SessionOwnedByOther, StorageError
-from app.wire import iso_ms
 
 __all__ = [
     "STRATEGIES",

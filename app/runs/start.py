@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 
 from agent_runtime.errors import ConfigurationError, OutputSchemaError
 from agent_runtime.structured import aoutput_spec
-from app.admission import AdmissionRejected, Ticket
-from app.agents import AgentProfile
-from app.budgets import BudgetHold
+from app.admission.budgets import BudgetHold
+from app.admission.slots import AdmissionRejected, Ticket
+from app.agents.build import AgentProfile
 from app.bus.base import Lease
 from app.errors import (
     AgentUnavailable,
@@ -42,8 +42,8 @@ from app.runs.finalize import Finalizer
 from app.runs.handle import RunHandle, RunRequestOptions, new_run_id, now
 from app.runs.records import RunRecords
 from app.runs.routing import Routing
+from app.runs.turns import remove_replaced_turn
 from app.storage import SessionOwnedByOther
-from app.turns import remove_replaced_turn
 
 __all__ = ["BusyHook", "Starter"]
 

@@ -14,13 +14,13 @@ import secrets
 import time
 from typing import Any
 
-from app.admission import AdmissionRejected
+from app.admission.slots import AdmissionRejected
 from app.bus.base import BusError, LogNotFound, WireEvent
+from app.bus.wire import WireEncoder
 from app.runs.context import RunContext
 from app.runs.handle import RunHandle
 from app.runs.resume import Resumer
 from app.storage import RunRecord, RunStatus, WebhookMessage
-from app.wire import WireEncoder
 
 __all__ = ["LostRunSweep"]
 

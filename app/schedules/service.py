@@ -1,6 +1,6 @@
 """A principal's schedules: create, read, change and delete them, checked and owned.
 
-Domain errors only (``app.errors``); ``app.api.schedules`` turns them into answers. Another
+Domain errors only (``app.errors``); ``app.http.api.schedules`` turns them into answers. Another
 principal's schedule is, to the caller, one that does not exist (``NotFound``). A principal
 has at most ``max_per_principal`` schedules (``too_many_schedules``): counted
 and created under one lock in this worker, so creations through several workers at once can

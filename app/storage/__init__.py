@@ -31,8 +31,8 @@ from app.storage.outbox import (
     WebhookState,
     WebhookStatus,
 )
-from app.storage.postgres import PostgresStore, redact_url
-from app.storage.sqlite import SQLiteStore
+from app.storage.postgres.store import PostgresStore, redact_url
+from app.storage.sqlite.store import SQLiteStore
 
 __all__ = [
     "TERMINAL_STATUSES",

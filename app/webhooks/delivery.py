@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.metrics import Metrics
 from app.storage import ClaimedWebhook, Store, WebhookAttempt, WebhookStatus
+from app.telemetry.metrics import Metrics
 from app.webhooks.signing import origin_of, sign
 from app.webhooks.targets import TargetRefused, TargetUnresolved, WebhookTargets
 

@@ -18,8 +18,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
+from app.bus.wire import iso_ms
 from app.storage import WebhookMessage
-from app.wire import iso_ms
 
 __all__ = ["CONFIRMATION_REQUESTED", "END_TYPES", "confirmation_message", "end_message"]
 

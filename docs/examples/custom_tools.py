@@ -33,7 +33,7 @@ def shout(text: str) -> str:
 
 
 def main() -> None:
-    from app.agents import load_config
+    from app.agents.build import load_config
 
     # the file takes the search server's token from the environment; a placeholder will do
     # for a check that starts nothing

@@ -14,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.main import create_app
-from app.services import Services
+from app.server.services import Services
 from app.settings import Settings
 from tests.loopcheck import no_blocking_calls
 

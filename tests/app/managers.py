@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from agent_runtime import AgentCore
-from app.admission import Admission
-from app.agents import load_config
+from app.admission.slots import Admission
+from app.agents.build import load_config
 from app.bus import Bus, LeaseLost
-from app.metrics import Metrics
+from app.bus.wire import WireEncoder
 from app.runs import RunManager
 from app.storage import RunRecord, Store
-from app.wire import WireEncoder
+from app.telemetry.metrics import Metrics
 
 
 def run_manager(agent: AgentCore, store: Store, bus: Bus, **options: Any) -> RunManager:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.admission import Admission, AdmissionRejected, QueueTimeout
+from app.admission.slots import Admission, AdmissionRejected, QueueTimeout
 
 
 async def test_slots_then_queue_then_refusal() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.agent_health import AgentStates
+from app.agents.health import AgentStates
 
 
 def verdict(states: AgentStates) -> tuple[bool, bool, str]:

@@ -11,7 +11,13 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from app.budgets import BudgetRules, Budgets, LocalBudgetCounters, day_window, parse_budgets
+from app.admission.budgets import (
+    BudgetRules,
+    Budgets,
+    LocalBudgetCounters,
+    day_window,
+    parse_budgets,
+)
 from app.bus.redis import RedisBus
 from app.errors import BudgetExceeded
 from app.settings import Settings

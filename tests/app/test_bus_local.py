@@ -10,7 +10,7 @@ import pytest
 
 from app.bus import BusError, LeaseLost, LocalBus, LogNotFound, WireEvent
 from app.bus.local import LocalEventLog, LocalSessionLocks
-from app.wire import WireEncoder
+from app.bus.wire import WireEncoder
 
 
 def event(seq: int, type_: str = "text.delta") -> WireEvent:

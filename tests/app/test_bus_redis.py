@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import redis
 
-from app.agents import load_config
+from app.agents.build import load_config
 from app.bus import BusError, BusUnavailable, LeaseLost, LogNotFound, WireEvent
 from app.bus.redis import RedisBus, check_redis
-from app.lifespan import build_agent
+from app.bus.wire import WireEncoder
 from app.runs import RunManager
+from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import Store, open_store
-from app.wire import WireEncoder
 from tests.app.managers import check_lost_run_ended, orphan, run_manager
 from tests.app.storage_fixtures import TcpProxy
 from tests.scale.services import REDIS_URL, RedisServer, drop_prefix, new_prefix

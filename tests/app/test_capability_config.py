@@ -8,8 +8,8 @@ import pytest
 
 from agent_runtime.local import LocalEmbeddingProvider
 from agent_runtime.providers.openai_capabilities import OpenAICapabilities
-from app.agent_config import ConfigError, load_config
-from app.agents import build_agents
+from app.agents.build import build_agents
+from app.agents.config import ConfigError, load_config
 from app.errors import NotFound
 from tests.local_models import needs_local_models
 

@@ -18,13 +18,13 @@ from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.providers.demo import delete_file
 from agent_runtime.tools.base import Tool, ToolPolicy
 from app import cli
-from app.agents import DEFAULT_AGENT, ConfigError, build_agents, load_config, model_binding
-from app.api.errors import ProblemError
-from app.auth import ANONYMOUS, Authenticator
+from app.agents.build import DEFAULT_AGENT, ConfigError, build_agents, load_config, model_binding
+from app.auth.keys import ANONYMOUS, Authenticator
+from app.bus.wire import WireEncoder, iso_ms
 from app.errors import Unauthorized
-from app.logs import JsonFormatter
+from app.http.api.errors import ProblemError
 from app.settings import Settings, parse_api_keys
-from app.wire import WireEncoder, iso_ms
+from app.telemetry.logs import JsonFormatter
 from tests.local_models import needs_local_models
 
 from .conftest import MakeSettings, Serve, Served, wait_until
@@ -285,7 +285,7 @@ async def test_a_policy_for_no_tool_is_a_warning(
     )
     agents = await build_agents(make_settings(), load_config(path))
     try:
-        with caplog.at_level(logging.WARNING, logger="app.agents"):
+        with caplog.at_level(logging.WARNING, logger="app.agents.build"):
             await agents.start_mcp()
             await agents.start_mcp()
     finally:
@@ -468,8 +468,9 @@ async def test_policies_in_the_file_override_a_tools_own(
             "agents.x.model: cannot import module 'no_such_module_q'",
         ),
         (
-            "[agents.x]\nmodel = 'python:app.agents:DEFAULT_AGENT'\n",
-            "agents.x.model: 'python:app.agents:DEFAULT_AGENT' does not name a callable factory",
+            "[agents.x]\nmodel = 'python:app.agents.build:DEFAULT_AGENT'\n",
+            "agents.x.model: 'python:app.agents.build:DEFAULT_AGENT' does not name a callable "
+            "factory",
         ),
         (
             "[agents.x]\nmodel = 'demo'\nfallbacks = ['demo', 'bogus:']\n",

@@ -21,17 +21,17 @@ from agent_runtime import AgentCore
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.testing import ScriptedModel, tool_call_turn
 from agent_runtime.tools.base import tool
-from app.admission import Admission
-from app.agents import load_config
-from app.api.streaming import EventStreamResponse
+from app.admission.slots import Admission
+from app.agents.build import load_config
 from app.bus import BusUnavailable, Lease, LocalBus
 from app.bus.local import LocalSessionLocks
+from app.bus.wire import WireEncoder
 from app.errors import Unavailable
-from app.metrics import Metrics
+from app.http.api.streaming import EventStreamResponse
 from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.runs.fencing import FENCE_MARGIN
 from app.storage import Store, open_store
-from app.wire import WireEncoder
+from app.telemetry.metrics import Metrics
 from tests.app.conftest import wait_until
 
 LEASE_SECONDS = 30.0

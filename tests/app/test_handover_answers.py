@@ -15,13 +15,13 @@ from agent_runtime import AgentCore
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.testing import ScriptedModel, tool_call_turn
 from agent_runtime.tools.base import tool
-from app.admission import Admission
-from app.agents import load_config
+from app.admission.slots import Admission
+from app.agents.build import load_config
 from app.bus import LocalBus
 from app.errors import Draining
-from app.metrics import Metrics
 from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.storage import Store, open_store
+from app.telemetry.metrics import Metrics
 from tests.app.conftest import wait_until
 
 

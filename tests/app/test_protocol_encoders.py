@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.bus.base import WireEvent
-from app.protocols.agui import AgUiEncoder
-from app.protocols.ai_sdk import UIMessageStreamEncoder
-from app.wire import WireEncoder
+from app.bus.wire import WireEncoder
+from app.http.protocols.agui import AgUiEncoder
+from app.http.protocols.ai_sdk import UIMessageStreamEncoder
 from tests.agui_check import data_frames, validate_agui
 
 RUN = "run_0123456789abcdef0123456789abcdef"

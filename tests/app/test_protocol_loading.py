@@ -1,4 +1,4 @@
-"""Protocol SDKs load on the first request to their endpoint (``app.protocols.loading``)."""
+"""Protocol SDKs load on the first request to their endpoint (``app.http.protocols.loading``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.protocols.loading import DeferredEndpoint
+from app.http.protocols.loading import DeferredEndpoint
 
 
 def test_a_worker_starts_without_the_a2a_and_mcp_sdks() -> None:

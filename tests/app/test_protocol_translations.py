@@ -16,9 +16,9 @@ from a2a.types import a2a_pb2 as pb
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from app.protocols.a2a.tasks import TaskBuilder
-from app.protocols.openai.chat import ChatBuilder
-from app.protocols.openai.response_events import (
+from app.http.protocols.a2a.tasks import TaskBuilder
+from app.http.protocols.openai.chat import ChatBuilder
+from app.http.protocols.openai.response_events import (
     ResponseBuilder,
     approval_item_id,
     format_response_id,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from app.readiness import DependencyWatch
+from app.server.readiness import DependencyWatch
 
 
 class Scripted:

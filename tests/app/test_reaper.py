@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from app.agents import load_config
+from app.agents.build import load_config
 from app.bus import LocalBus
+from app.bus.wire import WireEncoder
 from app.errors import SessionBusy
-from app.lifespan import build_agent
 from app.runs import RunManager, RunRequestOptions
+from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import RunRecord, Store, open_store
 from app.webhooks.delivery import WebhookSecrets
 from app.webhooks.hooks import RunWebhooks
 from app.webhooks.targets import WebhookTargets
-from app.wire import WireEncoder
 from tests.app.conftest import wait_until
 from tests.app.managers import check_lost_run_ended, orphan, run_manager
 

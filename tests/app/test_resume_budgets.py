@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 from agent_runtime import AgentCore
-from app.agents import load_config
-from app.budgets import BudgetRules, Budgets, LocalBudgetCounters, day_window
+from app.admission.budgets import BudgetRules, Budgets, LocalBudgetCounters, day_window
+from app.agents.build import load_config
 from app.bus import LocalBus
-from app.lifespan import build_agent
 from app.runs import RunManager, RunRequestOptions
+from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import Store, open_store
 from tests.app.conftest import wait_until

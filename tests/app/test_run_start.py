@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from app.agents import load_config
+from app.agents.build import load_config
 from app.bus import LocalBus
 from app.errors import NotFound
-from app.lifespan import build_agent
 from app.runs import RunManager, RunRequestOptions
+from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import RunRecord, StorageUnavailable, Store, open_store
 from tests.app.conftest import wait_until

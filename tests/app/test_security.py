@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.security import content_security_policies
+from app.http.security import content_security_policies
 from app.settings import Settings
 
 from .conftest import Serve

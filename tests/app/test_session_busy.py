@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from app.agents import load_config
+from app.agents.build import load_config
 from app.bus import Lease, LocalBus
 from app.bus.local import LocalSessionLocks
 from app.errors import SessionBusy
-from app.lifespan import build_agent
 from app.runs import RunManager, RunRequestOptions
+from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import open_store
 from tests.app.managers import run_manager

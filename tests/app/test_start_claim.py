@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from app.admission import Admission
-from app.agents import load_config
+from app.admission.slots import Admission
+from app.agents.build import load_config
 from app.bus.base import Lease
 from app.bus.redis import RedisBus
 from app.errors import SessionBusy
-from app.lifespan import build_agent
-from app.metrics import Metrics
 from app.runs import RunManager, RunRequestOptions
 from app.runs.handle import RunHandle
+from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import open_store
+from app.telemetry.metrics import Metrics
 from tests.app.conftest import wait_until
 from tests.scale.services import REDIS_URL, drop_prefix, new_prefix
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from app.api import start_path
-from app.api.runs import start_run
-from app.api.start_path import RunStartMiddleware
+from app.http.api import start_path
+from app.http.api.runs import start_run
+from app.http.api.start_path import RunStartMiddleware
 from tests.app.conftest import Serve
 
 T = TypeVar("T")

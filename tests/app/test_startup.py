@@ -18,12 +18,18 @@ from agent_runtime.agent import AgentCore
 from agent_runtime.messages import AssistantMessage
 from agent_runtime.model import ModelRequest
 from agent_runtime.testing import FunctionModel
-from app.agent_config import default_config, environment_references
-from app.agent_health import AgentStates
-from app.agents import ConfiguredAgents
-from app.listen import ListenError, bind_sockets, listen_error
-from app.logs import JsonFormatter, TextFormatter, logging_config, make_formatter, resolve_format
+from app.agents.build import ConfiguredAgents
+from app.agents.config import default_config, environment_references
+from app.agents.health import AgentStates
+from app.server.listen import ListenError, bind_sockets, listen_error
 from app.settings import Settings, known_variables, unknown_variables
+from app.telemetry.logs import (
+    JsonFormatter,
+    TextFormatter,
+    logging_config,
+    make_formatter,
+    resolve_format,
+)
 
 # --- unknown settings ---------------------------------------------------------------------------
 
@@ -149,7 +155,7 @@ async def test_without_the_model_call_the_warm_up_makes_none() -> None:
 
 def record(**extra: Any) -> logging.LogRecord:
     entry = logging.LogRecord(
-        "app.lifespan", logging.WARNING, __file__, 1, "warm-up %s", ("failed",), None
+        "app.server.lifespan", logging.WARNING, __file__, 1, "warm-up %s", ("failed",), None
     )
     entry.__dict__.update(extra)
     return entry
@@ -170,7 +176,7 @@ def test_the_text_form_carries_every_field_of_the_json_form() -> None:
     as_json = json.loads(JsonFormatter().format(entry))
     line = TextFormatter().format(entry)
     ts, level, logger, rest = line.split(" ", 3)
-    assert (ts, level, logger) == (as_json["ts"], "WARNING", "app.lifespan")
+    assert (ts, level, logger) == (as_json["ts"], "WARNING", "app.server.lifespan")
     assert rest.lstrip() == (
         'warm-up failed run_id=run_1 retry_in=0.5 error="said \\"no\\" = refused" empty="" '
         'count=3 flags={"a": true} link="/v1/runs/r/events?token=[redacted]"'
@@ -188,7 +194,7 @@ def test_the_text_form_shows_a_traceback_below_the_line() -> None:
         failed.exc_info = sys.exc_info()
     text = TextFormatter().format(failed)
     first, *rest = text.splitlines()
-    assert first.endswith("app.lifespan warm-up failed")
+    assert first.endswith("app.server.lifespan warm-up failed")
     assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "RuntimeError: boom"
     assert json.loads(JsonFormatter().format(failed))["exc"] == "\n".join(rest)
 
@@ -213,7 +219,7 @@ def test_auto_is_text_on_a_terminal_and_json_elsewhere() -> None:
 def test_uvicorn_logs_through_the_service_formatter() -> None:
     config = logging_config("info", "text")
     assert config["formatters"]["agent"] == {
-        "()": "app.logs.make_formatter",
+        "()": "app.telemetry.logs.make_formatter",
         "log_format": "text",
     }
     for name in ("app", "agent_runtime", "uvicorn", "uvicorn.access"):

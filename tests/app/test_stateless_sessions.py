@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.bus.local import LocalSessionLocks
-from app.stateless import StatelessReaper
+from app.runs.stateless import StatelessReaper
 from app.storage import RunRecord, Store
 from tests.app.storage_fixtures import (
     open_backend_fixture,  # noqa: F401 - provides the fixture open_backend

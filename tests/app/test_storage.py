@@ -29,8 +29,8 @@ from app.storage import (
     redact_url,
     sqlite_path,
 )
-from app.storage import postgres as pg_backend
-from app.storage import sqlite as sqlite_backend
+from app.storage.postgres import store as pg_backend
+from app.storage.sqlite import store as sqlite_backend
 from app.storage.base import TITLE_MAX_CHARS, title_of
 from tests.app.storage_fixtures import (
     POSTGRES_URL,

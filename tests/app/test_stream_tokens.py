@@ -8,9 +8,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from app.auth.stream_tokens import StreamTokens
 from app.errors import Unauthorized
-from app.logs import JsonFormatter
-from app.stream_tokens import StreamTokens
+from app.telemetry.logs import JsonFormatter
 from tests.app.conftest import Serve, wait_until
 from tests.app.test_api import assert_problem
 

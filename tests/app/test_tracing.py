@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agent_runtime.errors import ConfigurationError
 from app.settings import Settings
-from app.tracing import (
+from app.telemetry.tracing import (
     TraceContextMiddleware,
     Tracing,
     check_tracing_environment,

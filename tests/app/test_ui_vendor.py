@@ -9,7 +9,7 @@ from tests import npm_clients
 from tests.npm_clients import NODE_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
-VENDOR = ROOT / "app" / "ui" / "vendor"
+VENDOR = ROOT / "app" / "http" / "ui" / "vendor"
 
 # vendored file → (package, file inside the package)
 FILES = {

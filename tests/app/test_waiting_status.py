@@ -13,12 +13,12 @@ from agent_runtime import AgentCore, AgentPhase
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.testing import ScriptedModel, tool_call_turn
 from agent_runtime.tools.base import tool
-from app.admission import Admission
-from app.agents import load_config
+from app.admission.slots import Admission
+from app.agents.build import load_config
 from app.bus import LocalBus, WireEvent
-from app.metrics import Metrics
 from app.runs import RunManager, RunRequestOptions
 from app.storage import open_store
+from app.telemetry.metrics import Metrics
 from tests.app.conftest import wait_until
 
 

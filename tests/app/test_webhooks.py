@@ -19,8 +19,8 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from app.metrics import Metrics
 from app.storage import RunRecord, StaleFence, Store, WebhookMessage, WebhookState
+from app.telemetry.metrics import Metrics
 from app.webhooks.delivery import WebhookSecrets, WebhookSender, backoff_delay
 from app.webhooks.messages import end_message
 from app.webhooks.signing import parse_secret, sign

@@ -10,8 +10,8 @@ from typing import Any, cast
 
 import pytest
 
-from app.agent_config import ConfigError, load_config
-from app.lifespan import open_webhooks
+from app.agents.config import ConfigError, load_config
+from app.server.lifespan import open_webhooks
 from app.storage import Store
 from tests.fakes.webhook_receiver import WebhookReceiver
 

@@ -232,7 +232,7 @@ def start_on_a_terminal(tmp_path: Path, ready: bytes, **variables: str) -> str:
 
 
 def test_logs_are_text_on_a_terminal(tmp_path: Path) -> None:
-    log = start_on_a_terminal(tmp_path, b"app.lifespan ready", AGENT_MAX_CONCURENT_RUNS="5")
+    log = start_on_a_terminal(tmp_path, b"app.server.lifespan ready", AGENT_MAX_CONCURENT_RUNS="5")
     lines = [line for line in log.splitlines() if line]
     assert lines and not [line for line in lines if line.startswith("{")], log
     # time, level, logger, message, then the fields as key=value
@@ -246,7 +246,7 @@ def test_logs_are_text_on_a_terminal(tmp_path: Path) -> None:
     # uvicorn's own loggers too
     serving = next(line for line in lines if "Uvicorn running on" in line)
     assert serving.split()[1:3] == ["INFO", "uvicorn.error"]
-    assert any(line.split()[2:4] == ["app.lifespan", "ready"] for line in lines), log
+    assert any(line.split()[2:4] == ["app.server.lifespan", "ready"] for line in lines), log
 
 
 def test_logs_are_json_on_a_terminal_when_asked(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The browser UI (app/ui/) in headless Chromium against real agent-server processes.
+"""The browser UI (app/http/ui/) in headless Chromium against real agent-server processes.
 
 Every test waits on DOM state (Playwright's ``expect`` and ``wait_for_function``), never on
 the clock. The screenshots docs/ui.md shows are taken here, as the states happen.

@@ -21,7 +21,7 @@ from pydantic import SecretStr
 
 from agent_runtime.agent import AgentCore
 from agent_runtime.bindings import ModelBindings, binding_from_spec
-from app.auth import Authenticator
+from app.auth.keys import Authenticator
 from app.settings import Settings
 from tests.e2e.conftest import Server, launch
 from tests.fakes.upstream import (

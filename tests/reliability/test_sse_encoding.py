@@ -1,6 +1,6 @@
 """The SSE framing round-trips through a real SSE client, whatever the text.
 
-Frames come from the service's own encoder (``app.wire``); they are read back by httpx-sse's
+Frames come from the service's own encoder (``app.bus.wire``); they are read back by httpx-sse's
 ``EventSource`` over an httpx response whose body arrives in arbitrary pieces (cut inside
 multibyte characters, between ``\\r`` and ``\\n``, mid-line), with ``: ping`` comments between
 events, and compared with what was encoded: type, id, and the JSON object of every event.
@@ -19,9 +19,9 @@ from httpx_sse import EventSource
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.api.openapi import EVENT_TYPES
 from app.bus.base import WireEvent
-from app.wire import PING_FRAME, WireEncoder, delta_json, iso_ms
+from app.bus.wire import PING_FRAME, WireEncoder, delta_json, iso_ms
+from app.http.api.openapi import EVENT_TYPES
 
 # the characters that break naive SSE or JSON handling, mixed into arbitrary text
 _AWKWARD = [

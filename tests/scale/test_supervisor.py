@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.supervisor import replacement_reason
+from app.server.supervisor import replacement_reason
 from tests.e2e.conftest import AGENT_SERVER, Server, launch, wait_for
 
 # connections opened at once: all on one of two workers by chance once in 2**15

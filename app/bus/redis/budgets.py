@@ -1,4 +1,4 @@
-"""Token budget counters shared by every worker, in Redis (see ``app.budgets``).
+"""Token budget counters shared by every worker, in Redis (see ``app.admission.budgets``).
 
 ``budget:<day>:<name>`` holds the day's used plus reserved tokens of one budget
 (``principal:alice``, ``agent:research``), expiring a day after the day ended. A reservation

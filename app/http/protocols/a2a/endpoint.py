@@ -1,0 +1,248 @@
+"""The A2A endpoints: the agent cards, and ``/a2a/{agent}`` with both bindings.
+
+- ``GET /.well-known/agent-card.json``: the service's card. Every agent is a skill; its
+  ``supportedInterfaces`` list JSON-RPC and HTTP+JSON at ``/a2a/{agent}`` for each agent, the
+  ``default`` agent first (a client takes the first it speaks);
+- ``GET /a2a/{agent}/.well-known/agent-card.json``: one agent's own card (its interfaces only),
+  for a client that is handed the agent's URL;
+- ``POST /a2a/{agent}``: JSON-RPC; ``/a2a/{agent}/message:send``, ``/message:stream``,
+  ``/tasks``, ``/tasks/{id}``, ``/tasks/{id}:cancel``, ``/tasks/{id}:subscribe``: HTTP+JSON.
+
+The bindings are ``a2a-sdk``'s own dispatchers (parsing, ``A2A-Version`` checks, error codes,
+the optional 0.3 compatibility), in front of ``RunTaskHandler``. A guard in front of them
+authenticates the caller (the service's Bearer keys), resolves the agent, and refuses a body
+that is not UTF-8 in the binding's own shape (the SDK would answer it 500, or with its decoder's
+message as an internal error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.jsonrpc_models import JSONParseError
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict, build_error_response
+from a2a.server.routes import (
+    DefaultServerCallContextBuilder,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.constants import (
+    AGENT_CARD_WELL_KNOWN_PATH,
+    PROTOCOL_VERSION_0_3,
+    PROTOCOL_VERSION_1_0,
+)
+from a2a.utils.error_handlers import build_rest_error_payload
+from a2a.utils.errors import InvalidParamsError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route, Router
+from starlette.types import Receive, Scope, Send
+
+from app.agents.build import AgentProfile
+from app.errors import Unauthorized
+from app.http.middleware import read_body, replay
+from app.http.protocols.a2a.handler import RunTaskHandler, TaskCaller
+from app.server.services import Services
+
+__all__ = ["A2AEndpoint", "agent_card", "service_card"]
+
+_CALLER = "agent_runtime.a2a.caller"
+_BINDINGS = ("JSONRPC", "HTTP+JSON")
+_VERSION = "0.1.0"
+
+
+def _skill(profile: AgentProfile) -> pb.AgentSkill:
+    description = profile.system_prompt or f"The {profile.name} agent of this service."
+    return pb.AgentSkill(
+        id=profile.name,
+        name=profile.name,
+        description=description[:500],
+        tags=["agent", profile.name],
+        input_modes=["text/plain", "application/json"],
+        output_modes=["text/plain", "application/json"],
+    )
+
+
+def _card(
+    base_url: str, profiles: list[AgentProfile], *, name: str, secured: bool, v03: bool
+) -> pb.AgentCard:
+    versions = [PROTOCOL_VERSION_1_0, *([PROTOCOL_VERSION_0_3] if v03 else [])]
+    interfaces = [
+        pb.AgentInterface(
+            url=f"{base_url}/a2a/{profile.name}", protocol_binding=binding, protocol_version=v
+        )
+        for v in versions
+        for profile in profiles
+        for binding in _BINDINGS
+    ]
+    card = pb.AgentCard(
+        name=name,
+        description=(
+            profiles[0].system_prompt
+            if len(profiles) == 1 and profiles[0].system_prompt
+            else "Agents served by agent-server: each skill is an agent at /a2a/{agent}."
+        ),
+        supported_interfaces=interfaces,
+        version=_VERSION,
+        capabilities=pb.AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["text/plain", "application/json"],
+        skills=[_skill(profile) for profile in profiles],
+    )
+    if secured:
+        card.security_schemes["bearer"].http_auth_security_scheme.CopyFrom(
+            pb.HTTPAuthSecurityScheme(
+                scheme="Bearer", description="An API key of this server (AGENT_API_KEYS)"
+            )
+        )
+        requirement = card.security_requirements.add()
+        requirement.schemes["bearer"].SetInParent()
+    return card
+
+
+def _base_url(request: Request) -> str:
+    return str(request.base_url).rstrip("/")
+
+
+def _ordered(profiles: dict[str, AgentProfile]) -> list[AgentProfile]:
+    return sorted(profiles.values(), key=lambda p: (p.name != "default", p.name))
+
+
+def service_card(request: Request, services: Services) -> dict[str, Any]:
+    """The service's card, for ``request``'s own base URL."""
+    card = _card(
+        _base_url(request),
+        _ordered(dict(services.agents.profiles)),
+        name="agent-server",
+        secured=request.app.state.authenticator.enabled,
+        v03=services.settings.a2a_v03,
+    )
+    return agent_card_to_dict(card)
+
+
+def agent_card(request: Request, services: Services, agent: str) -> dict[str, Any]:
+    """One agent's card."""
+    profile = services.agents.profiles[agent]
+    card = _card(
+        _base_url(request),
+        [profile],
+        name=agent,
+        secured=request.app.state.authenticator.enabled,
+        v03=services.settings.a2a_v03,
+    )
+    return agent_card_to_dict(card)
+
+
+class _CallerContext(DefaultServerCallContextBuilder):
+    """The SDK's call context, carrying the caller the guard resolved."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state["caller"] = request.scope[_CALLER]
+        return context
+
+
+def _error(
+    status: int, grpc_status: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    """An error in the shape of A2A's HTTP+JSON binding (``google.rpc.Status``)."""
+    return JSONResponse(
+        {"error": {"code": status, "status": grpc_status, "message": message}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+_NOT_UTF8 = "the request body is not UTF-8: JSON text must be"
+
+
+def _not_utf8(path: str, agent: str) -> Response:
+    """A body that is not UTF-8, refused as each binding refuses a body it cannot read:
+    JSON-RPC's parse error (-32700, no request id: none could be read), HTTP+JSON's 400."""
+    if path.rstrip("/") == f"/{agent}":  # the JSON-RPC endpoint
+        return JSONResponse(build_error_response(None, JSONParseError(message=_NOT_UTF8)))
+    payload = build_rest_error_payload(InvalidParamsError(_NOT_UTF8))
+    return JSONResponse(payload, status_code=400)
+
+
+async def _agent_card_route(request: Request) -> Response:
+    services: Services = request.scope[_CALLER].services
+    return JSONResponse(agent_card(request, services, request.path_params["agent"]))
+
+
+def _route_path(scope: Scope) -> str:
+    """The request's path below the mount (``/{agent}/...``)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+class A2AEndpoint:
+    """``/a2a``: authenticates, resolves ``/{agent}``, then the SDK's dispatchers."""
+
+    def __init__(self, *, v03: bool = False, shutdown_grace_period: float = 0) -> None:
+        handler = RunTaskHandler()
+        context = _CallerContext()
+        routes: list[BaseRoute] = [
+            Route(f"/{{agent}}{AGENT_CARD_WELL_KNOWN_PATH}", _agent_card_route, methods=["GET"]),
+            *create_jsonrpc_routes(
+                handler,
+                rpc_url="/{agent}",
+                context_builder=context,
+                enable_v0_3_compat=v03,
+                shutdown_grace_period=shutdown_grace_period,
+            ),
+            *create_rest_routes(
+                handler,
+                context_builder=context,
+                enable_v0_3_compat=v03,
+                path_prefix="/{agent}",
+                shutdown_grace_period=shutdown_grace_period,
+            ),
+        ]
+        self._router = Router(routes=routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._router(scope, receive, send)
+            return
+        path = _route_path(scope)
+        agent = path.lstrip("/").split("/", 1)[0]
+        state = scope["app"].state
+        services: Services | None = state.services
+        if services is None:
+            await _error(503, "UNAVAILABLE", "the server is starting", {"Retry-After": "1"})(
+                scope, receive, send
+            )
+            return
+        if agent not in services.agents.profiles:
+            names = ", ".join(sorted(services.agents.profiles))
+            await _error(404, "NOT_FOUND", f"no agent {agent!r}; configured: {names}")(
+                scope, receive, send
+            )
+            return
+        principal = ""
+        if not path.endswith(AGENT_CARD_WELL_KNOWN_PATH):  # cards are public
+            header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+            try:
+                principal = state.authenticator.principal(
+                    None if header is None else header.decode("latin-1")
+                )
+            except Unauthorized as exc:
+                challenge = {"WWW-Authenticate": 'Bearer realm="agent-server"'}
+                await _error(401, "UNAUTHENTICATED", exc.detail, challenge)(scope, receive, send)
+                return
+        if scope["method"] == "POST":
+            body = await read_body(receive, services.settings.max_body_bytes)
+            if body is None:
+                return  # the client went away
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError:
+                await _not_utf8(path, agent)(scope, receive, send)
+                return
+            receive = replay(body, receive)
+        scope[_CALLER] = TaskCaller(services, principal, agent)
+        await self._router(scope, receive, send)

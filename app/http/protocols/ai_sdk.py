@@ -1,0 +1,452 @@
+"""The Vercel AI SDK's UI message stream (v1), as ``useChat`` / ``DefaultChatTransport`` speak
+it, read from the run's event log:
+
+- ``POST /v1/agents/{agent}/ai-sdk/chat``: ``{id, messages, trigger, messageId}``; ``id`` is
+  the session. A last ``user`` message starts a run; a last ``assistant`` message carrying
+  tool parts in state ``approval-responded`` answers the run's confirmations and streams the
+  rest of it.
+- ``GET /v1/agents/{agent}/ai-sdk/chat/{id}/stream``: the session's active run from its start
+  (``useChat({resume: true})``); 204 when there is none.
+- ``POST /v1/agents/{agent}/ai-sdk/chat/{id}/stop``: cancel the session's active run.
+
+The assistant message's id is our run's id, so a replay rebuilds the same message. See
+docs/protocols.md for the full mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.responses import JSONResponse, Response
+
+from app.auth.keys import principal_of
+from app.bus.base import WireEvent
+from app.bus.wire import encode_data
+from app.errors import InvalidRequest, NotFound, SessionBusy
+from app.http.api.schemas import SESSION_ID_PATTERN, SessionId, unicode_text
+from app.http.protocols.common import (
+    active_run,
+    answer_confirmation,
+    busy_reason,
+    disconnect_policy,
+    event_data,
+    latest_run,
+    read_log,
+    start_run,
+    stream_run,
+)
+from app.runs import RunRequestOptions
+from app.server.services import ServicesDep
+
+__all__ = ["UI_MESSAGE_STREAM_HEADERS", "UIMessageStreamEncoder", "router"]
+
+# described by the protocol's own specification, not in /openapi.json
+router = APIRouter(tags=["Vercel AI SDK"], include_in_schema=False)
+
+Principal = Annotated[str, Depends(principal_of)]
+
+UI_MESSAGE_STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
+
+_DONE = b"data: [DONE]\n\n"
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class UIPart(_Loose):
+    """A part of a UI message (only what the server reads)."""
+
+    type: str
+    text: str | None = None
+    toolCallId: str | None = None
+    state: str | None = None
+    approval: dict[str, Any] | None = None
+
+
+class UIMessage(_Loose):
+    """A UI message."""
+
+    id: str | None = None
+    role: str
+    parts: list[UIPart] = Field(default_factory=list)
+
+
+class ChatRequest(_Loose):
+    """What ``DefaultChatTransport`` posts, and the native run request's options it may add
+    (its ``body`` option): ``on_disconnect``, ``run_timeout``, ``max_iterations``."""
+
+    id: str = Field(pattern=SESSION_ID_PATTERN)
+    messages: list[UIMessage] = Field(min_length=1)
+    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    messageId: str | None = None
+    on_disconnect: Literal["cancel", "continue"] = "cancel"
+    run_timeout: float | None = Field(default=None, gt=0)
+    max_iterations: int | None = Field(default=None, ge=1)
+
+    # held to the native run start's rules (NUL, a lone surrogate, a number out of range),
+    # anywhere in the body: 422 validation_error, as there
+    @model_validator(mode="before")
+    @classmethod
+    def _text(cls, data: Any) -> Any:
+        return unicode_text(data)
+
+
+def _part(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + encode_data(chunk).encode() + b"\n\n"
+
+
+def _approvals(message: UIMessage) -> list[tuple[str, bool]]:
+    answers = []
+    for part in message.parts:
+        if part.state != "approval-responded" or part.toolCallId is None:
+            continue
+        approved = (part.approval or {}).get("approved")
+        if not isinstance(approved, bool):
+            raise InvalidRequest(
+                f"messages: the approval of tool call {part.toolCallId!r} needs approved: boolean"
+            )
+        answers.append((part.toolCallId, approved))
+    return answers
+
+
+@router.post(
+    "/v1/agents/{agent}/ai-sdk/chat",
+    summary="Chat with an agent over the AI SDK UI message stream",
+)
+async def chat(
+    agent: str, body: ChatRequest, principal: Principal, services: ServicesDep
+) -> Response:
+    """Start a run for the last user message, or answer the run's tool approvals and stream
+    the rest of it."""
+    services.manager.profile(agent)
+    last = body.messages[-1]
+    on_gone_policy = body.on_disconnect
+    if last.role == "assistant":
+        answers = _approvals(last)
+        if not answers:
+            raise InvalidRequest(
+                "messages: the last message must be a user message, or an assistant message "
+                "with tool approval responses"
+            )
+        run_id = await latest_run(services, body.id, principal)
+        if run_id is None:
+            raise NotFound(f"chat {body.id!r} has no run waiting for an approval")
+        logged = await read_log(services, run_id)
+        unknown = [call_id for call_id, _ in answers if call_id not in logged.confirmations]
+        if unknown:
+            raise NotFound(f"no approval {unknown[0]!r} in the latest run of chat {body.id!r}")
+        for call_id, approved in answers:
+            if logged.confirmations[call_id].outcome is None and not logged.ended:
+                await answer_confirmation(services, principal, body.id, run_id, call_id, approved)
+        after = min(logged.confirmations[call_id].seq for call_id, _ in answers)
+        return stream_run(
+            services,
+            run_id,
+            UIMessageStreamEncoder(run_id, after=after),
+            after=after,
+            on_gone=disconnect_policy(services, run_id, on_gone_policy),
+            headers=UI_MESSAGE_STREAM_HEADERS,
+        )
+    if last.role != "user":
+        raise InvalidRequest("messages: the last message must be a user message")
+    text = "\n".join(p.text for p in last.parts if p.type == "text" and p.text)
+    if not text.strip():
+        raise InvalidRequest("messages: the last user message has no text part")
+    # regenerate: the new run takes the place of the latest turn (the client dropped its
+    # answer), so the model does not see the answer it replaces
+    replaces = None
+    if body.trigger == "regenerate-message":
+        replaces = await latest_run(services, body.id, principal)
+    options = RunRequestOptions(
+        input=text,
+        agent=agent,
+        on_disconnect=body.on_disconnect,
+        run_timeout=body.run_timeout,
+        max_iterations=body.max_iterations,
+        metadata={"ai_sdk": {"trigger": body.trigger}},
+        replaces=replaces,
+    )
+    try:
+        handle = await start_run(services, principal, body.id, options)
+    except SessionBusy as exc:
+        if await busy_reason(services, exc, principal) == "interrupt_pending":
+            raise SessionBusy(
+                f"chat {body.id!r} has a tool approval pending: answer it before sending a new "
+                "message",
+                extra=exc.extra,
+                code="approval_pending",
+            ) from None
+        raise
+    return stream_run(
+        services,
+        handle.run_id,
+        UIMessageStreamEncoder(handle.run_id),
+        on_gone=disconnect_policy(services, handle.run_id, body.on_disconnect),
+        headers=UI_MESSAGE_STREAM_HEADERS,
+    )
+
+
+@router.get(
+    "/v1/agents/{agent}/ai-sdk/chat/{chat_id}/stream",
+    summary="Resume the chat's active stream",
+)
+async def resume_stream(
+    agent: str, chat_id: SessionId, principal: Principal, services: ServicesDep
+) -> Response:
+    """The chat's active run from its start; 204 when it has none."""
+    services.manager.profile(agent)
+    run_id = await active_run(services, chat_id, principal)
+    if run_id is None or not await services.bus.events.exists(run_id):
+        return Response(status_code=204)
+    return stream_run(
+        services, run_id, UIMessageStreamEncoder(run_id), headers=UI_MESSAGE_STREAM_HEADERS
+    )
+
+
+@router.post(
+    "/v1/agents/{agent}/ai-sdk/chat/{chat_id}/stop",
+    summary="Stop the chat's active run",
+    status_code=202,
+)
+async def stop(
+    agent: str, chat_id: SessionId, principal: Principal, services: ServicesDep
+) -> Response:
+    """Cancel the chat's active run (reason ``cancel_requested``); 204 when it has none."""
+    services.manager.profile(agent)
+    run_id = await active_run(services, chat_id, principal)
+    if run_id is None:
+        return Response(status_code=204)
+    answer = await services.manager.cancel(run_id, principal)
+    if answer is None:
+        return Response(status_code=204)
+    state, status = answer
+    if state == "finished":
+        return JSONResponse({"run_id": run_id, "status": status}, status_code=200)
+    return JSONResponse({"run_id": run_id, "status": "cancelling"}, status_code=202)
+
+
+class UIMessageStreamEncoder:
+    """Our wire events → UI message stream parts, for one response (a window of our run's
+    log, from ``after``).
+
+    A step is one model call and the tool calls it made; the next model call, after tool
+    results, opens the next step. Text deltas are re-framed without decoding.
+    """
+
+    __slots__ = (
+        "_after",
+        "_delta_prefix",
+        "_denied",
+        "_ended",
+        "_pending",
+        "_run_id",
+        "_started",
+        "_step",
+        "_step_has_results",
+        "_step_has_tools",
+        "_text",
+        "_usage",
+    )
+
+    def __init__(self, run_id: str, *, after: int = 0) -> None:
+        self._run_id = run_id
+        self._after = after
+        self._started = False
+        self._ended = False
+        self._step = False
+        self._step_has_tools = False
+        self._step_has_results = False
+        self._text: str | None = None
+        self._delta_prefix = b""
+        self._pending: set[str] = set()
+        self._denied: set[str] = set()
+        self._usage = [0, 0]
+
+    @property
+    def done(self) -> bool:
+        return self._ended
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._pending)
+
+    def opening(self) -> bytes:
+        self._started = True
+        return _part(
+            {"type": "start", "messageId": self._run_id, "messageMetadata": {"runId": self._run_id}}
+        )
+
+    def encode(self, batch: Sequence[WireEvent]) -> bytes:
+        out: list[bytes] = [] if self._started else [self.opening()]
+        for event in batch:
+            if self._ended:
+                break
+            if event.type == "text.delta":
+                self._delta(event, out)
+            else:
+                self._event(event, out)
+        return b"".join(out)
+
+    def pause(self) -> bytes:
+        out: list[bytes] = []
+        self._finish(out, "tool-calls")
+        return b"".join(out)
+
+    # --- translation ----------------------------------------------------------------------
+
+    def _open_step(self, out: list[bytes]) -> None:
+        if self._step and self._step_has_results:
+            self._close_step(out)
+        if not self._step:
+            out.append(b'data: {"type":"start-step"}\n\n')
+            self._step = True
+            self._step_has_tools = self._step_has_results = False
+
+    def _close_step(self, out: list[bytes]) -> None:
+        self._close_text(out)
+        if self._step:
+            out.append(b'data: {"type":"finish-step"}\n\n')
+            self._step = False
+
+    def _close_text(self, out: list[bytes]) -> None:
+        if self._text is not None:
+            out.append(_part({"type": "text-end", "id": self._text}))
+            self._text = None
+
+    def _delta(self, event: WireEvent, out: list[bytes]) -> None:
+        frame = event.frame
+        start = frame.find(b',"data":{"delta":')
+        delta = frame[start + 17 : -4]
+        if delta == b"null":
+            return
+        if self._text is None:
+            self._open_step(out)
+            text_id = f"{self._run_id}:m{event.seq}"
+            self._text = text_id
+            out.append(_part({"type": "text-start", "id": text_id}))
+            self._delta_prefix = (
+                b'data: {"type":"text-delta","id":"' + text_id.encode() + b'","delta":'
+            )
+        out.append(self._delta_prefix + delta + b"}\n\n")
+
+    def _event(self, event: WireEvent, out: list[bytes]) -> None:
+        kind = event.type
+        if kind == "run.started":
+            return
+        data = event_data(event)
+        if kind == "usage":
+            self._usage[0] += int(data.get("input_tokens") or 0)
+            self._usage[1] += int(data.get("output_tokens") or 0)
+            return
+        if kind == "tool.call.started":
+            self._close_text(out)
+            self._open_step(out)
+            self._step_has_tools = True
+            out.append(
+                _part(
+                    {
+                        "type": "tool-input-available",
+                        "toolCallId": str(data.get("tool_call_id")),
+                        "toolName": str(data.get("name")),
+                        "input": data.get("arguments") or {},
+                        "dynamic": True,
+                    }
+                )
+            )
+        elif kind == "tool.call.completed":
+            self._close_text(out)
+            call_id = str(data.get("tool_call_id"))
+            self._step_has_results = True
+            if call_id in self._denied:
+                return  # already told: tool-output-denied
+            if data.get("is_error"):
+                out.append(
+                    _part(
+                        {
+                            "type": "tool-output-error",
+                            "toolCallId": call_id,
+                            "errorText": str(data.get("error") or "the tool failed"),
+                            "dynamic": True,
+                        }
+                    )
+                )
+            else:
+                out.append(
+                    _part(
+                        {
+                            "type": "tool-output-available",
+                            "toolCallId": call_id,
+                            "output": data.get("result"),
+                            "dynamic": True,
+                        }
+                    )
+                )
+        elif kind == "custom":
+            self._custom(data, out)
+        elif kind == "run.completed":
+            self._finish(out, "stop")
+        elif kind == "run.failed":
+            error = data.get("error") or {}
+            self._close_step(out)
+            message = str(error.get("message") or "the run failed")
+            code = str(error.get("code") or "internal")
+            out.append(_part({"type": "error", "errorText": f"{message} ({code})"}))
+            self._finish(out, "error")
+        elif kind == "run.cancelled":
+            self._close_step(out)
+            out.append(_part({"type": "abort", "reason": str(data.get("reason"))}))
+            out.append(_DONE)
+            self._ended = True
+        elif kind == "run.resumed":
+            # the run goes on elsewhere from its last checkpoint and redoes the model call it
+            # was in: the text that call streamed here is superseded, so the step is reset
+            self._close_text(out)
+            if self._step and not self._step_has_tools:
+                out.append(b'data: {"type":"reset-step"}\n\n')
+            out.append(_part({"type": "data-run-resumed", "data": data, "transient": True}))
+        else:
+            out.append(_part({"type": f"data-{kind}", "data": data, "transient": True}))
+
+    def _custom(self, data: dict[str, Any], out: list[bytes]) -> None:
+        name = str(data.get("name"))
+        payload = data.get("payload")
+        call_id = payload.get("tool_call_id") if isinstance(payload, dict) else None
+        if name == "confirmation_requested" and isinstance(call_id, str):
+            self._close_text(out)
+            self._pending.add(call_id)
+            request: dict[str, Any] = {
+                "type": "tool-approval-request",
+                "approvalId": call_id,
+                "toolCallId": call_id,
+            }
+            assert isinstance(payload, dict)
+            if isinstance(payload.get("question"), str):
+                request["reason"] = payload["question"]
+            out.append(_part(request))
+        elif name == "confirmation_resolved" and isinstance(call_id, str):
+            self._pending.discard(call_id)
+            assert isinstance(payload, dict)
+            if payload.get("outcome") != "approved":
+                self._denied.add(call_id)
+                out.append(_part({"type": "tool-output-denied", "toolCallId": call_id}))
+        out.append(_part({"type": f"data-{name}", "data": payload, "transient": True}))
+
+    def _finish(self, out: list[bytes], reason: str) -> None:
+        self._close_step(out)
+        tokens_in, tokens_out = self._usage
+        metadata = {
+            "runId": self._run_id,
+            "usage": {
+                "inputTokens": tokens_in,
+                "outputTokens": tokens_out,
+                "totalTokens": tokens_in + tokens_out,
+            },
+        }
+        out.append(_part({"type": "finish", "finishReason": reason, "messageMetadata": metadata}))
+        out.append(_DONE)
+        self._ended = True
+        self._pending.clear()

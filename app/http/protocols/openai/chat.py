@@ -1,0 +1,272 @@
+"""``/openai/v1/chat/completions`` and ``/openai/v1/models``.
+
+A chat completion is one run in a session of its own: the last user message is the run's input
+(the agent's system prompt and tools are the server's; earlier messages are not replayed). The
+session is stateless: not listed, and deleted once idle past ``AGENT_STATELESS_RETENTION``.
+The agent's tool calls run on the server and do not appear as ``tool_calls``. A run that stops
+for a confirmation cannot be answered here: the request fails with ``confirmation_required``
+and the run is cancelled; the Responses endpoint carries confirmations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from starlette.responses import JSONResponse, Response
+
+from app.auth.keys import principal_of
+from app.errors import InvalidRequest, NotFound, ServiceError
+from app.http.api.errors import openai_error_body, status_of
+from app.http.api.streaming import EventStreamResponse
+from app.http.protocols.common import (
+    LogResultResponse,
+    RefusedValue,
+    TranslatingEncoder,
+    cancel_on_disconnect,
+    check_fields,
+    dumps,
+    new_session_id,
+)
+from app.http.protocols.openai.schemas import (
+    ChatCompletionRequest,
+    invalid_value,
+    message_text,
+    refuse_client_tools,
+)
+from app.runs import RunRequestOptions
+from app.server.services import ServicesDep
+
+__all__ = ["ChatBuilder", "router"]
+
+# not in /openapi.json: the OpenAI API reference describes these paths
+router = APIRouter(tags=["openai"], include_in_schema=False)
+
+Principal = Annotated[str, Depends(principal_of)]
+
+_WAITING_EVENT = "confirmation_requested"
+_DONE = b"data: [DONE]\n\n"
+# the models' "created": when this process started (agents have no creation time of their own)
+_STARTED = int(time.time())
+
+
+class ConfirmationRequired(ServiceError):
+    """The run stopped for a confirmation, which Chat Completions cannot carry."""
+
+    code = "confirmation_required"
+
+
+def _confirmation_error(tool: str) -> ConfirmationRequired:
+    return ConfirmationRequired(
+        f"the agent asked to confirm its call of the tool {tool!r}, which the Chat Completions "
+        "API cannot carry; the run was cancelled. Use POST /openai/v1/responses, where the "
+        "request is an mcp_approval_request answered with an mcp_approval_response"
+    )
+
+
+def _failure_error(data: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+    error = data.get("error") or {}
+    code = str(error.get("code") or "internal")
+    status = 429 if code == "queue_timeout" else 500
+    return status, openai_error_body(status, code, str(error.get("message") or "the run failed"))
+
+
+class ChatBuilder:
+    """A run's events as one assistant message: ``chat.completion.chunk`` frames (``stream``)
+    and the ``chat.completion`` object."""
+
+    def __init__(
+        self,
+        *,
+        completion_id: str,
+        model: str,
+        stream: bool = False,
+        include_usage: bool = False,
+        on_confirmation: Callable[[], object] | None = None,
+    ) -> None:
+        self.done = False
+        self._id = completion_id
+        self._model = model
+        self._created = int(time.time())
+        self._stream = stream
+        self._include_usage = include_usage
+        self._on_confirmation = on_confirmation
+        self._text: list[str] = []
+        self._input_tokens = 0
+        self._output_tokens = 0
+        self._failure: tuple[int, dict[str, Any]] | None = None
+        self._finish_reason = "stop"
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+
+    def _frame(self, value: Mapping[str, Any]) -> bytes:
+        if not self._stream:
+            return b""
+        return b"data: " + dumps(value).encode() + b"\n\n"
+
+    def _usage(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self._input_tokens,
+            "completion_tokens": self._output_tokens,
+            "total_tokens": self._input_tokens + self._output_tokens,
+        }
+
+    def opening(self) -> bytes:
+        return self._frame(self._chunk({"role": "assistant", "content": ""}))
+
+    def feed(self, document: Mapping[str, Any]) -> bytes:
+        if self.done:
+            return b""
+        type_ = document["type"]
+        data: Mapping[str, Any] = document.get("data") or {}
+        if type_ == "text.delta":
+            delta = str(data.get("delta") or "")
+            self._text.append(delta)
+            return self._frame(self._chunk({"content": delta}))
+        if type_ == "usage":
+            self._input_tokens += int(data.get("input_tokens") or 0)
+            self._output_tokens += int(data.get("output_tokens") or 0)
+            return b""
+        if type_ == "custom" and data.get("name") == _WAITING_EVENT:
+            payload = data.get("payload") or {}
+            error = _confirmation_error(str(payload.get("tool") or ""))
+            status = status_of(error)
+            self._fail(status, openai_error_body(status, error.code, error.detail))
+            if self._on_confirmation is not None:
+                self._on_confirmation()
+            return self._frame(self._failure[1] if self._failure else {})
+        if type_ == "run.completed":
+            self.done = True
+            frames = self._frame(self._chunk({}, "stop"))
+            if self._include_usage:
+                frames += self._frame({**self._chunk({}), "choices": [], "usage": self._usage()})
+            return frames + (_DONE if self._stream else b"")
+        if type_ == "run.failed":
+            status, body = _failure_error(data)
+            self._fail(status, body)
+            return self._frame(body)
+        if type_ == "run.cancelled":
+            reason = str(data.get("reason") or "cancel_requested")
+            self._fail(
+                409, openai_error_body(409, "cancelled", f"the run was cancelled ({reason})")
+            )
+            return self._frame(self._failure[1] if self._failure else {})
+        return b""
+
+    def _fail(self, status: int, body: dict[str, Any]) -> None:
+        if self._failure is None:
+            self._failure = (status, body)
+        self.done = True
+
+    def result(self) -> tuple[int, dict[str, Any]]:
+        """The ``chat.completion`` (or the error that ended the run)."""
+        if self._failure is not None:
+            return self._failure
+        return 200, {
+            "id": self._id,
+            "object": "chat.completion",
+            "created": self._created,
+            "model": self._model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "".join(self._text)},
+                    "finish_reason": self._finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": self._usage(),
+        }
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            text = message_text(message.get("content"))
+            if text.strip():
+                return text
+            break
+    raise InvalidRequest("messages: the last user message must have text")
+
+
+@router.post("/openai/v1/chat/completions", summary="Create a chat completion (run an agent)")
+async def create_chat_completion(
+    body: ChatCompletionRequest, principal: Principal, services: ServicesDep
+) -> Response:
+    """Run agent ``model`` on the last user message, in a new session."""
+    try:
+        check_fields(body)
+    except RefusedValue as exc:
+        return invalid_value(exc)
+    refuse_client_tools(body.tools)
+    text = _last_user_text(body.messages)
+    manager = services.manager
+    handle = await manager.start(
+        principal,
+        new_session_id("chat"),
+        RunRequestOptions(
+            input=text, agent=body.model, metadata=body.metadata or {}, stateless=True
+        ),
+    )
+    run_id = handle.run_id
+    cancel = cancel_on_disconnect(manager, handle)
+
+    def on_confirmation() -> None:
+        manager.cancel_local(run_id, "cancel_requested")
+
+    builder = ChatBuilder(
+        completion_id=f"chatcmpl-{run_id.removeprefix('run_')}",
+        model=body.model,
+        stream=body.stream,
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        on_confirmation=on_confirmation,
+    )
+    headers = {"X-Run-Id": run_id}
+    if body.stream:
+        return EventStreamResponse(
+            events=services.bus.events,
+            run_id=run_id,
+            headers=headers,
+            ping=services.settings.sse_ping,
+            send_timeout=services.settings.send_timeout,
+            on_gone=cancel,
+            manager=manager,
+            encoder=TranslatingEncoder(builder),
+        )
+    return LogResultResponse(
+        events=services.bus.events,
+        run_id=run_id,
+        translator=builder,
+        result=builder.result,
+        headers=headers,
+        on_gone=cancel,
+        manager=manager,
+    )
+
+
+def _model(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": _STARTED, "owned_by": "agent-server"}
+
+
+@router.get("/openai/v1/models", summary="List models (the configured agents)")
+async def list_models(principal: Principal, services: ServicesDep) -> Response:
+    """One model per configured agent; its id is the agent's name."""
+    names = sorted(services.agents.profiles)
+    return JSONResponse({"object": "list", "data": [_model(name) for name in names]})
+
+
+@router.get("/openai/v1/models/{model}", summary="Retrieve a model (an agent)")
+async def retrieve_model(model: str, principal: Principal, services: ServicesDep) -> Response:
+    """The agent ``model``, as a model."""
+    if model not in services.agents.profiles:
+        raise NotFound(f"no model {model!r}: the models are the configured agents")
+    return JSONResponse(_model(model))

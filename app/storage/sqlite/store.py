@@ -1,0 +1,743 @@
+"""The SQLite backend: one connection on a thread of its own, WAL, JSON as TEXT.
+
+Each store operation is one plain function run on that thread (statements, transaction and
+the conversion of rows into records together), so the event loop never blocks on disk and
+an operation costs one hand-off to the thread and back, however many statements it runs.
+The thread runs operations one at a time, in the order they were submitted, which is what
+keeps one operation's statements out of another's transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from app.storage import outbox
+from app.storage.base import (
+    TERMINAL_STATUSES,
+    RunAlreadyExists,
+    RunNotFound,
+    RunRecord,
+    RunStatus,
+    SessionCursor,
+    SessionNotFound,
+    SessionOwnedByOther,
+    SessionRecord,
+    StaleFence,
+    StorageUnavailable,
+    StoredMessage,
+    UsageGroup,
+    UsageTotal,
+    decode_json,
+    decode_optional_json,
+    encode_json,
+    encode_optional_json,
+    finish_on_cancel,
+    message_role,
+    run_update_stamps,
+    title_of,
+    utcnow,
+)
+from app.storage.schedules import FiringFence
+from app.storage.sqlite.checkpoints import SQLiteCheckpoints
+from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
+from app.storage.sqlite.schema import BOOK_USAGE_SELECT, SCHEMA_VERSION, migrate
+
+logger = logging.getLogger("app.storage")
+
+T = TypeVar("T")
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+
+# How long a statement waits for another process's write lock before giving up.
+_BUSY_TIMEOUT_SECONDS: Final = 10.0
+
+_SESSION_COLUMNS: Final = (
+    "id, principal, created_at, updated_at, message_count, last_run_id, title, stateless"
+)
+_MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
+_RUN_COLUMNS: Final = (
+    "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
+    " input, output, error, usage, metadata, model, webhook_url"
+)
+_TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
+
+
+def _ts(value: datetime) -> str:
+    # Fixed-width UTC text sorts in time order, so ORDER BY created_at works on TEXT.
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _optional_ts(value: datetime | None) -> str | None:
+    return None if value is None else _ts(value)
+
+
+def _parse_ts(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def _parse_optional_ts(text: str | None) -> datetime | None:
+    return None if text is None else _parse_ts(text)
+
+
+def _session(row: sqlite3.Row) -> SessionRecord:
+    return SessionRecord(
+        id=row["id"],
+        principal=row["principal"],
+        created_at=_parse_ts(row["created_at"]),
+        updated_at=_parse_ts(row["updated_at"]),
+        message_count=row["message_count"],
+        last_run_id=row["last_run_id"],
+        title=row["title"],
+        stateless=bool(row["stateless"]),
+    )
+
+
+def _message(row: sqlite3.Row) -> StoredMessage:
+    return StoredMessage(
+        session_id=row["session_id"],
+        run_id=row["run_id"],
+        position=row["position"],
+        role=row["role"],
+        message=decode_json(row["message"]),
+        created_at=_parse_ts(row["created_at"]),
+    )
+
+
+def _run(row: sqlite3.Row) -> RunRecord:
+    return RunRecord(
+        run_id=row["run_id"],
+        session_id=row["session_id"],
+        principal=row["principal"],
+        agent=row["agent"],
+        status=row["status"],
+        created_at=_parse_ts(row["created_at"]),
+        started_at=_parse_optional_ts(row["started_at"]),
+        finished_at=_parse_optional_ts(row["finished_at"]),
+        input=row["input"],
+        output=decode_optional_json(row["output"]),
+        error=decode_optional_json(row["error"]),
+        usage=decode_optional_json(row["usage"]),
+        metadata=decode_json(row["metadata"]),
+        model=row["model"],
+        webhook_url=row["webhook_url"],
+    )
+
+
+def _make_parent_dirs(path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules):
+    """A `Store` in one SQLite file (or in memory). Open it with `await SQLiteStore.connect()`."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self._path = path
+        self._db: sqlite3.Connection | None = None  # used on the store's thread only
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        self._closed = False
+        self._closing_db: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self._path!r})"
+
+    @classmethod
+    async def connect(cls, path: str) -> SQLiteStore:
+        """Open (creating parent directories and the file) and migrate the database at `path`.
+
+        `path` is a file path or ":memory:". Raises `StorageUnavailable` if it cannot be
+        opened.
+        """
+        store = cls(path)
+        try:
+            await store._call(store._open)
+            await store.migrate()
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def close(self) -> None:
+        """Refuse new calls, let those in flight finish, then close. Idempotent."""
+        await self._finish_operations()
+        if self._closing_db is None:
+            self._closing_db = asyncio.ensure_future(self._close_db())
+        await asyncio.shield(self._closing_db)
+
+    async def _close_db(self) -> None:
+        try:
+            await self._call(self._close_on_thread)
+        finally:
+            self._closed = True
+            self._thread.shutdown(wait=False)
+
+    @finish_on_cancel
+    async def migrate(self) -> int:
+        """Bring the schema up to date (idempotent); return its version."""
+        return await self._write(migrate, self._path)
+
+    @finish_on_cancel
+    async def ping(self) -> None:
+        """Run a trivial query; raises `StorageUnavailable`."""
+        await self._read(_ping)
+
+    # --- sessions -------------------------------------------------------------------------
+
+    @finish_on_cancel
+    async def get_or_create_session(
+        self, session_id: str, principal: str, *, stateless: bool = False
+    ) -> SessionRecord:
+        """Return the session, creating it for `principal` on first use."""
+        record = await self._write(_get_or_create_session, session_id, principal, stateless)
+        if record.principal != principal:
+            raise SessionOwnedByOther(session_id)
+        return record
+
+    @finish_on_cancel
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or None."""
+        return await self._read(_get_session, session_id)
+
+    @finish_on_cancel
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session, its messages and runs (by ON DELETE CASCADE)."""
+        return await self._write(_delete_session, session_id)
+
+    @finish_on_cancel
+    async def list_sessions(
+        self, principal: str, limit: int = 20, before: SessionCursor | None = None
+    ) -> list[SessionRecord]:
+        """The principal's sessions, most recently updated first; see `Store.list_sessions`."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        return await self._read(_list_sessions, principal, limit, before)
+
+    @finish_on_cancel
+    async def set_title(self, session_id: str, title: str) -> SessionRecord | None:
+        """Set the session's title; see `Store.set_title`."""
+        return await self._write(_set_title, session_id, title)
+
+    @finish_on_cancel
+    async def idle_stateless_sessions(self, before: datetime, limit: int) -> list[str]:
+        """Stateless sessions idle since before `before`; see `Store.idle_stateless_sessions`."""
+        return await self._read(_idle_stateless_sessions, _ts(before), limit)
+
+    @finish_on_cancel
+    async def delete_idle_stateless_session(self, session_id: str, before: datetime) -> bool:
+        """Delete an idle stateless session; see `Store.delete_idle_stateless_session`."""
+        return await self._write(_delete_idle_stateless_session, session_id, _ts(before))
+
+    # --- messages -------------------------------------------------------------------------
+
+    @finish_on_cancel
+    async def list_messages(self, session_id: str) -> list[StoredMessage]:
+        """The conversation in order."""
+        return await self._read(_list_messages, session_id)
+
+    @finish_on_cancel
+    async def append_messages(
+        self,
+        session_id: str,
+        run_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """Append one run's messages atomically; an empty sequence changes nothing."""
+        if messages:
+            await self._write(_append_messages, session_id, run_id, messages, fence)
+
+    @finish_on_cancel
+    async def remove_last_turn(self, session_id: str, run_id: str) -> bool:
+        """Remove the run's messages if they end the conversation; see `Store.remove_last_turn`."""
+        return await self._write(_remove_last_turn, session_id, run_id)
+
+    # --- runs -----------------------------------------------------------------------------
+
+    @finish_on_cancel
+    async def create_run(
+        self,
+        run: RunRecord,
+        *,
+        firing: FiringFence | None = None,
+        create_session: bool = False,
+        stateless: bool = False,
+    ) -> None:
+        """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
+        await self._write(_create_run, run, firing, create_session, stateless)
+
+    @finish_on_cancel
+    async def update_run(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus,
+        output: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        usage: Mapping[str, Any] | None = None,
+        started_at: datetime | None = None,
+        finished_at: datetime | None = None,
+        model: str | None = None,
+        fence: int | None = None,
+        webhook: outbox.WebhookMessage | None = None,
+    ) -> RunRecord:
+        """Move a run to `status`; see `Store.update_run`."""
+        started, finished = run_update_stamps(status, started_at, finished_at)
+        parameters = (
+            status,
+            encode_optional_json(output),
+            encode_optional_json(error),
+            encode_optional_json(usage),
+            model,
+            _optional_ts(started_at),
+            _optional_ts(started),
+            _optional_ts(finished_at),
+            _optional_ts(finished),
+            fence,
+            run_id,
+            fence,
+            fence,
+        )
+        record = await self._write(_update_run, run_id, parameters, fence, webhook)
+        if record is None:
+            raise RunNotFound(run_id)
+        return record
+
+    @finish_on_cancel
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or None."""
+        return await self._read(_get_run, run_id)
+
+    @finish_on_cancel
+    async def list_runs(self, session_id: str, limit: int | None = 20) -> list[RunRecord]:
+        """The session's most recent runs, newest first; all of them with `limit=None`."""
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        return await self._read(_list_runs, session_id, limit)
+
+    @finish_on_cancel
+    async def list_unfinished_runs(self) -> list[RunRecord]:
+        """Runs still queued, running or waiting, oldest first."""
+        return await self._read(_list_unfinished_runs)
+
+    @finish_on_cancel
+    async def usage_totals(
+        self,
+        *,
+        start: datetime,
+        end: datetime,
+        group_by: UsageGroup,
+        principal: str | None = None,
+    ) -> list[UsageTotal]:
+        """Tokens of the runs finished in ``[start, end)``; see ``Store.usage_totals``."""
+        return await self._read(_usage_totals, _ts(start), _ts(end), group_by, principal)
+
+    # --- the webhook outbox (app.storage.outbox) -------------------------------------------
+
+    @finish_on_cancel
+    async def claim_webhooks(
+        self, claim: str, *, now: float, until: float, limit: int
+    ) -> list[outbox.ClaimedWebhook]:
+        """Claim up to ``limit`` due messages until ``until``; see ``Store.claim_webhooks``."""
+        return await self._write(outbox.sqlite_claim, claim, now, until, limit)
+
+    @finish_on_cancel
+    async def record_webhook_attempt(
+        self,
+        claimed: outbox.ClaimedWebhook,
+        attempt: outbox.WebhookAttempt,
+        *,
+        state: outbox.WebhookStatus,
+        next_attempt_at: float,
+    ) -> bool:
+        """Record an attempt under its claim; see ``Store.record_webhook_attempt``."""
+        return await self._write(outbox.sqlite_record, claimed, attempt, state, next_attempt_at)
+
+    @finish_on_cancel
+    async def prune_webhooks(self, *, before: float, limit: int) -> int:
+        """Delete settled messages past their retention; see ``Store.prune_webhooks``."""
+        return await self._write(outbox.sqlite_prune, before, limit)
+
+    @finish_on_cancel
+    async def webhook_states(self, run_id: str) -> list[outbox.WebhookState]:
+        """The run's webhook messages and their attempts."""
+        return await self._read(outbox.sqlite_states, run_id)
+
+    # --- plumbing: on the event loop --------------------------------------------------------
+
+    async def _call(self, function: Callable[..., T], *args: Any) -> T:
+        """Run `function(*args)` on the store's thread; SQLite's operational errors become ours."""
+        if self._closed:
+            raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._thread, functools.partial(function, *args))
+        except sqlite3.OperationalError as exc:
+            # Locked beyond the busy timeout, disk full, I/O error, file gone.
+            raise StorageUnavailable(f"SQLite database {self._path!r}: {exc}") from exc
+
+    async def _read(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(db, *args)` on the store's thread."""
+        result: T = await self._call(self._on_connection, function, *args)
+        return result
+
+    async def _write(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(db, *args)` in one write transaction on the store's thread."""
+        result: T = await self._call(self._in_transaction, function, *args)
+        return result
+
+    # --- plumbing: on the store's thread ----------------------------------------------------
+
+    def _open(self) -> None:
+        if self._path != ":memory:":
+            _make_parent_dirs(self._path)
+        try:
+            db = sqlite3.connect(self._path, isolation_level=None, timeout=_BUSY_TIMEOUT_SECONDS)
+        except (OSError, sqlite3.Error) as exc:
+            raise StorageUnavailable(f"cannot open SQLite database {self._path!r}: {exc}") from exc
+        self._db = db
+        db.row_factory = sqlite3.Row
+        # WAL lets readers in other processes proceed during a write; NORMAL synchronisation
+        # is durable against process crashes, which is what a worker restart needs, at a
+        # fraction of FULL's fsyncs.
+        _use_wal(db)
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.execute("PRAGMA foreign_keys = ON")
+
+    def _close_on_thread(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
+        return self._db
+
+    def _on_connection(self, function: Callable[..., T], *args: Any) -> T:
+        return function(self._connection(), *args)
+
+    def _in_transaction(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(db, *args)` in one write transaction: committed, or rolled back on error.
+
+        IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
+        cannot fail half-way on another process's lock.
+        """
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            result = function(db, *args)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return result
+
+
+# --- operations, each run on the store's thread -----------------------------------------------
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Switch the file to WAL, retrying while another process does the same.
+
+    Changing the journal mode needs an exclusive lock, and SQLite reports "database is
+    locked" at once rather than waiting on the busy timeout when several workers open a new
+    file together; so retry, within that timeout, until one of them has made the switch.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_SECONDS
+    delay = 0.005
+    while True:
+        try:
+            mode = str(db.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)  # on the store's thread, not the event loop
+            delay = min(delay * 2, 0.1)
+            continue
+        if mode not in ("wal", "memory"):
+            logger.warning("SQLite database kept journal mode %r instead of WAL", mode)
+        return
+
+
+def _ping(db: sqlite3.Connection) -> None:
+    db.execute("SELECT 1").fetchall()
+
+
+def _get_session(db: sqlite3.Connection, session_id: str) -> SessionRecord | None:
+    row = db.execute(
+        f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    return None if row is None else _session(row)
+
+
+def _get_or_create_session(
+    db: sqlite3.Connection, session_id: str, principal: str, stateless: bool
+) -> SessionRecord:
+    now = _ts(utcnow())
+    db.execute(
+        "INSERT OR IGNORE INTO sessions (id, principal, created_at, updated_at, stateless)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (session_id, principal, now, now, int(stateless)),
+    )
+    record = _get_session(db, session_id)
+    assert record is not None  # inserted or already there, inside one transaction
+    return record
+
+
+def _list_sessions(
+    db: sqlite3.Connection, principal: str, limit: int, before: SessionCursor | None
+) -> list[SessionRecord]:
+    # A row value comparison, which SQLite answers with a range scan of sessions_listed
+    # (fixed-width UTC text sorts in time order); ``stateless = 0`` is that index's own
+    # condition, written the same way so that SQLite uses it.
+    if before is None:
+        rows = db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE principal = ? AND stateless = 0"
+            " ORDER BY updated_at DESC, id DESC LIMIT ?",
+            (principal, limit),
+        ).fetchall()
+    else:
+        rows = db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions"
+            " WHERE principal = ? AND stateless = 0 AND (updated_at, id) < (?, ?)"
+            " ORDER BY updated_at DESC, id DESC LIMIT ?",
+            (principal, _ts(before.updated_at), before.session_id, limit),
+        ).fetchall()
+    return [_session(row) for row in rows]
+
+
+def _set_title(db: sqlite3.Connection, session_id: str, title: str) -> SessionRecord | None:
+    db.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+    return _get_session(db, session_id)
+
+
+# a stateless session the retention may delete: idle since the cut-off, no run going on
+_IDLE_STATELESS: Final = (
+    "stateless = 1 AND updated_at < ? AND NOT EXISTS (SELECT 1 FROM runs"
+    f" WHERE runs.session_id = sessions.id AND runs.status NOT IN ({_TERMINAL_SQL}))"
+)
+
+
+def _idle_stateless_sessions(db: sqlite3.Connection, before: str, limit: int) -> list[str]:
+    rows = db.execute(
+        f"SELECT id FROM sessions WHERE {_IDLE_STATELESS} ORDER BY updated_at LIMIT ?",
+        (before, limit),
+    ).fetchall()
+    return [row["id"] for row in rows]
+
+
+def _delete_idle_stateless_session(db: sqlite3.Connection, session_id: str, before: str) -> bool:
+    deleted = db.execute(
+        f"DELETE FROM sessions WHERE id = ? AND {_IDLE_STATELESS}", (session_id, before)
+    ).rowcount
+    return deleted > 0
+
+
+def _remove_last_turn(db: sqlite3.Connection, session_id: str, run_id: str) -> bool:
+    first = db.execute(
+        "SELECT MIN(position) FROM messages WHERE session_id = ? AND run_id = ?",
+        (session_id, run_id),
+    ).fetchone()[0]
+    if first is None:
+        return True  # the run stored nothing
+    later = db.execute(
+        "SELECT 1 FROM messages WHERE session_id = ? AND position > ? AND run_id != ? LIMIT 1",
+        (session_id, first, run_id),
+    ).fetchone()
+    if later is not None:
+        return False
+    removed = db.execute(
+        "DELETE FROM messages WHERE session_id = ? AND run_id = ?", (session_id, run_id)
+    ).rowcount
+    if removed:
+        db.execute(
+            "UPDATE sessions SET message_count = message_count - ?, updated_at = ?,"
+            " last_run_id = (SELECT run_id FROM messages WHERE session_id = ?"
+            " ORDER BY position DESC LIMIT 1) WHERE id = ?",
+            (removed, _ts(utcnow()), session_id, session_id),
+        )
+    return True
+
+
+def _delete_session(db: sqlite3.Connection, session_id: str) -> bool:
+    return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+
+
+def _list_messages(db: sqlite3.Connection, session_id: str) -> list[StoredMessage]:
+    rows = db.execute(
+        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY position",
+        (session_id,),
+    ).fetchall()
+    return [_message(row) for row in rows]
+
+
+def _append_messages(
+    db: sqlite3.Connection,
+    session_id: str,
+    run_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    fence: int | None,
+) -> None:
+    # the write transaction is exclusive: what is read here stays true until it commits
+    row = db.execute(
+        "SELECT message_count, fence, (SELECT fence FROM runs WHERE run_id = ?) AS run_fence"
+        " FROM sessions WHERE id = ?",
+        (run_id, session_id),
+    ).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    if fence is not None:
+        stored = max(row["fence"], row["run_fence"] or 0)
+        if stored > fence:
+            raise StaleFence(f"session {session_id!r}", fence, stored)
+    start: int = row["message_count"]
+    now = _ts(utcnow())
+    db.execute(
+        "UPDATE sessions SET message_count = message_count + ?, last_run_id = ?,"
+        " updated_at = ?, fence = MAX(fence, COALESCE(?, 0)) WHERE id = ?",
+        (len(messages), run_id, now, fence, session_id),
+    )
+    # Encoding happens inside the transaction: a bad message rolls back the session update
+    # above along with any rows, leaving nothing half-written.
+    rows = [
+        (session_id, run_id, start + i, message_role(i, m), encode_json(m), now)
+        for i, m in enumerate(messages)
+    ]
+    db.executemany(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+
+def _create_run(
+    db: sqlite3.Connection,
+    run: RunRecord,
+    firing: FiringFence | None,
+    create_session: bool,
+    stateless: bool,
+) -> None:
+    if create_session:
+        owner = _get_or_create_session(db, run.session_id, run.principal, stateless).principal
+    else:
+        row = db.execute(
+            "SELECT principal FROM sessions WHERE id = ?", (run.session_id,)
+        ).fetchone()
+        if row is None:
+            raise SessionNotFound(run.session_id)
+        owner = row["principal"]
+    if owner != run.principal:
+        raise SessionOwnedByOther(run.session_id)
+    try:
+        db.execute(
+            f"INSERT INTO runs ({_RUN_COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run.run_id,
+                run.session_id,
+                run.principal,
+                run.agent,
+                run.status,
+                _ts(run.created_at),
+                _optional_ts(run.started_at),
+                _optional_ts(run.finished_at),
+                run.input,
+                encode_optional_json(run.output),
+                encode_optional_json(run.error),
+                encode_optional_json(run.usage),
+                encode_json(run.metadata),
+                run.model,
+                run.webhook_url,
+            ),
+        )
+    except sqlite3.IntegrityError as exc:
+        raise RunAlreadyExists(run.run_id) from exc
+    if firing is not None:  # in the same transaction: refused, the insert is rolled back
+        take_firing(db, firing, run.run_id)
+    title = title_of(run.input)
+    if title is not None:
+        db.execute(
+            "UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL", (title, run.session_id)
+        )
+
+
+def _update_run(
+    db: sqlite3.Connection,
+    run_id: str,
+    parameters: tuple[Any, ...],
+    fence: int | None,
+    webhook: outbox.WebhookMessage | None,
+) -> RunRecord | None:
+    # the fence is compared in the statement that writes (see app.storage.base)
+    changed = db.execute(
+        "UPDATE runs SET status = ?, output = COALESCE(?, output),"
+        " error = COALESCE(?, error), usage = COALESCE(?, usage), model = COALESCE(?, model),"
+        " started_at = COALESCE(?, started_at, ?),"
+        " finished_at = COALESCE(?, finished_at, ?), fence = MAX(fence, COALESCE(?, 0))"
+        f" WHERE run_id = ? AND status NOT IN ({_TERMINAL_SQL}) AND (? IS NULL OR fence <= ?)",
+        parameters,
+    ).rowcount
+    if not changed and fence is not None:
+        row = db.execute("SELECT fence FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is not None and row["fence"] > fence:
+            raise StaleFence(f"run {run_id!r}", fence, row["fence"])
+    if changed == 1 and parameters[0] in TERMINAL_STATUSES:
+        # the run's end books its tokens, in the same transaction
+        db.execute(
+            f"INSERT OR IGNORE INTO usage {BOOK_USAGE_SELECT}"
+            " WHERE run_id = ? AND usage IS NOT NULL AND finished_at IS NOT NULL",
+            (run_id,),
+        )
+    if changed == 1 and webhook is not None:
+        outbox.sqlite_enqueue(db, webhook)  # the run's write and its notification: one commit
+    return _get_run(db, run_id)
+
+
+_USAGE_KEYS: Final = {"agent": "agent", "principal": "principal", "day": "day"}
+
+
+def _usage_totals(
+    db: sqlite3.Connection, start: str, end: str, group_by: str, principal: str | None
+) -> list[UsageTotal]:
+    column = _USAGE_KEYS[group_by]  # a fixed column name, never the caller's text
+    where = "finished_at >= ? AND finished_at < ?"
+    parameters: list[Any] = [start, end]
+    if principal is not None:
+        where += " AND principal = ?"
+        parameters.append(principal)
+    rows = db.execute(
+        f"SELECT {column}, SUM(input_tokens), SUM(output_tokens), COUNT(*) FROM usage"
+        f" WHERE {where} GROUP BY {column} ORDER BY {column}",
+        parameters,
+    ).fetchall()
+    return [UsageTotal(row[0], int(row[1]), int(row[2]), int(row[3])) for row in rows]
+
+
+def _get_run(db: sqlite3.Connection, run_id: str) -> RunRecord | None:
+    row = db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    return None if row is None else _run(row)
+
+
+def _list_runs(db: sqlite3.Connection, session_id: str, limit: int | None) -> list[RunRecord]:
+    rows = db.execute(
+        f"SELECT {_RUN_COLUMNS} FROM runs WHERE session_id = ?"
+        " ORDER BY created_at DESC, rowid DESC LIMIT ?",
+        (session_id, -1 if limit is None else limit),
+    ).fetchall()
+    return [_run(row) for row in rows]
+
+
+def _list_unfinished_runs(db: sqlite3.Connection) -> list[RunRecord]:
+    rows = db.execute(
+        f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('queued', 'running', 'waiting')"
+        " ORDER BY created_at, rowid"
+    ).fetchall()
+    return [_run(row) for row in rows]
