@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .bindings import ModelBinding
+from .bindings.binding import ModelBinding
 from .errors import ConfigurationError
 
 __all__ = [

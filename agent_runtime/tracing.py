@@ -18,12 +18,12 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .agent import AgentRunContext
     from .bindings import ModelBinding
     from .events import AgentEvent
     from .extensions.base import ToolOutcome
     from .messages import ToolCall
     from .model import ModelRequest, ModelResponse
+    from .run_context import AgentRunContext
 
 __all__ = ["ModelCallTrace", "RunTracer", "ToolCallTrace"]
 

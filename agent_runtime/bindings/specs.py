@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .. import presets
 from ..errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from .binding import ModelBinding
-    from .chains import ModelBindings
+from .binding import ModelBinding
+from .chains import ModelBindings
 
 __all__ = ["binding_from_spec", "bindings_from_spec"]
 
@@ -30,9 +29,6 @@ def binding_from_spec(spec: str, **env: Any) -> ModelBinding:
     keywords are binding options: ``client_timeout``, ``client_max_retries``, ``params``,
     ``retry``, ``credential_provider``.
     """
-    from .. import presets
-    from .binding import ModelBinding
-
     overrides = {key: value for key, value in env.items() if key.isupper()}
     options = {key: value for key, value in env.items() if not key.isupper()}
 
@@ -95,8 +91,6 @@ def bindings_from_spec(
 ) -> ModelBindings:
     """``ModelBindings`` for a primary setting and its fallbacks (a comma-separated string or a
     list), each parsed by ``binding_from_spec`` with the same ``env``."""
-    from .chains import ModelBindings
-
     if isinstance(fallbacks, str):
         fallbacks = fallbacks.split(",")
     specs = [model, *(item for item in fallbacks if item.strip())]

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..messages import AssistantMessage, ToolCall
-from .events import ExtensionEvent
+from .events import ExtensionEvent, ExternalEvent
 
 if TYPE_CHECKING:
-    from ..agent import AgentRunConfig, AgentRunContext
-    from .external import ExternalEvent
+    from ..run_context import AgentRunConfig, AgentRunContext
 
 __all__ = ["AgentExtension", "ToolOutcome"]
 

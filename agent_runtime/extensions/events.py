@@ -1,10 +1,12 @@
-"""Lifecycle notices delivered to ``AgentExtension.on_event``."""
+"""What an extension is told: lifecycle notices (``AgentExtension.on_event``) and the answers
+addressed to a waiting run (``AgentExtension.accept``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ExtensionEvent", "RunCancelledEvent"]
+__all__ = ["ExtensionEvent", "ExternalEvent", "RunCancelledEvent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,3 +25,29 @@ class RunCancelledEvent(ExtensionEvent):
     """
 
     reason: str = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalEvent:
+    """An answer addressed to a waiting run: a ``name`` and a JSON-like ``payload``.
+
+    What the payload must hold is up to the extension that receives it. The payload is copied
+    (shallowly) on construction, so later changes to the caller's dict do not reach it.
+    """
+
+    name: str
+    payload: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"ExternalEvent.name must be a str, got {type(self.name).__name__}")
+        if not self.name.strip():
+            raise ValueError("ExternalEvent.name must not be empty or blank")
+        if not isinstance(self.payload, dict):
+            raise TypeError(
+                f"ExternalEvent.payload must be a dict, got {type(self.payload).__name__}"
+            )
+        bad = [key for key in self.payload if not isinstance(key, str)]
+        if bad:
+            raise TypeError(f"ExternalEvent.payload keys must be strings; found {bad[0]!r}")
+        object.__setattr__(self, "payload", dict(self.payload))

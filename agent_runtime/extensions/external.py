@@ -36,16 +36,16 @@ import threading
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import AgentRuntimeError
 from ..messages import AssistantMessage, ToolCall
 from ..tools.base import current_tool_call_id
 from .base import AgentExtension, ToolOutcome
-from .events import ExtensionEvent, RunCancelledEvent
+from .events import ExtensionEvent, ExternalEvent, RunCancelledEvent
 
 if TYPE_CHECKING:
-    from ..agent import AgentRunConfig, AgentRunContext
+    from ..run_context import AgentRunConfig, AgentRunContext
 
 __all__ = [
     "ExternalEvent",
@@ -53,32 +53,6 @@ __all__ = [
     "ExternalEventExtension",
     "ExternalWait",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ExternalEvent:
-    """An answer addressed to a waiting run: a ``name`` and a JSON-like ``payload``.
-
-    What the payload must hold is up to the extension that receives it. The payload is copied
-    (shallowly) on construction, so later changes to the caller's dict do not reach it.
-    """
-
-    name: str
-    payload: dict[str, Any]
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str):
-            raise TypeError(f"ExternalEvent.name must be a str, got {type(self.name).__name__}")
-        if not self.name.strip():
-            raise ValueError("ExternalEvent.name must not be empty or blank")
-        if not isinstance(self.payload, dict):
-            raise TypeError(
-                f"ExternalEvent.payload must be a dict, got {type(self.payload).__name__}"
-            )
-        bad = [key for key in self.payload if not isinstance(key, str)]
-        if bad:
-            raise TypeError(f"ExternalEvent.payload keys must be strings; found {bad[0]!r}")
-        object.__setattr__(self, "payload", dict(self.payload))
 
 
 class ExternalEventExpiredError(AgentRuntimeError, TimeoutError):

@@ -22,7 +22,7 @@ import logging
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ProviderError, SkillNotFoundError, SkillResourceError
 from ..events import AgentEvent, AgentEventType
@@ -32,7 +32,6 @@ from ..tools.base import Tool, tool
 from .catalogue import Skill, SkillManager
 
 if TYPE_CHECKING:
-    from ..agent import AgentRunContext
     from ..bindings import ModelBinding
 
 __all__ = [
@@ -56,6 +55,26 @@ _DISPATCH_SYSTEM = (
 )
 
 
+class _RunTotals(Protocol):
+    usage: Usage
+
+
+class SkillRunContext(Protocol):
+    """What a run's skills need of the run (``AgentRunContext`` is one): its ids, its totals and
+    its event stream. A protocol, because the run's context itself holds a ``SkillState``."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def state(self) -> _RunTotals: ...
+
+    async def emit(self, event: AgentEvent) -> None: ...
+
+
 class SkillState:
     """The skills of one run: the catalogue it read, what is active, and its skill tools."""
 
@@ -74,12 +93,12 @@ class SkillState:
         self.catalogue: Mapping[str, Skill] = {}
         self.active: list[str] = []
         self._in_prompt: list[str] = []
-        self._context: AgentRunContext | None = None
+        self._context: SkillRunContext | None = None
 
     def __repr__(self) -> str:
         return f"<SkillState active={self.active}>"
 
-    async def start(self, context: AgentRunContext, prompt: str) -> None:
+    async def start(self, context: SkillRunContext, prompt: str) -> None:
         """Read the catalogue (off the loop), then activate the requested or dispatched skill."""
         self._context = context
         self.catalogue = await self.manager.aload()
@@ -181,7 +200,7 @@ class SkillState:
 
     # dispatch -------------------------------------------------------------------------------
 
-    async def _dispatch(self, context: AgentRunContext, prompt: str) -> str | None:
+    async def _dispatch(self, context: SkillRunContext, prompt: str) -> str | None:
         listing = "\n".join(f"- {s.name}: {s.description}" for s in self.catalogue.values())
         request = ModelRequest(
             messages=[UserMessage(f"Skills:\n{listing}\n\nRequest:\n{prompt}")],
