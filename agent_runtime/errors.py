@@ -5,12 +5,21 @@ misuse of the API is kept apart from a run that failed::
 
     AgentRuntimeError
     ├── ConfigurationError (also ValueError)    bad setup: duplicate names, collisions, bad options
-    │   └── OutputSchemaError                   a response_format schema refused: .kind, .path
+    │   ├── OutputSchemaError                   a response_format schema refused: .kind, .path
+    │   └── PreflightError                      preflight() found a binding that cannot be built
+    │                                           (bindings.binding): .index, .model, .purpose
     ├── InvalidInputError (also ValueError)     a capability call's input it cannot take
+    ├── CheckpointError (also ValueError)       a run checkpoint with a bad shape or version
     ├── AgentClosedError (also RuntimeError)    an entry point called after aclose()
     ├── LoopAffinityError (also RuntimeError)   an agent or binding used from a second event loop
     ├── SessionBusyError                        a second run on a session that has one active
     ├── SkillResourceError (also ValueError)    a skill resource path that is refused or unreadable
+    ├── ExternalEventExpiredError (also TimeoutError)  nobody answered a wait for an external
+    │                                           event in time (extensions.external)
+    ├── MCPClientError                          an MCP server or its client failed (mcp.errors)
+    │   ├── MCPClientStateError (also RuntimeError)  used before start() or after close()
+    │   ├── MCPServerError                      unreachable, died, timed out, refused
+    │   └── MCPToolError                        the tool answered with isError
     └── RunError                                a run ended in failure; carries .code and .run_id
         ├── RunTimeoutError (also TimeoutError) the run's deadline expired
         ├── MaxIterationsError                  the model kept calling tools past max_iterations

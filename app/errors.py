@@ -8,6 +8,7 @@ contract; the HTTP status belongs to the edge::
     ServiceError
      ├── NotFound            not_found: no such session, run or agent (or not the caller's)
      ├── InvalidRequest      validation_error: well-formed, but not acceptable
+     │   └── RefusedValue    a protocol's field the run start refuses (http.protocols.common)
      ├── Unauthorized        unauthorized: no key, or not a valid one
      ├── SessionBusy         session_busy: the session already has an active run
      ├── NotAccepted         not_accepted: an answer nobody was waiting for
@@ -17,7 +18,10 @@ contract; the HTTP status belongs to the edge::
      ├── Draining            draining: this worker is shutting down (retry elsewhere)
      ├── Unavailable         unavailable: a dependency cannot be reached, or not ready yet
      ├── AgentUnavailable    agent_unavailable: the run's agent failed its warm-up
-     └── UpstreamError       provider_error: the model provider behind a call failed
+     ├── WebhookRefused      webhook_url_refused: a webhook_url that cannot be called
+     ├── UpstreamError       provider_error: the model provider behind a call failed
+     └── ConfirmationRequired  confirmation_required: a confirmation Chat Completions cannot
+                               carry (http.protocols.openai.chat)
 """
 
 from __future__ import annotations

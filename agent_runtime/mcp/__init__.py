@@ -18,7 +18,7 @@ Exceptions::
     AgentRuntimeError
     └── MCPClientError
         ├── MCPClientStateError (also RuntimeError)  used before start() or after close()
-        ├── MCPServerError                           unreachable, died, timed out, protocol error
+        ├── MCPServerError                           unreachable, died, timed out, refused
         └── MCPToolError                             the tool answered with isError
 
 Inside a run, either error becomes a tool-error result the model reads; the run goes on.

@@ -9,7 +9,12 @@ Errors form one tree::
      ├── SessionOwnedByOther    the session id belongs to another principal (HTTP: 404)
      ├── RunNotFound            an update of a run that does not exist
      ├── RunAlreadyExists       a second run with the same id
-     └── StaleFence             a fenced write whose token is older than one already used
+     ├── StaleFence             a fenced write whose token is older than one already used
+     ├── FiringLost             a firing no longer held with that token (app.storage.schedules)
+     ├── CheckpointFenced       a checkpoint of a run this worker no longer holds
+     │                          (app.runs.checkpoints)
+     └── CheckpointUnavailable  a once-only tool call's start could not be recorded
+                                (app.runs.checkpoints)
 
 Fencing: the writes that change or end a run (``update_run``, ``append_messages``) may carry
 the fencing token of the session lease they are made under (``fence=``). The store keeps the
