@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from .errors import RunError
 
 if TYPE_CHECKING:
-    from .agent import AgentResponse, AgentRunConfig
     from .messages import Message
+    from .run_context import AgentResponse, AgentRunConfig
 
 __all__ = ["RunCalls", "StructuredResponse"]
 

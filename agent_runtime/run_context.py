@@ -27,7 +27,9 @@ from .structured import OutputSpec, StructuredOutput
 from .tools.base import Tool, ToolPolicy, tool
 
 if TYPE_CHECKING:
-    from .agent import AgentCore
+    from .bindings.chains import ModelBindings
+    from .skills.catalogue import SkillManager
+    from .tools.registry import ToolRegistry
 
 __all__ = [
     "CANCELLED_CALL",
@@ -41,6 +43,7 @@ __all__ = [
     "AnswerGate",
     "ModelGate",
     "PermissionCallback",
+    "RunHost",
     "RunOptions",
     "ToolGate",
     "build_run_options",
@@ -186,6 +189,38 @@ class AnswerGate(Protocol):
         ...
 
 
+class _EventTracer(Protocol):
+    def event(self, context: AgentRunContext, event: AgentEvent) -> None: ...
+
+
+class RunHost(Protocol):
+    """The agent a run belongs to, as the run sees it (``AgentCore`` is one): its defaults,
+    tools, extensions and tracer. A protocol, because ``agent_runtime.agent`` imports this
+    module."""
+
+    name: str
+    bindings: ModelBindings
+    registry: ToolRegistry
+    skills: SkillManager | None
+    system_prompt: str | None
+    run_timeout: float | None
+    max_iterations: int
+    tool_timeout: float | None
+    parallel_tool_calls: bool
+    permission_callback: PermissionCallback | None
+    model_params: dict[str, Any]
+    context_compactor: ContextCompactor | None
+    checkpoint_sink: CheckpointSink | None
+
+    @property
+    def tracer(self) -> _EventTracer: ...
+
+    @property
+    def extensions(self) -> Sequence[object]: ...
+
+    def policy_for(self, name: str, found: Tool | None = None) -> ToolPolicy: ...
+
+
 class AgentRunContext:
     """Everything one run owns. Passed to every extension hook.
 
@@ -209,7 +244,7 @@ class AgentRunContext:
 
     def __init__(
         self,
-        agent: AgentCore,
+        agent: RunHost,
         config: AgentRunConfig,
         run_id: str,
         session_id: str,
@@ -365,7 +400,7 @@ class AgentRunContext:
 
 
 def build_run_options(
-    agent: AgentCore,
+    agent: RunHost,
     options: Mapping[str, Any],
     conversation: Sequence[Message] | None,
     output: OutputSpec | None = None,
