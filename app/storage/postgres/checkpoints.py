@@ -10,16 +10,14 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
-import asyncpg
-
 from app.storage.base import (
     BackgroundOperations,
     StaleFence,
-    decode_json,
     encode_json,
     finish_on_cancel,
 )
 from app.storage.checkpoints import CheckpointRecord
+from app.storage.rows import POSTGRES, checkpoint_record
 
 __all__ = ["CHECKPOINTS_MIGRATION", "PostgresCheckpoints"]
 
@@ -39,20 +37,6 @@ CHECKPOINTS_MIGRATION: Final[tuple[str, ...]] = (
 )
 
 _COLUMNS: Final = "run_id, session_id, step, event_seq, data, resumes, handover, fence, updated_at"
-
-
-def _record(row: asyncpg.Record) -> CheckpointRecord:
-    return CheckpointRecord(
-        run_id=row["run_id"],
-        session_id=row["session_id"],
-        step=row["step"],
-        event_seq=row["event_seq"],
-        data=decode_json(row["data"]),
-        resumes=row["resumes"],
-        handover=row["handover"],
-        fence=row["fence"],
-        updated_at=row["updated_at"],
-    )
 
 
 class PostgresCheckpoints(BackgroundOperations):
@@ -106,7 +90,7 @@ class PostgresCheckpoints(BackgroundOperations):
             row = await conn.fetchrow(
                 f"SELECT {_COLUMNS} FROM run_checkpoints WHERE run_id = $1", run_id
             )
-        return None if row is None else _record(row)
+        return None if row is None else checkpoint_record(row, POSTGRES)
 
     @finish_on_cancel
     async def take_over_checkpoint(self, run_id: str, *, fence: int) -> CheckpointRecord | None:
@@ -123,7 +107,7 @@ class PostgresCheckpoints(BackgroundOperations):
                 await conn.execute(
                     "UPDATE runs SET fence = GREATEST(fence, $2) WHERE run_id = $1", run_id, fence
                 )
-        return None if row is None else _record(row)
+        return None if row is None else checkpoint_record(row, POSTGRES)
 
     @finish_on_cancel
     async def park_checkpoint(self, run_id: str, *, fence: int, reason: str) -> bool:

@@ -13,9 +13,8 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, Final
 
-import asyncpg
-
-from app.storage.base import BackgroundOperations, decode_json, encode_json, finish_on_cancel
+from app.storage.base import BackgroundOperations, encode_json, finish_on_cancel
+from app.storage.rows import POSTGRES, firing_record, schedule_record
 from app.storage.schedules import (
     FiringFence,
     FiringLost,
@@ -78,44 +77,6 @@ _FIRING_COLUMNS: Final = (
 )
 
 
-def _schedule(row: asyncpg.Record) -> ScheduleRecord:
-    return ScheduleRecord(
-        id=row["id"],
-        principal=row["principal"],
-        agent=row["agent"],
-        input=row["input"],
-        cron=row["cron"],
-        at=row["at"],
-        timezone=row["timezone"],
-        session_id=row["session_id"],
-        end_count=row["end_count"],
-        end_at=row["end_at"],
-        misfire=row["misfire"],
-        paused=row["paused"],
-        next_due_at=row["next_due_at"],
-        fired_count=row["fired_count"],
-        metadata=decode_json(row["metadata"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
-def _firing(row: asyncpg.Record) -> FiringRecord:
-    return FiringRecord(
-        schedule_id=row["schedule_id"],
-        due_at=row["due_at"],
-        status=row["status"],
-        token=row["token"],
-        lease_until=row["lease_until"],
-        run_id=row["run_id"],
-        attempts=row["attempts"],
-        detail=row["detail"],
-        missed=row["missed"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
 class PostgresSchedules(BackgroundOperations):
     """The schedule operations of ``PostgresStore`` (which provides ``_connection``)."""
 
@@ -162,7 +123,7 @@ class PostgresSchedules(BackgroundOperations):
             row = await conn.fetchrow(
                 f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE id = $1", schedule_id
             )
-        return None if row is None else _schedule(row)
+        return None if row is None else schedule_record(row, POSTGRES)
 
     @finish_on_cancel
     async def list_schedules(self, principal: str, limit: int = 100) -> list[ScheduleRecord]:
@@ -176,7 +137,7 @@ class PostgresSchedules(BackgroundOperations):
                 principal,
                 limit,
             )
-        return [_schedule(row) for row in rows]
+        return [schedule_record(row, POSTGRES) for row in rows]
 
     @finish_on_cancel
     async def update_schedule(self, record: ScheduleRecord) -> bool:
@@ -218,7 +179,7 @@ class PostgresSchedules(BackgroundOperations):
                 now,
                 limit,
             )
-        return [_schedule(row) for row in rows]
+        return [schedule_record(row, POSTGRES) for row in rows]
 
     @finish_on_cancel
     async def claim_due(
@@ -277,7 +238,7 @@ class PostgresSchedules(BackgroundOperations):
                 lease_until,
                 limit,
             )
-        return [_firing(row) for row in rows]
+        return [firing_record(row, POSTGRES) for row in rows]
 
     @finish_on_cancel
     async def settle_firing(
@@ -316,7 +277,7 @@ class PostgresSchedules(BackgroundOperations):
                 schedule_id,
                 limit,
             )
-        return [_firing(row) for row in rows]
+        return [firing_record(row, POSTGRES) for row in rows]
 
 
 async def take_firing(conn: Any, fence: FiringFence, run_id: str) -> None:

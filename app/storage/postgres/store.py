@@ -40,8 +40,6 @@ from app.storage.base import (
     StoredMessage,
     UsageGroup,
     UsageTotal,
-    decode_json,
-    decode_optional_json,
     encode_json,
     encode_optional_json,
     finish_on_cancel,
@@ -58,6 +56,7 @@ from app.storage.postgres.schema import (
     SCHEMA_VERSION,
     migrate,
 )
+from app.storage.rows import POSTGRES, run_record, session_record, stored_message
 from app.storage.schedules import FiringFence
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "redact_url"]
@@ -130,50 +129,6 @@ def _scrub(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, "***")
     return text
-
-
-def _session(row: asyncpg.Record) -> SessionRecord:
-    return SessionRecord(
-        id=row["id"],
-        principal=row["principal"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        message_count=row["message_count"],
-        last_run_id=row["last_run_id"],
-        title=row["title"],
-        stateless=row["stateless"],
-    )
-
-
-def _message(row: asyncpg.Record) -> StoredMessage:
-    return StoredMessage(
-        session_id=row["session_id"],
-        run_id=row["run_id"],
-        position=row["position"],
-        role=row["role"],
-        message=decode_json(row["message"]),
-        created_at=row["created_at"],
-    )
-
-
-def _run(row: asyncpg.Record) -> RunRecord:
-    return RunRecord(
-        run_id=row["run_id"],
-        session_id=row["session_id"],
-        principal=row["principal"],
-        agent=row["agent"],
-        status=row["status"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        input=row["input"],
-        output=decode_optional_json(row["output"]),
-        error=decode_optional_json(row["error"]),
-        usage=decode_optional_json(row["usage"]),
-        metadata=decode_json(row["metadata"]),
-        model=row["model"],
-        webhook_url=row["webhook_url"],
-    )
 
 
 class PostgresStore(PostgresCheckpoints, PostgresSchedules):
@@ -299,7 +254,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                     break
             else:
                 raise StorageUnavailable(f"session {session_id!r} keeps being deleted")
-        record = _session(row)
+        record = session_record(row, POSTGRES)
         if record.principal != principal:
             raise SessionOwnedByOther(session_id)
         return record
@@ -311,7 +266,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
             row = await conn.fetchrow(
                 f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = $1", session_id
             )
-        return None if row is None else _session(row)
+        return None if row is None else session_record(row, POSTGRES)
 
     @finish_on_cancel
     async def delete_session(self, session_id: str) -> bool:
@@ -348,7 +303,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                     before.session_id,
                     limit,
                 )
-        return [_session(row) for row in rows]
+        return [session_record(row, POSTGRES) for row in rows]
 
     @finish_on_cancel
     async def set_title(self, session_id: str, title: str) -> SessionRecord | None:
@@ -359,7 +314,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                 session_id,
                 title,
             )
-        return None if row is None else _session(row)
+        return None if row is None else session_record(row, POSTGRES)
 
     @finish_on_cancel
     async def idle_stateless_sessions(self, before: datetime, limit: int) -> list[str]:
@@ -393,7 +348,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 ORDER BY position",
                 session_id,
             )
-        return [_message(row) for row in rows]
+        return [stored_message(row, POSTGRES) for row in rows]
 
     @finish_on_cancel
     async def append_messages(
@@ -617,7 +572,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                     raise StaleFence(f"run {run_id!r}", fence, row["fence"])
         if row is None:
             raise RunNotFound(run_id)
-        return _run(row)
+        return run_record(row, POSTGRES)
 
     @finish_on_cancel
     async def usage_totals(
@@ -647,7 +602,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
         """The run, or None."""
         async with self._connection() as conn:
             row = await conn.fetchrow(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = $1", run_id)
-        return None if row is None else _run(row)
+        return None if row is None else run_record(row, POSTGRES)
 
     @finish_on_cancel
     async def list_runs(self, session_id: str, limit: int | None = 20) -> list[RunRecord]:
@@ -661,7 +616,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                 session_id,
                 limit,
             )
-        return [_run(row) for row in rows]
+        return [run_record(row, POSTGRES) for row in rows]
 
     @finish_on_cancel
     async def list_unfinished_runs(self) -> list[RunRecord]:
@@ -671,7 +626,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules):
                 f"SELECT {_RUN_COLUMNS} FROM runs"
                 " WHERE status IN ('queued', 'running', 'waiting') ORDER BY created_at, run_id"
             )
-        return [_run(row) for row in rows]
+        return [run_record(row, POSTGRES) for row in rows]
 
     # --- the webhook outbox (app.storage.outbox) -------------------------------------------
 

@@ -14,12 +14,12 @@ from typing import Any, Final
 from app.storage.base import (
     BackgroundOperations,
     StaleFence,
-    decode_json,
     encode_json,
     finish_on_cancel,
     utcnow,
 )
 from app.storage.checkpoints import CheckpointRecord
+from app.storage.rows import SQLITE, checkpoint_record
 
 __all__ = ["CHECKPOINTS_MIGRATION", "SQLiteCheckpoints"]
 
@@ -43,20 +43,6 @@ _COLUMNS: Final = "run_id, session_id, step, event_seq, data, resumes, handover,
 
 def _ts(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def _record(row: sqlite3.Row) -> CheckpointRecord:
-    return CheckpointRecord(
-        run_id=row["run_id"],
-        session_id=row["session_id"],
-        step=row["step"],
-        event_seq=row["event_seq"],
-        data=decode_json(row["data"]),
-        resumes=row["resumes"],
-        handover=row["handover"],
-        fence=row["fence"],
-        updated_at=datetime.fromisoformat(row["updated_at"]),
-    )
 
 
 class SQLiteCheckpoints(BackgroundOperations):
@@ -137,7 +123,7 @@ def _get(db: sqlite3.Connection, run_id: str) -> CheckpointRecord | None:
     row = db.execute(
         f"SELECT {_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
     ).fetchone()
-    return None if row is None else _record(row)
+    return None if row is None else checkpoint_record(row, SQLITE)
 
 
 def _take_over(db: sqlite3.Connection, run_id: str, fence: int) -> CheckpointRecord | None:

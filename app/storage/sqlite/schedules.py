@@ -10,7 +10,8 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from app.storage.base import BackgroundOperations, decode_json, encode_json, finish_on_cancel
+from app.storage.base import BackgroundOperations, encode_json, finish_on_cancel
+from app.storage.rows import SQLITE, firing_record, schedule_record
 from app.storage.schedules import (
     FiringFence,
     FiringLost,
@@ -79,48 +80,6 @@ def _ts(value: datetime) -> str:
 
 def _opt_ts(value: datetime | None) -> str | None:
     return None if value is None else _ts(value)
-
-
-def _opt_parse(text: str | None) -> datetime | None:
-    return None if text is None else datetime.fromisoformat(text)
-
-
-def _schedule(row: sqlite3.Row) -> ScheduleRecord:
-    return ScheduleRecord(
-        id=row["id"],
-        principal=row["principal"],
-        agent=row["agent"],
-        input=row["input"],
-        cron=row["cron"],
-        at=_opt_parse(row["at"]),
-        timezone=row["timezone"],
-        session_id=row["session_id"],
-        end_count=row["end_count"],
-        end_at=_opt_parse(row["end_at"]),
-        misfire=row["misfire"],
-        paused=bool(row["paused"]),
-        next_due_at=_opt_parse(row["next_due_at"]),
-        fired_count=row["fired_count"],
-        metadata=decode_json(row["metadata"]),
-        created_at=datetime.fromisoformat(row["created_at"]),
-        updated_at=datetime.fromisoformat(row["updated_at"]),
-    )
-
-
-def _firing(row: sqlite3.Row) -> FiringRecord:
-    return FiringRecord(
-        schedule_id=row["schedule_id"],
-        due_at=datetime.fromisoformat(row["due_at"]),
-        status=row["status"],
-        token=row["token"],
-        lease_until=datetime.fromisoformat(row["lease_until"]),
-        run_id=row["run_id"],
-        attempts=row["attempts"],
-        detail=row["detail"],
-        missed=row["missed"],
-        created_at=datetime.fromisoformat(row["created_at"]),
-        updated_at=datetime.fromisoformat(row["updated_at"]),
-    )
 
 
 def _schedule_values(record: ScheduleRecord) -> tuple[Any, ...]:
@@ -251,7 +210,7 @@ def _get_schedule(db: sqlite3.Connection, schedule_id: str) -> ScheduleRecord | 
     row = db.execute(
         f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE id = ?", (schedule_id,)
     ).fetchone()
-    return None if row is None else _schedule(row)
+    return None if row is None else schedule_record(row, SQLITE)
 
 
 def _list_schedules(db: sqlite3.Connection, principal: str, limit: int) -> list[ScheduleRecord]:
@@ -260,7 +219,7 @@ def _list_schedules(db: sqlite3.Connection, principal: str, limit: int) -> list[
         " ORDER BY created_at DESC, id DESC LIMIT ?",
         (principal, limit),
     ).fetchall()
-    return [_schedule(row) for row in rows]
+    return [schedule_record(row, SQLITE) for row in rows]
 
 
 def _update_schedule(db: sqlite3.Connection, record: ScheduleRecord) -> bool:
@@ -299,7 +258,7 @@ def _due_schedules(db: sqlite3.Connection, now: str, limit: int) -> list[Schedul
         " ORDER BY next_due_at LIMIT ?",
         (now, limit),
     ).fetchall()
-    return [_schedule(row) for row in rows]
+    return [schedule_record(row, SQLITE) for row in rows]
 
 
 def _claim_due(
@@ -366,7 +325,7 @@ def _reclaim_firings(
             f"SELECT {_FIRING_COLUMNS} FROM schedule_firings WHERE schedule_id = ? AND due_at = ?",
             (row["schedule_id"], row["due_at"]),
         ).fetchone()
-        taken.append(_firing(again))
+        taken.append(firing_record(again, SQLITE))
     return taken
 
 
@@ -404,7 +363,7 @@ def _list_firings(db: sqlite3.Connection, schedule_id: str, limit: int) -> list[
         " ORDER BY due_at DESC LIMIT ?",
         (schedule_id, limit),
     ).fetchall()
-    return [_firing(row) for row in rows]
+    return [firing_record(row, SQLITE) for row in rows]
 
 
 def take_firing(db: sqlite3.Connection, fence: FiringFence, run_id: str) -> None:

@@ -36,8 +36,6 @@ from app.storage.base import (
     StoredMessage,
     UsageGroup,
     UsageTotal,
-    decode_json,
-    decode_optional_json,
     encode_json,
     encode_optional_json,
     finish_on_cancel,
@@ -46,6 +44,7 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
+from app.storage.rows import SQLITE, run_record, session_record, stored_message
 from app.storage.schedules import FiringFence
 from app.storage.sqlite.checkpoints import SQLiteCheckpoints
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
@@ -79,58 +78,6 @@ def _ts(value: datetime) -> str:
 
 def _optional_ts(value: datetime | None) -> str | None:
     return None if value is None else _ts(value)
-
-
-def _parse_ts(text: str) -> datetime:
-    return datetime.fromisoformat(text)
-
-
-def _parse_optional_ts(text: str | None) -> datetime | None:
-    return None if text is None else _parse_ts(text)
-
-
-def _session(row: sqlite3.Row) -> SessionRecord:
-    return SessionRecord(
-        id=row["id"],
-        principal=row["principal"],
-        created_at=_parse_ts(row["created_at"]),
-        updated_at=_parse_ts(row["updated_at"]),
-        message_count=row["message_count"],
-        last_run_id=row["last_run_id"],
-        title=row["title"],
-        stateless=bool(row["stateless"]),
-    )
-
-
-def _message(row: sqlite3.Row) -> StoredMessage:
-    return StoredMessage(
-        session_id=row["session_id"],
-        run_id=row["run_id"],
-        position=row["position"],
-        role=row["role"],
-        message=decode_json(row["message"]),
-        created_at=_parse_ts(row["created_at"]),
-    )
-
-
-def _run(row: sqlite3.Row) -> RunRecord:
-    return RunRecord(
-        run_id=row["run_id"],
-        session_id=row["session_id"],
-        principal=row["principal"],
-        agent=row["agent"],
-        status=row["status"],
-        created_at=_parse_ts(row["created_at"]),
-        started_at=_parse_optional_ts(row["started_at"]),
-        finished_at=_parse_optional_ts(row["finished_at"]),
-        input=row["input"],
-        output=decode_optional_json(row["output"]),
-        error=decode_optional_json(row["error"]),
-        usage=decode_optional_json(row["usage"]),
-        metadata=decode_json(row["metadata"]),
-        model=row["model"],
-        webhook_url=row["webhook_url"],
-    )
 
 
 def _make_parent_dirs(path: str) -> None:
@@ -479,7 +426,7 @@ def _get_session(db: sqlite3.Connection, session_id: str) -> SessionRecord | Non
     row = db.execute(
         f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
     ).fetchone()
-    return None if row is None else _session(row)
+    return None if row is None else session_record(row, SQLITE)
 
 
 def _get_or_create_session(
@@ -515,7 +462,7 @@ def _list_sessions(
             " ORDER BY updated_at DESC, id DESC LIMIT ?",
             (principal, _ts(before.updated_at), before.session_id, limit),
         ).fetchall()
-    return [_session(row) for row in rows]
+    return [session_record(row, SQLITE) for row in rows]
 
 
 def _set_title(db: sqlite3.Connection, session_id: str, title: str) -> SessionRecord | None:
@@ -580,7 +527,7 @@ def _list_messages(db: sqlite3.Connection, session_id: str) -> list[StoredMessag
         f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY position",
         (session_id,),
     ).fetchall()
-    return [_message(row) for row in rows]
+    return [stored_message(row, SQLITE) for row in rows]
 
 
 def _append_messages(
@@ -723,7 +670,7 @@ def _usage_totals(
 
 def _get_run(db: sqlite3.Connection, run_id: str) -> RunRecord | None:
     row = db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-    return None if row is None else _run(row)
+    return None if row is None else run_record(row, SQLITE)
 
 
 def _list_runs(db: sqlite3.Connection, session_id: str, limit: int | None) -> list[RunRecord]:
@@ -732,7 +679,7 @@ def _list_runs(db: sqlite3.Connection, session_id: str, limit: int | None) -> li
         " ORDER BY created_at DESC, rowid DESC LIMIT ?",
         (session_id, -1 if limit is None else limit),
     ).fetchall()
-    return [_run(row) for row in rows]
+    return [run_record(row, SQLITE) for row in rows]
 
 
 def _list_unfinished_runs(db: sqlite3.Connection) -> list[RunRecord]:
@@ -740,4 +687,4 @@ def _list_unfinished_runs(db: sqlite3.Connection) -> list[RunRecord]:
         f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('queued', 'running', 'waiting')"
         " ORDER BY created_at, rowid"
     ).fetchall()
-    return [_run(row) for row in rows]
+    return [run_record(row, SQLITE) for row in rows]
