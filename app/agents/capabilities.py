@@ -36,14 +36,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent_runtime.bindings import ModelBinding
 from agent_runtime.bindings.purposes import LOCAL_PROTOCOL, PURPOSES
 from agent_runtime.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from app.agents.config import _Table
+from app.agents.toml import Table, expand
 
 __all__ = [
     "AGENT_KEYS",
@@ -98,12 +96,10 @@ class CapabilitySpec:
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _spec(purpose: str, name: str, table: _Table) -> CapabilitySpec:
-    from app.agents.config import _expand
-
+def _spec(purpose: str, name: str, table: Table) -> CapabilitySpec:
     def text(key: str) -> str | None:
         value = table.string(key)
-        return _expand(table.file, (*table.where, key), value) if value is not None else None
+        return expand(table.file, (*table.where, key), value) if value is not None else None
 
     model = text("model")
     if model is None:
@@ -186,7 +182,7 @@ def capability_binding(
     )
 
 
-def capability_sections(root: _Table) -> dict[str, dict[str, CapabilitySpec]]:
+def capability_sections(root: Table) -> dict[str, dict[str, CapabilitySpec]]:
     """Every top-level capability section of the file: purpose -> name -> spec."""
     found: dict[str, dict[str, CapabilitySpec]] = {}
     for purpose, section in SECTIONS.items():
@@ -201,7 +197,7 @@ def capability_sections(root: _Table) -> dict[str, dict[str, CapabilitySpec]]:
 
 
 def agent_capabilities(
-    table: _Table, sections: Mapping[str, Mapping[str, CapabilitySpec]]
+    table: Table, sections: Mapping[str, Mapping[str, CapabilitySpec]]
 ) -> dict[str, tuple[CapabilitySpec, ...]]:
     """An agent's capability chains: purpose -> specs (primary first)."""
     chains: dict[str, tuple[CapabilitySpec, ...]] = {}
@@ -226,10 +222,8 @@ def agent_capabilities(
                     )
                 chain.append(spec)
             elif isinstance(item, dict):
-                from app.agents.config import _Table
-
                 where = (*table.where, purpose, *((index,) if at is not None else ()))
-                inline = _Table(table.file, where, item, _KEYS)
+                inline = Table(table.file, where, item, _KEYS)
                 chain.append(_spec(purpose, f"{table.where[-1]}.{purpose}", inline))
             else:
                 raise table.error(purpose, "expected a section name or an inline table", at)

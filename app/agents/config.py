@@ -29,6 +29,7 @@ from agent_runtime.bindings import binding_from_spec
 from agent_runtime.errors import ConfigurationError
 from agent_runtime.mcp import MCPServerConfig
 from agent_runtime.providers.demo import current_time, delete_file
+from agent_runtime.run_options import RunOptions
 from agent_runtime.tools.base import Tool, tool
 from app.agents.capabilities import (
     AGENT_KEYS as _CAPABILITY_KEYS,
@@ -40,6 +41,14 @@ from app.agents.capabilities import (
     CapabilitySpec,
     agent_capabilities,
     capability_sections,
+)
+from app.agents.toml import (
+    ENV_REFERENCE,
+    ConfigError,
+    Table,
+    describe,
+    expand,
+    key_path,
 )
 from app.webhooks.targets import TargetRefused, check_url
 
@@ -64,11 +73,8 @@ PYTHON_MODEL_PREFIX = "python:"
 BUILTIN_TOOLS: Mapping[str, Tool] = {"current_time": current_time, "delete_file": delete_file}
 """Tools a configuration names by their bare name; anything else is ``module:function``."""
 
-_POLICIES = ("allow", "ask", "deny")
 _DEMO_POLICIES = {"current_time": "allow", "delete_file": "ask"}
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _TOP_KEYS = ("agents", "mcp_servers", "policies", *_CAPABILITY_SECTIONS.values())
 _AGENT_KEYS = (
     "model",
@@ -106,16 +112,6 @@ _MCP_KEYS = tuple(name for name in MCPServerConfig.__dataclass_fields__ if name 
 _MCP_STRINGS = ("transport", "command", "cwd", "url")
 _MCP_STRING_LISTS = ("args", "allowed_tools", "idempotent_tools")
 _MCP_STRING_TABLES = ("env", "headers")
-
-
-class ConfigError(ConfigurationError):
-    """``AGENT_CONFIG`` is wrong. ``file`` and ``key`` (a dotted path) say where."""
-
-    def __init__(self, file: str, key: str, problem: str) -> None:
-        super().__init__(f"{file}: {key}: {problem}" if key else f"{file}: {problem}")
-        self.file = file
-        self.key = key
-        self.problem = problem
 
 
 # the configuration ----------------------------------------------------------------------------
@@ -176,7 +172,7 @@ class AgentProfile:
     """Where the agent's runs post their end and confirmation requests (``app.webhooks``),
     unless a run's request names its own."""
 
-    def run_options(self) -> dict[str, Any]:
+    def run_options(self) -> RunOptions:
         """Keyword options for ``AgentCore.stream``; the agent's own core holds the rest."""
         return {"agent_name": self.name}
 
@@ -206,108 +202,6 @@ def _env_default_agent(policies: Mapping[str, str] | None = None) -> AgentProfil
 def default_config() -> ServiceConfig:
     """No ``AGENT_CONFIG``: one agent, ``default``, from the environment."""
     return ServiceConfig({DEFAULT_AGENT: _env_default_agent()})
-
-
-def key_path(*parts: str | int) -> str:
-    """A dotted TOML key path; parts that are not bare keys are quoted, indexes bracketed."""
-    text = ""
-    for part in parts:
-        if isinstance(part, int):
-            text += f"[{part}]"
-            continue
-        shown = part if _BARE_KEY.match(part) else '"' + part.replace('"', '\\"') + '"'
-        text = f"{text}.{shown}" if text else shown
-    return text
-
-
-class _Table:
-    """Typed reads from one TOML table, with errors naming the file and the key."""
-
-    def __init__(
-        self, file: str, where: tuple[str | int, ...], value: Any, known: Sequence[str] | None
-    ) -> None:
-        self.file = file
-        self.where = where
-        if not isinstance(value, dict):
-            raise self.error(None, f"expected a table, got {_kind(value)}")
-        self.data: dict[str, Any] = value
-        if known is not None:
-            for name in self.data:
-                if name not in known:
-                    raise self.error(name, f"unknown key; expected one of: {', '.join(known)}")
-
-    def error(self, name: str | int | None, problem: str, index: int | None = None) -> ConfigError:
-        parts = self.where if name is None else (*self.where, name)
-        if index is not None:
-            parts = (*parts, index)
-        return ConfigError(self.file, key_path(*parts), problem)
-
-    def child(self, name: str, known: Sequence[str] | None) -> _Table | None:
-        if name not in self.data:
-            return None
-        return _Table(self.file, (*self.where, name), self.data[name], known)
-
-    def string(self, name: str, *, empty: bool = False) -> str | None:
-        value = self.data.get(name)
-        if value is None:
-            return None
-        if not isinstance(value, str) or (not empty and not value.strip()):
-            raise self.error(name, f"expected a non-empty string, got {_kind(value)}")
-        return value
-
-    def integer(self, name: str) -> int | None:
-        value = self.data.get(name)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.error(name, f"expected a positive integer, got {_kind(value)}")
-        return value
-
-    def seconds(self, name: str) -> float | None:
-        value = self.data.get(name)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-            raise self.error(name, f"expected a positive number of seconds, got {_kind(value)}")
-        return float(value)
-
-    def boolean(self, name: str) -> bool | None:
-        value = self.data.get(name)
-        if value is None:
-            return None
-        if not isinstance(value, bool):
-            raise self.error(name, f"expected true or false, got {_kind(value)}")
-        return value
-
-    def strings(self, name: str) -> list[str] | None:
-        value = self.data.get(name)
-        if value is None:
-            return None
-        if not isinstance(value, list):
-            raise self.error(name, f"expected an array of strings, got {_kind(value)}")
-        for index, item in enumerate(value):
-            if not isinstance(item, str) or not item.strip():
-                raise self.error(name, f"expected a non-empty string, got {_kind(item)}", index)
-        return value
-
-    def policy(self, name: str) -> str | None:
-        value = self.data.get(name)
-        if value is None:
-            return None
-        if value not in _POLICIES:
-            raise self.error(name, f"expected one of {', '.join(_POLICIES)}, got {_kind(value)}")
-        return str(value)
-
-
-def _kind(value: Any) -> str:
-    """A short description of a bad value (its repr for scalars, its type otherwise)."""
-    if isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= 60):
-        return repr(value)
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    return type(value).__name__
 
 
 # imports: tools and python: models -------------------------------------------------------------
@@ -368,23 +262,8 @@ def _check_model_spec(spec: str) -> None:
 # reading the file -----------------------------------------------------------------------------
 
 
-def _expand(file: str, where: tuple[str | int, ...], value: str) -> str:
-    """``${NAME}`` and ``${NAME:-default}`` from the environment."""
-
-    def replace(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        found = os.environ.get(name)
-        if found is not None:
-            return found
-        if default is not None:
-            return default
-        raise ConfigError(file, key_path(*where), f"environment variable {name} is not set")
-
-    return _ENV_REF.sub(replace, value)
-
-
 def _mcp_server(
-    file: str, where: tuple[str | int, ...], name: str, table: _Table, base: Path
+    file: str, where: tuple[str | int, ...], name: str, table: Table, base: Path
 ) -> MCPServerConfig:
     values: dict[str, Any] = {}
     for key, value in table.data.items():
@@ -392,23 +271,23 @@ def _mcp_server(
             continue
         if key in _MCP_STRINGS:
             text = table.string(key)
-            values[key] = _expand(file, (*where, key), text or "")
+            values[key] = expand(file, (*where, key), text or "")
         elif key in _MCP_STRING_LISTS:
             items = table.strings(key) or []
-            values[key] = [_expand(file, (*where, key, i), s) for i, s in enumerate(items)]
+            values[key] = [expand(file, (*where, key, i), s) for i, s in enumerate(items)]
         elif key in _MCP_STRING_TABLES:
-            sub = _Table(file, (*where, key), value, None)
+            sub = Table(file, (*where, key), value, None)
             expanded: dict[str, str] = {}
             for item_key, item in sub.data.items():
                 if not isinstance(item, str):
-                    raise sub.error(item_key, f"expected a string, got {_kind(item)}")
-                expanded[item_key] = _expand(file, (*where, key, item_key), item)
+                    raise sub.error(item_key, f"expected a string, got {describe(item)}")
+                expanded[item_key] = expand(file, (*where, key, item_key), item)
             values[key] = expanded
         elif key == "timeout":
             values[key] = table.seconds(key)
         elif key == "session_pool_size":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise table.error(key, f"expected an integer >= 0, got {_kind(value)}")
+                raise table.error(key, f"expected an integer >= 0, got {describe(value)}")
             values[key] = value
     cwd = values.get("cwd")
     if cwd is not None and not Path(cwd).is_absolute():
@@ -440,7 +319,7 @@ def _command_problem(command: str, env: Mapping[str, str] | None, cwd: str | Non
     return None
 
 
-def _policies(table: _Table | None) -> dict[str, str]:
+def _policies(table: Table | None) -> dict[str, str]:
     if table is None:
         return {}
     found: dict[str, str] = {}
@@ -451,7 +330,7 @@ def _policies(table: _Table | None) -> dict[str, str]:
     return found
 
 
-def _compaction(table: _Table | None) -> CompactionSpec | None:
+def _compaction(table: Table | None) -> CompactionSpec | None:
     if table is None:
         return None
     model = table.string("model")
@@ -468,7 +347,7 @@ def _compaction(table: _Table | None) -> CompactionSpec | None:
         )
     role = table.data.get("summary_role", "user")
     if role not in ("user", "system"):
-        raise table.error("summary_role", f"expected 'user' or 'system', got {_kind(role)}")
+        raise table.error("summary_role", f"expected 'user' or 'system', got {describe(role)}")
     return CompactionSpec(
         model=model,
         keep_last=keep_last,
@@ -527,7 +406,7 @@ def _idempotent(
 def _agent(
     file: str,
     name: str,
-    table: _Table,
+    table: Table,
     servers: dict[str, MCPServerConfig],
     top_policies: Mapping[str, str],
     base: Path,
@@ -569,7 +448,7 @@ def _agent(
     server_names: list[str] = []
     raw_servers = table.data.get("mcp_servers", [])
     if not isinstance(raw_servers, list):
-        raise table.error("mcp_servers", f"expected an array, got {_kind(raw_servers)}")
+        raise table.error("mcp_servers", f"expected an array, got {describe(raw_servers)}")
     for index, item in enumerate(raw_servers):
         item_where = (*where, "mcp_servers", index)
         if isinstance(item, str):
@@ -582,7 +461,7 @@ def _agent(
                 )
             server_name = item
         else:
-            inline = _Table(file, item_where, item, ("name", *_MCP_KEYS))
+            inline = Table(file, item_where, item, ("name", *_MCP_KEYS))
             server_name = inline.string("name") or ""
             if not server_name:
                 raise inline.error("name", "an inline MCP server needs a name")
@@ -650,7 +529,7 @@ def _agent(
     )
 
 
-def _webhook_url(table: _Table) -> str | None:
+def _webhook_url(table: Table) -> str | None:
     """An agent's ``webhook_url``: its form is checked here, its host when a run ends."""
     url = table.string("webhook_url")
     if url is None:
@@ -671,7 +550,7 @@ def environment_references(path: str | None) -> frozenset[str]:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return frozenset()
-    return frozenset(match.group(1) for match in _ENV_REF.finditer(text))
+    return frozenset(match.group(1) for match in ENV_REFERENCE.finditer(text))
 
 
 def load_config(path: str | None) -> ServiceConfig:
@@ -691,7 +570,7 @@ def load_config(path: str | None) -> ServiceConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, "", f"not valid TOML: {exc}") from exc
     base = Path(path).resolve().parent
-    root = _Table(path, (), data, _TOP_KEYS)
+    root = Table(path, (), data, _TOP_KEYS)
     top_policies = _policies(root.child("policies", None))
     sections = capability_sections(root)
 
