@@ -21,7 +21,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, Unpack
 
 from .bindings import ModelBinding, ModelBindings
 from .capabilities.agent_calls import CapabilityCalls
@@ -61,6 +61,7 @@ from .run_context import (
     build_run_options,
     new_id,
 )
+from .run_options import RunOptions
 from .skills.catalogue import SkillManager
 from .structured import StructuredOutput, aoutput_spec
 from .tool_calls import ToolCalls
@@ -289,7 +290,7 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         *,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
-        **options: Any,
+        **options: Unpack[RunOptions],
     ) -> AgentResponse:
         """Run to completion and return the response; a failure raises its RunError."""
         message: AssistantMessage | None = None
@@ -315,19 +316,13 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         *,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
-        **options: Any,
+        **options: Unpack[RunOptions],
     ) -> AsyncIterator[AgentEvent]:
         """Stream the run's events. The last one is terminal (``run.completed``/``run.failed``).
 
         A failed run yields ``run.failed`` and then raises its RunError. Closing the stream early
-        cancels the run. Options override the agent's defaults for this run: ``run_timeout``,
-        ``max_iterations``, ``tool_timeout``, ``parallel_tool_calls``, ``system_prompt``,
-        ``permission_callback``, ``extra_tools``, ``tool_filter``, ``model_params``,
-        ``agent_name``, ``context_compactor``, ``tool_gate`` (a ``ToolGate``), ``model_gate``
-        (a ``ModelGate``); ``skill`` (a
-        skill of the catalogue, active from the start), ``skill_dispatch`` (False: no
-        ``system_one`` routing), ``output_type`` or ``response_format`` and ``output_retries``
-        (structured output, see ``structured``).
+        cancels the run. Options (``RunOptions``, ``agent_runtime.run_options``) override the
+        agent's defaults for this run.
         """
         self._check_usable()
         return self._stream(prompt, config, conversation, options, raise_on_fail=True)
@@ -338,7 +333,7 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         *,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
-        **options: Any,
+        **options: Unpack[RunOptions],
     ) -> AsyncIterator[AgentEvent]:
         """Go on with a run from its checkpoint, with the checkpoint's run and session ids.
 
@@ -432,7 +427,7 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         prompt: str,
         config: AgentRunConfig | None,
         conversation: Sequence[Message] | None,
-        options: Mapping[str, Any],
+        options: RunOptions,
         *,
         raise_on_fail: bool,
         resume: RunCheckpoint | None = None,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Any, Unpack
 
 from .agent import AgentCore, ModelLike
 from .events import AgentEvent
 from .extensions.base import AgentExtension
 from .messages import AssistantMessage
+from .run_options import RunOptions
 
 __all__ = ["AgentClient", "create_agent"]
 
@@ -19,11 +20,11 @@ class AgentClient:
     def __init__(self, agent: AgentCore) -> None:
         self.agent = agent
 
-    def stream(self, prompt: str, **options: Any) -> AsyncIterator[AgentEvent]:
+    def stream(self, prompt: str, **options: Unpack[RunOptions]) -> AsyncIterator[AgentEvent]:
         """The run's events (see ``AgentCore.stream``)."""
         return self.agent.stream(prompt, **options)
 
-    async def run(self, prompt: str, **options: Any) -> AssistantMessage:
+    async def run(self, prompt: str, **options: Unpack[RunOptions]) -> AssistantMessage:
         """Run to completion and return the final assistant message."""
         return (await self.agent.chat(prompt, **options)).message
 

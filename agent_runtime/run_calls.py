@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from .errors import RunError
 
 if TYPE_CHECKING:
     from .messages import Message
     from .run_context import AgentResponse, AgentRunConfig
+    from .run_options import RunOptions
 
 __all__ = ["RunCalls", "StructuredResponse"]
 
@@ -45,7 +46,7 @@ class RunCalls:
             *,
             config: AgentRunConfig | None = None,
             conversation: Sequence[Message] | None = None,
-            **options: Any,
+            **options: Unpack[RunOptions],
         ) -> AgentResponse: ...
 
     @overload

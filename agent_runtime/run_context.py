@@ -22,6 +22,7 @@ from .errors import ConfigurationError
 from .events import AgentEvent, AgentEventType, AgentPhase
 from .messages import AssistantMessage, Message, ToolCall, ToolMessage
 from .model import Usage
+from .run_options import OPTION_NAMES
 from .skills.activation import SkillState
 from .structured import OutputSpec, StructuredOutput
 from .tools.base import Tool, ToolPolicy, tool
@@ -461,28 +462,3 @@ def build_run_options(
         tool_filter=tool_filter,
         checkpoint_sink=options.get("checkpoint_sink", agent.checkpoint_sink),
     )
-
-
-OPTION_NAMES = frozenset(
-    {
-        "run_timeout",
-        "max_iterations",
-        "tool_timeout",
-        "parallel_tool_calls",
-        "system_prompt",
-        "permission_callback",
-        "extra_tools",
-        "tool_filter",
-        "model_params",
-        "agent_name",
-        "context_compactor",
-        "tool_gate",
-        "model_gate",
-        "skill",
-        "skill_dispatch",
-        "output_type",
-        "response_format",
-        "output_retries",
-        "checkpoint_sink",
-    }
-)

@@ -26,12 +26,13 @@ from agent_runtime.messages import UserMessage
 from agent_runtime.model import Usage
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
-from app.runs.handle import RunHandle, RunRequestOptions
+from app.runs.handle import REQUEST_OPTIONS, RunHandle, RunRequestOptions
 from app.runs.records import RunRecords
 from app.storage import CheckpointRecord, RunRecord, StaleFence, StorageError, StorageUnavailable
 
 __all__ = [
     "REQUEST_KEY",
+    "STORED_OPTIONS",
     "CheckpointFenced",
     "CheckpointUnavailable",
     "RunCheckpointSink",
@@ -82,22 +83,24 @@ def first_checkpoint(handle: RunHandle) -> RunCheckpoint:
     )
 
 
+STORED_OPTIONS = (*REQUEST_OPTIONS, "webhook_url")
+"""The options of a run request a checkpoint keeps: the runtime's and the webhook's."""
+
+
 def request_options(options: RunRequestOptions) -> dict[str, Any]:
     """The options of a run request a resumed run must keep, as JSON (those set)."""
-    kept = {
-        "run_timeout": options.run_timeout,
-        "max_iterations": options.max_iterations,
-        "system_prompt": options.system_prompt,
-        "response_format": dict(options.response_format) if options.response_format else None,
-        "webhook_url": options.webhook_url,
-        "skill": options.skill,
-        # a run its client reads (or waits for) and that ends when the client leaves: resumed
-        # elsewhere, it is cancelled unless a reader is found (app.runs.grace)
-        "on_disconnect": (
-            "cancel" if not options.background and options.on_disconnect == "cancel" else None
-        ),
-    }
-    return {key: value for key, value in kept.items() if value is not None}
+    kept: dict[str, Any] = {}
+    for name in STORED_OPTIONS:
+        value = getattr(options, name)
+        if isinstance(value, Mapping):
+            value = dict(value) or None
+        if value is not None:
+            kept[name] = value
+    # a run its client reads (or waits for) and that ends when the client leaves: resumed
+    # elsewhere, it is cancelled unless a reader is found (app.runs.grace)
+    if not options.background and options.on_disconnect == "cancel":
+        kept["on_disconnect"] = "cancel"
+    return kept
 
 
 def resumed_options(
@@ -108,23 +111,21 @@ def resumed_options(
     for a run that never moved; past it, the resumed run times out at once)."""
     kept = data.get(REQUEST_KEY)
     request: Mapping[str, Any] = kept if isinstance(kept, Mapping) else {}
-    run_timeout = request.get("run_timeout") or profile_timeout
+    stored: dict[str, Any] = {name: request.get(name) for name in STORED_OPTIONS}
+    run_timeout = stored["run_timeout"] or profile_timeout
     if run_timeout is not None and record.started_at is not None:
         elapsed = (datetime.now(UTC) - record.started_at).total_seconds()
         run_timeout = max(float(run_timeout) - elapsed, _EXPIRED)
-    response_format = request.get("response_format")
+    stored["run_timeout"] = run_timeout
+    if not isinstance(stored["response_format"], Mapping):
+        stored["response_format"] = None
     return RunRequestOptions(
         input=record.input,
         agent=record.agent,
         background=True,
         on_disconnect="continue",
         metadata=record.metadata,
-        run_timeout=run_timeout,
-        max_iterations=request.get("max_iterations"),
-        system_prompt=request.get("system_prompt"),
-        response_format=response_format if isinstance(response_format, Mapping) else None,
-        webhook_url=request.get("webhook_url"),
-        skill=request.get("skill"),
+        **stored,
     )
 
 

@@ -26,6 +26,7 @@ from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import AgentClosedError, RunError
 from agent_runtime.events import AgentEvent, AgentEventType
 from agent_runtime.messages import Message, ToolCall, message_from_dict
+from agent_runtime.run_options import RunOptions
 from app.admission.budgets import BudgetHold, BudgetUsedUp
 from app.admission.slots import AdmissionRejected, QueueTimeout
 from app.bus.base import BusError
@@ -374,19 +375,14 @@ def _asked_again(event: AgentEvent) -> bool:
     return bool(data.get("resumed")) or (isinstance(payload, dict) and bool(payload.get("resumed")))
 
 
-def run_options(handle: RunHandle) -> dict[str, Any]:
-    """The agent's run options, with the request's own limits over the profile's."""
-    options = handle.profile.run_options()
-    if handle.options.system_prompt is not None:
-        options["system_prompt"] = handle.options.system_prompt
-    run_timeout = handle.options.run_timeout or handle.profile.run_timeout
-    if run_timeout is not None:
-        options["run_timeout"] = run_timeout
-    max_iterations = handle.options.max_iterations or handle.profile.max_iterations
-    if max_iterations is not None:
-        options["max_iterations"] = max_iterations
-    if handle.options.skill is not None:
-        options["skill"] = handle.options.skill
-    if handle.options.response_format is not None:
-        options["response_format"] = handle.options.response_format
+def run_options(handle: RunHandle) -> RunOptions:
+    """The agent's run options, with the request's own over the profile's."""
+    profile = handle.profile
+    options = profile.run_options()
+    # the profile's limits stand in for those the request leaves unset
+    if profile.run_timeout is not None:
+        options["run_timeout"] = profile.run_timeout
+    if profile.max_iterations is not None:
+        options["max_iterations"] = profile.max_iterations
+    options.update(handle.options.run_options())
     return options

@@ -6,12 +6,13 @@ import asyncio
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from agent_runtime.messages import Message
 from agent_runtime.model import Usage
+from agent_runtime.run_options import OPTION_NAMES, RunOptions
 from app.admission.budgets import BudgetHold
 from app.admission.slots import Ticket
 from app.agents.build import AgentProfile
@@ -23,6 +24,7 @@ from app.storage.schedules import FiringFence
 __all__ = [
     "CANCEL_REASONS",
     "HANDOVER",
+    "REQUEST_OPTIONS",
     "Outcome",
     "RunHandle",
     "RunRequestOptions",
@@ -81,6 +83,20 @@ class RunRequestOptions:
     stateless: bool = False
     """A stateless protocol call's run: a session it creates is not listed and is deleted
     once idle for ``AGENT_STATELESS_RETENTION`` (``app.runs.stateless``)."""
+
+    def run_options(self) -> RunOptions:
+        """The runtime's options this request sets (those not None)."""
+        values = {name: getattr(self, name) for name in REQUEST_OPTIONS}
+        return cast(
+            RunOptions, {name: value for name, value in values.items() if value is not None}
+        )
+
+
+REQUEST_OPTIONS: tuple[str, ...] = tuple(
+    item.name for item in fields(RunRequestOptions) if item.name in OPTION_NAMES
+)
+"""The runtime's options (``RunOptions``) a run request may set: the fields of
+``RunRequestOptions`` named as one."""
 
 
 @dataclass(slots=True)

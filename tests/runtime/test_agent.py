@@ -298,7 +298,7 @@ async def test_per_call_run_timeout_override_and_none() -> None:
 async def test_unknown_run_option_is_rejected() -> None:
     agent = AgentCore(ScriptedModel([]))
     with pytest.raises(ConfigurationError, match="unknown run option"):
-        await agent.chat("x", temperature=0.2)
+        await agent.chat("x", temperature=0.2)  # type: ignore[call-arg]
 
 
 async def test_aclose_is_idempotent_single_flight_and_final() -> None:
