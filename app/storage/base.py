@@ -36,7 +36,7 @@ import json
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from app.storage.checkpoints import CheckpointRecord
     from app.storage.schedules import FiringFence, FiringRecord, FiringStatus, ScheduleRecord
 
+from app.storage.common import JSONObject, StorageError, require_aware, utcnow
 from app.storage.outbox import (
     ClaimedWebhook,
     WebhookAttempt,
@@ -82,10 +83,11 @@ __all__ = [
     "StoredMessage",
     "UsageGroup",
     "UsageTotal",
+    "require_aware",
     "title_of",
+    "utcnow",
 ]
 
-JSONObject = dict[str, Any]
 RunStatus = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
 
 UsageGroup = Literal["agent", "principal", "day"]
@@ -97,10 +99,6 @@ UNFINISHED_STATUSES: Final[frozenset[RunStatus]] = frozenset({"queued", "running
 
 
 # --- errors -------------------------------------------------------------------------------
-
-
-class StorageError(Exception):
-    """Base of every error the storage layer raises on purpose."""
 
 
 class StorageUnavailable(StorageError):
@@ -164,17 +162,6 @@ class StaleFence(StorageError):
 
 
 # --- records ------------------------------------------------------------------------------
-
-
-def utcnow() -> datetime:
-    """The current time as a timezone-aware UTC datetime."""
-    return datetime.now(UTC)
-
-
-def require_aware(name: str, value: datetime | None) -> None:
-    """Reject naive datetimes: the backends would each guess a different zone."""
-    if value is not None and value.utcoffset() is None:
-        raise ValueError(f"{name} must be a timezone-aware datetime, got {value!r}")
 
 
 def require_status(status: str) -> None:

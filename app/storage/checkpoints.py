@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.storage.base import JSONObject, require_aware
+from app.storage.common import JSONObject, require_aware
 
 __all__ = ["CheckpointRecord"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal, get_args
 
-from app.storage.base import JSONObject, StorageError, require_aware, utcnow
+from app.storage.common import JSONObject, StorageError, require_aware, utcnow
 
 __all__ = [
     "FIRING_STATUSES",
