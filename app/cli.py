@@ -113,9 +113,22 @@ def _stopped(signum: int, frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until it is stopped; the exit status."""
     args = _parser().parse_args(argv)
+    settings = _prepare(args)
+    if settings is None or not _startable(settings):
+        return 2
+    # uvicorn raises the signal that stopped it again once it is done, to die of it (exit
+    # status 143 for SIGTERM). A drained, orderly shutdown is a success: the handler it
+    # restores and raises into is this one, which lets ``main`` return 0. (A second SIGTERM
+    # during the drain still forces uvicorn's own fast exit; SIGINT keeps its status.)
+    signal.signal(signal.SIGTERM, _stopped)
+    return _serve(args, _uvicorn_config(args, settings))
+
+
+def _prepare(args: argparse.Namespace) -> Settings | None:
+    """The settings, with logging configured; None (said why) when they cannot serve."""
     if args.workers < 1:
         print("agent-server: --workers must be at least 1", file=sys.stderr)
-        return 2
+        return None
     # the workers read their settings from the environment; tell them how many they are
     os.environ["AGENT_WORKERS"] = str(args.workers)
     # In-process embedding models (numpy) run one call per worker thread, many at once: BLAS
@@ -126,47 +139,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings()
     except ValidationError as exc:
         print(f"agent-server: invalid configuration:\n{exc}", file=sys.stderr)
-        return 2
+        return None
     configure_logging(settings.log_level, settings.log_format)
     # here, in the one process that reads the command line: once per start, not per worker
     _warn_unknown_variables(settings)
-    if args.workers > 1 and settings.redis_url is None:
-        if not settings.allow_unshared_workers:
-            # Each worker would keep its own runs, event logs and session locks: a run's
-            # events answer 404 on every other worker and two workers each accept a turn
-            # of one session. That is never what a deployment means.
-            print(
-                f"agent-server: cannot start: --workers {args.workers} needs a shared bus: "
-                "set AGENT_REDIS_URL (e.g. redis://127.0.0.1:6379/0), or run --workers 1, "
-                "or set AGENT_ALLOW_UNSHARED_WORKERS=1 to run independent workers anyway",
-                file=sys.stderr,
-            )
-            return 2
+    if args.workers > 1 and settings.redis_url is None and not _unshared_workers(args, settings):
+        return None
+    return settings
+
+
+def _unshared_workers(args: argparse.Namespace, settings: Settings) -> bool:
+    """Whether several workers may run without a shared bus (a warning if so)."""
+    if not settings.allow_unshared_workers:
+        # Each worker would keep its own runs, event logs and session locks: a run's
+        # events answer 404 on every other worker and two workers each accept a turn
+        # of one session. That is never what a deployment means.
         print(
-            "agent-server: warning: --workers > 1 without AGENT_REDIS_URL "
-            "(AGENT_ALLOW_UNSHARED_WORKERS=1): each worker has its own runs, event logs and "
-            "session locks; a run's events, cancellation and answers reach only the worker "
-            "running it",
+            f"agent-server: cannot start: --workers {args.workers} needs a shared bus: "
+            "set AGENT_REDIS_URL (e.g. redis://127.0.0.1:6379/0), or run --workers 1, "
+            "or set AGENT_ALLOW_UNSHARED_WORKERS=1 to run independent workers anyway",
             file=sys.stderr,
         )
+        return False
+    print(
+        "agent-server: warning: --workers > 1 without AGENT_REDIS_URL "
+        "(AGENT_ALLOW_UNSHARED_WORKERS=1): each worker has its own runs, event logs and "
+        "session locks; a run's events, cancellation and answers reach only the worker "
+        "running it",
+        file=sys.stderr,
+    )
+    return True
+
+
+def _startable(settings: Settings) -> bool:
+    """Whether the configuration and the backends pass their checks (said why if not)."""
     try:
         asyncio.run(check_configuration(settings))
     except (ValueError, RuntimeError) as exc:
         print(f"agent-server: cannot start: {exc}", file=sys.stderr)
-        return 2
+        return False
     try:
         asyncio.run(_check_backends(settings))
     except (StorageError, BusError, ValueError) as exc:
         # one line: the deployment's logs (and its restart policy) say what to fix
         print(f"agent-server: cannot start: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        return False
+    return True
+
+
+def _uvicorn_config(args: argparse.Namespace, settings: Settings) -> uvicorn.Config:
     graceful = settings.drain_timeout + settings.send_timeout + _SHUTDOWN_MARGIN
-    # uvicorn raises the signal that stopped it again once it is done, to die of it (exit
-    # status 143 for SIGTERM). A drained, orderly shutdown is a success: the handler it
-    # restores and raises into is this one, which lets ``main`` return 0. (A second SIGTERM
-    # during the drain still forces uvicorn's own fast exit; SIGINT keeps its status.)
-    signal.signal(signal.SIGTERM, _stopped)
-    config = uvicorn.Config(
+    return uvicorn.Config(
         "app.main:create_app",
         factory=True,
         host=args.host,
@@ -182,6 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # on connections (app.server.http_protocol)
         http="app.server.http_protocol:GuardedHttpToolsProtocol",
     )
+
+
+def _serve(args: argparse.Namespace, config: uvicorn.Config) -> int:
+    """Listen and serve until stopped: one worker in this process, or a supervisor's."""
     try:
         if args.workers == 1:
             # bound before the app starts: uvicorn would bind only after the lifespan (and

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
@@ -63,24 +63,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     settings = settings if settings is not None else Settings()
     if configure_logs and not logging.getLogger("app").handlers:
         configure_logging(settings.log_level, settings.log_format)
-    # the Redis pool (and its blocking reader) and PostgreSQL's need descriptors too
-    max_connections = effective_max_connections(
-        settings.max_connections, reserve=settings.redis_max_connections + 16
-    )
-    if max_connections < settings.max_connections:
-        logging.getLogger("app.http").warning(
-            "the file limit (RLIMIT_NOFILE) holds %d client connections, not "
-            "AGENT_MAX_CONNECTIONS=%d: raise the limit to allow more",
-            max_connections,
-            settings.max_connections,
-        )
-    configure(
-        EdgeLimits(
-            max_header_bytes=settings.max_header_bytes,
-            header_timeout=settings.header_timeout,
-            max_connections=max_connections,
-        )
-    )
+    _configure_edge(settings)
     metrics = Metrics()
     service_lifespan = make_lifespan(settings, metrics)
     # the MCP SDK loads on the first request to /mcp (see app.http.protocols.loading)
@@ -105,7 +88,35 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.state.authenticator = Authenticator(settings.api_key_map)
     install_error_handlers(app)
     install_openapi(app)
+    _install_routes(app, settings, mcp)
+    _install_middleware(app, settings)
+    return app
 
+
+def _configure_edge(settings: Settings) -> None:
+    """The connection guard's limits, within what the file limit allows."""
+    # the Redis pool (and its blocking reader) and PostgreSQL's need descriptors too
+    max_connections = effective_max_connections(
+        settings.max_connections, reserve=settings.redis_max_connections + 16
+    )
+    if max_connections < settings.max_connections:
+        logging.getLogger("app.http").warning(
+            "the file limit (RLIMIT_NOFILE) holds %d client connections, not "
+            "AGENT_MAX_CONNECTIONS=%d: raise the limit to allow more",
+            max_connections,
+            settings.max_connections,
+        )
+    configure(
+        EdgeLimits(
+            max_header_bytes=settings.max_header_bytes,
+            header_timeout=settings.header_timeout,
+            max_connections=max_connections,
+        )
+    )
+
+
+def _install_routes(app: FastAPI, settings: Settings, mcp: DeferredEndpoint[McpEndpoint]) -> None:
+    """The API, the protocols, the docs and the UI, in matching order."""
     app.include_router(runs.router)
     app.include_router(agents_api.router)
     app.include_router(sessions.router)
@@ -125,7 +136,29 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     # the browser UI: "/" is index.html; anything not matched above falls through to it
     app.router.routes.append(_UIMount("/", app=_UIFiles(directory=UI_DIR, html=True), name="ui"))
 
-    # added innermost first: CORS wraps everything, so error answers carry its headers too
+
+# the standard protocols' own headers too (A2A's version, MCP's session and version)
+_CORS_ALLOW_HEADERS: Final = (
+    "Authorization",
+    "Content-Type",
+    "Last-Event-ID",
+    "Idempotency-Key",
+    "A2A-Version",
+    "Mcp-Protocol-Version",
+    "Mcp-Session-Id",
+)
+_CORS_EXPOSE_HEADERS: Final = (
+    "X-Run-Id",
+    "Idempotent-Replayed",
+    "Retry-After",
+    "Location",
+    "x-vercel-ai-ui-message-stream",
+)
+
+
+def _install_middleware(app: FastAPI, settings: Settings) -> None:
+    """The middleware stack, added innermost first."""
+    # CORS wraps everything, so error answers carry its headers too
     app.add_middleware(RunStartMiddleware)
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
@@ -136,23 +169,8 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
             CORSMiddleware,
             allow_origins=origins,
             allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
-            # the standard protocols' own headers too (A2A's version, MCP's session and version)
-            allow_headers=[
-                "Authorization",
-                "Content-Type",
-                "Last-Event-ID",
-                "Idempotency-Key",
-                "A2A-Version",
-                "Mcp-Protocol-Version",
-                "Mcp-Session-Id",
-            ],
-            expose_headers=[
-                "X-Run-Id",
-                "Idempotent-Replayed",
-                "Retry-After",
-                "Location",
-                "x-vercel-ai-ui-message-stream",
-            ],
+            allow_headers=list(_CORS_ALLOW_HEADERS),
+            expose_headers=list(_CORS_EXPOSE_HEADERS),
             max_age=600,
         )
     # outermost: every answer carries them, errors and CORS preflights included
@@ -164,7 +182,6 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     if tracing_requested():
         # around everything: a run started by the request joins the caller's trace
         app.add_middleware(TraceContextMiddleware)
-    return app
 
 
 class _UIFiles(StaticFiles):

@@ -110,21 +110,11 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
         stack.push_async_callback(agents.aclose)
         await agents.preflight()
         agent = agents.default
-
-        def on_admission_change(running: int, queued: int) -> None:
-            metrics.runs_in_flight.set(running)
-            metrics.runs_queued.set(queued)
-
         budgets = await open_budgets(settings, config, store, bus)
         webhooks = open_webhooks(settings, config, store, metrics)
         if webhooks is not None and webhooks.sender is not None:
             stack.push_async_callback(webhooks.sender.aclose)
-        admission = Admission(
-            max_running=settings.max_concurrent_runs,
-            max_queued=settings.max_queued_runs,
-            per_principal=settings.per_principal_max_runs,
-            on_change=on_admission_change,
-        )
+        admission = _admission(settings, metrics)
         manager = RunManager(
             agent=agent,
             store=store,
@@ -166,33 +156,54 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             tracing=tracing,
             webhooks=webhooks,
         )
-        services.schedules = Schedules(
-            store,
-            tuple(config.agents),
-            max_per_principal=settings.scheduler_max_per_principal,
-            min_interval=settings.scheduler_min_interval,
-        )
-        if settings.scheduler_enabled:
-            services.scheduler = build_scheduler(settings, store, manager)
-        services.stateless = StatelessReaper(
-            store,
-            bus.locks,
-            retention=settings.stateless_retention,
-            lock_seconds=settings.lease_seconds,
-        )
-        api_keys = settings.api_keys
-        if api_keys is not None:
-            secret = settings.stream_token_secret
-            services.stream_tokens = await open_stream_tokens(
-                bus,
-                secret=None if secret is None else secret.get_secret_value(),
-                api_keys=api_keys.get_secret_value(),
-                ttl=settings.stream_token_ttl,
-            )
+        await _add_background_services(services, config)
         if webhooks is not None and webhooks.sender is not None:
             webhooks.sender.start()  # after recovery: the outbox's messages of before go out
         stack.pop_all()
     return services
+
+
+def _admission(settings: Settings, metrics: Metrics) -> Admission:
+    """The worker's run slots and queue, reported to the metrics as they change."""
+
+    def on_admission_change(running: int, queued: int) -> None:
+        metrics.runs_in_flight.set(running)
+        metrics.runs_queued.set(queued)
+
+    return Admission(
+        max_running=settings.max_concurrent_runs,
+        max_queued=settings.max_queued_runs,
+        per_principal=settings.per_principal_max_runs,
+        on_change=on_admission_change,
+    )
+
+
+async def _add_background_services(services: Services, config: ServiceConfig) -> None:
+    """The schedules (and their scheduler), the stateless sessions' reaper, stream tokens."""
+    settings, store, bus = services.settings, services.store, services.bus
+    services.schedules = Schedules(
+        store,
+        tuple(config.agents),
+        max_per_principal=settings.scheduler_max_per_principal,
+        min_interval=settings.scheduler_min_interval,
+    )
+    if settings.scheduler_enabled:
+        services.scheduler = build_scheduler(settings, store, services.manager)
+    services.stateless = StatelessReaper(
+        store,
+        bus.locks,
+        retention=settings.stateless_retention,
+        lock_seconds=settings.lease_seconds,
+    )
+    api_keys = settings.api_keys
+    if api_keys is not None:
+        secret = settings.stream_token_secret
+        services.stream_tokens = await open_stream_tokens(
+            bus,
+            secret=None if secret is None else secret.get_secret_value(),
+            api_keys=api_keys.get_secret_value(),
+            ttl=settings.stream_token_ttl,
+        )
 
 
 def open_webhooks(

@@ -26,7 +26,13 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        self._add_run_metrics(self.registry)
+        self._add_fencing_metrics(self.registry)
+        self._add_webhook_metrics(self.registry)
+        self._preset_labels()
+        self.registry.register(_ConnectionCollector())
+
+    def _add_run_metrics(self, r: CollectorRegistry) -> None:
         self.runs_total = Counter(
             "agent_runs", "Runs that ended, by outcome", ["outcome"], registry=r
         )
@@ -56,6 +62,8 @@ class Metrics:
             "agent_external_events", "External events received, by outcome", ["outcome"], registry=r
         )
         self.sse_streams = Gauge("agent_sse_streams", "Open SSE responses", registry=r)
+
+    def _add_fencing_metrics(self, r: CollectorRegistry) -> None:
         # fencing (app.runs.fencing): what a worker cut off from its runs' leases did
         self.lease_renewals_failed = Counter(
             "agent_lease_renewals_failed",
@@ -88,6 +96,8 @@ class Metrics:
             "run's lease",
             registry=r,
         )
+
+    def _add_webhook_metrics(self, r: CollectorRegistry) -> None:
         # webhooks (app.webhooks.delivery): each attempt by what it led to
         self.webhook_attempts = Counter(
             "agent_webhook_attempts",
@@ -101,6 +111,9 @@ class Metrics:
             "Settled webhook messages deleted from the outbox after their retention",
             registry=r,
         )
+
+    def _preset_labels(self) -> None:
+        # every known label value shows from the start (at 0), so a rate() has a baseline
         for outcome in ("completed", "failed", "cancelled"):
             self.runs_total.labels(outcome)
         for outcome in ("delivered", "retry", "failed"):
@@ -117,8 +130,6 @@ class Metrics:
             self.runs_rejected.labels(reason)
         for outcome in ("accepted", "not_accepted", "not_found"):
             self.external_events.labels(outcome)
-
-        r.register(_ConnectionCollector())
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""

@@ -75,6 +75,73 @@ async def _wait_disconnect(receive: Receive) -> None:
             return
 
 
+class _StreamWatch:
+    """What wakes a stream waiting for its log: the client's disconnect, the run fenced off
+    here, the end of this worker's drain, and ``ping`` seconds without a write."""
+
+    def __init__(self, subscription: Subscription, ping: float) -> None:
+        self._subscription = subscription
+        self._ping = ping
+        self._loop = asyncio.get_running_loop()
+        self.gone = False
+        self.fenced = False
+        self.closing = False
+        self.last_send = self._loop.time()
+        self._ticker: asyncio.TimerHandle | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._fenced_off: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+
+    def start(
+        self,
+        receive: Receive,
+        fenced_off: asyncio.Future[None] | None,
+        drained: asyncio.Future[None] | None,
+    ) -> None:
+        self._watcher = self._loop.create_task(_wait_disconnect(receive))
+        self._watcher.add_done_callback(self._on_disconnect)
+        self._fenced_off = fenced_off
+        if fenced_off is not None:
+            fenced_off.add_done_callback(self._on_fenced)
+        self._drained = drained
+        if drained is not None:
+            drained.add_done_callback(self._on_drained)
+        self._ticker = self._loop.call_later(self._ping, self._tick)
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        if self._watcher is not None:
+            self._watcher.remove_done_callback(self._on_disconnect)
+        if self._fenced_off is not None:
+            self._fenced_off.remove_done_callback(self._on_fenced)
+        if self._drained is not None:
+            self._drained.remove_done_callback(self._on_drained)
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await _reap(self._watcher)
+
+    def _on_disconnect(self, _: asyncio.Task[None]) -> None:
+        self.gone = True
+        self._subscription.interrupt()
+
+    def _on_fenced(self, _: asyncio.Future[None]) -> None:
+        self.fenced = True
+        self._subscription.interrupt()
+
+    def _on_drained(self, _: asyncio.Future[None]) -> None:
+        self.closing = True
+        self._subscription.interrupt()
+
+    def _tick(self) -> None:
+        idle = self._loop.time() - self.last_send
+        if idle >= self._ping:
+            self._subscription.interrupt()
+            self._ticker = self._loop.call_later(self._ping, self._tick)
+        else:
+            self._ticker = self._loop.call_later(self._ping - idle, self._tick)
+
+
 class FrameEncoder(Protocol):
     """Turns a run's wire events into the bytes another protocol's clients read."""
 
@@ -173,66 +240,26 @@ class EventStreamResponse(Response):
         over) without a terminal event, which a client's transport reports as a cut, its cue
         to resume with ``Last-Event-ID``."""
         loop = asyncio.get_running_loop()
-        gone = False
         completed = False
         timed_out = False
         cut = False  # ended before the run's end, for the client to resume elsewhere
-        last_send = loop.time()
-        ticker: asyncio.TimerHandle | None = None
-        ping = self._ping
         send_timeout = self._send_timeout
         encoder = self._encoder
         pausing = encoder if isinstance(encoder, PausingEncoder) else None
-
-        def on_disconnect(_: asyncio.Task[None]) -> None:
-            nonlocal gone
-            gone = True
-            subscription.interrupt()
-
         # a run held here that gets fenced off (app.runs.fencing) ends its streams without a
         # terminal event: the client resumes on another worker, which tells the real end
-        fenced = False
         handle = self._manager.local(self._run_id) if self._manager is not None else None
-        fenced_off = handle.fenced_off if handle is not None else None
-
-        def on_fenced(_: asyncio.Future[None]) -> None:
-            nonlocal fenced
-            fenced = True
-            subscription.interrupt()
-
         # this worker's drain is over: once caught up with the log, the stream ends without a
         # terminal event and its client resumes with Last-Event-ID elsewhere (or here after
         # the restart); uvicorn would otherwise hold the shutdown until it gave up on it
-        closing = False
         drained = self._manager.drained() if self._manager is not None else None
-
-        def on_drained(_: asyncio.Future[None]) -> None:
-            nonlocal closing
-            closing = True
-            subscription.interrupt()
-
-        def tick() -> None:
-            nonlocal ticker
-            idle = loop.time() - last_send
-            if idle >= ping:
-                subscription.interrupt()
-                ticker = loop.call_later(ping, tick)
-            else:
-                ticker = loop.call_later(ping - idle, tick)
-
+        watch = _StreamWatch(subscription, self._ping)
         # the reader renews its attach mark while it reads: a run resumed on another worker
         # then knows its client still reads it (app.runs.grace)
         manager = self._manager
         refresh = manager.reader_refresh if manager is not None else None
         renewed = loop.time()
-
-        watcher = loop.create_task(_wait_disconnect(receive))
-        watcher.add_done_callback(on_disconnect)
-        if fenced_off is not None:
-            fenced_off.add_done_callback(on_fenced)
-        if drained is not None:
-            drained.add_done_callback(on_drained)
-        ticker = loop.call_later(ping, tick)
+        watch.start(receive, handle.fenced_off if handle is not None else None, drained)
         try:
             async with asyncio.timeout(send_timeout):
                 await send(
@@ -243,60 +270,20 @@ class EventStreamResponse(Response):
                     await send({"type": "http.response.body", "body": opening, "more_body": True})
             while True:
                 batch = await subscription.next()
-                if gone:
+                if watch.gone:
                     break
                 if refresh is not None and manager is not None:
                     now = loop.time()
                     if now - renewed >= refresh:
                         renewed = now
                         _renew(manager.reader_alive(self._run_id))
-                if fenced:
-                    logger.warning(
-                        "event stream of run %s ended: this worker lost the run's lease",
-                        self._run_id,
-                    )
+                if self._ends_early(watch, batch, subscription):
                     cut = True
                     break
-                if closing and not batch and not subscription.finished:
-                    logger.info(
-                        "event stream of run %s ended: this worker is shutting down",
-                        self._run_id,
-                    )
-                    cut = True
-                    break
-                if encoder is not None:
-                    body, more = await self._translate(encoder, pausing, batch, subscription)
-                    if not body and more:
-                        continue  # events this protocol does not show
-                    if len(body) > PIECE_BYTES:
-                        # a large translation goes out in pieces too, the transport
-                        # draining between them
-                        *head, body = _slices(body)
-                        for piece in head:
-                            async with asyncio.timeout(send_timeout):
-                                await send(
-                                    {"type": "http.response.body", "body": piece, "more_body": True}
-                                )
-                elif len(batch) == 1 and len(batch[0].frame) <= PIECE_BYTES:
-                    body = batch[0].frame
-                    more = not subscription.finished
-                elif batch:
-                    # a backlog, in pieces made one at a time: each goes out once the client
-                    # took the one before (uvicorn waits for its transport to drain; once
-                    # the client is gone, its sends return at once)
-                    for piece in _pieces(batch):
-                        async with asyncio.timeout(send_timeout):
-                            await send(
-                                {"type": "http.response.body", "body": piece, "more_body": True}
-                            )
-                    last_send = loop.time()
-                    more = not subscription.finished
-                    if more:
-                        continue
-                    body = b""
-                else:
-                    body = b"" if subscription.finished else PING_FRAME
-                    more = not subscription.finished
+                last = await self._last_write(encoder, pausing, batch, subscription, send, watch)
+                if last is None:
+                    continue
+                body, more = last
                 # most writes complete without waiting; the deadline only bites when the
                 # client stopped reading and the server's buffers are full
                 async with asyncio.timeout(send_timeout):
@@ -304,30 +291,75 @@ class EventStreamResponse(Response):
                 if not more:
                     completed = True
                     break
-                last_send = loop.time()
+                watch.last_send = loop.time()
         except TimeoutError:
-            gone = True  # a write blocked for send_timeout: the client is not reading
+            watch.gone = True  # a write blocked for send_timeout: the client is not reading
             timed_out = True
         except OSError:
-            gone = True  # servers implementing ASGI 2.4 raise it for a closed connection
+            watch.gone = True  # servers implementing ASGI 2.4 raise it for a closed connection
         except BusError as exc:
             # the shared log is out of reach (Redis down): end this response; the client
             # resumes with Last-Event-ID once it is back, and the run's fate is the bus's
             logger.warning("event stream of run %s ended: %s", self._run_id, exc)
         finally:
-            if ticker is not None:
-                ticker.cancel()
-            watcher.remove_done_callback(on_disconnect)
-            if fenced_off is not None:
-                fenced_off.remove_done_callback(on_fenced)
-            if drained is not None:
-                drained.remove_done_callback(on_drained)
-            watcher.cancel()
-            await _reap(watcher)
+            await watch.stop()
             await subscription.aclose()
-            if gone and not completed and self._on_gone is not None:
+            if watch.gone and not completed and self._on_gone is not None:
                 self._on_gone()
         return timed_out or cut
+
+    def _ends_early(
+        self, watch: _StreamWatch, batch: Sequence[WireEvent], subscription: Subscription
+    ) -> bool:
+        """Whether the stream ends here without its terminal event (fenced off, or drained)."""
+        if watch.fenced:
+            logger.warning(
+                "event stream of run %s ended: this worker lost the run's lease", self._run_id
+            )
+            return True
+        if watch.closing and not batch and not subscription.finished:
+            logger.info("event stream of run %s ended: this worker is shutting down", self._run_id)
+            return True
+        return False
+
+    async def _last_write(
+        self,
+        encoder: FrameEncoder | None,
+        pausing: PausingEncoder | None,
+        batch: Sequence[WireEvent],
+        subscription: Subscription,
+        send: Send,
+        watch: _StreamWatch,
+    ) -> tuple[bytes, bool] | None:
+        """Send a batch but its last write, which is returned with whether the stream goes on;
+        None when there is nothing more to write for this batch."""
+        send_timeout = self._send_timeout
+        if encoder is not None:
+            body, more = await self._translate(encoder, pausing, batch, subscription)
+            if not body and more:
+                return None  # events this protocol does not show
+            if len(body) > PIECE_BYTES:
+                # a large translation goes out in pieces too, the transport
+                # draining between them
+                *head, body = _slices(body)
+                for piece in head:
+                    async with asyncio.timeout(send_timeout):
+                        await send({"type": "http.response.body", "body": piece, "more_body": True})
+            return body, more
+        if len(batch) == 1 and len(batch[0].frame) <= PIECE_BYTES:
+            return batch[0].frame, not subscription.finished
+        if batch:
+            # a backlog, in pieces made one at a time: each goes out once the client
+            # took the one before (uvicorn waits for its transport to drain; once
+            # the client is gone, its sends return at once)
+            for piece in _pieces(batch):
+                async with asyncio.timeout(send_timeout):
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+            watch.last_send = asyncio.get_running_loop().time()
+            if not subscription.finished:
+                return None
+            return b"", False
+        return (b"" if subscription.finished else PING_FRAME), not subscription.finished
 
     async def _translate(
         self,
