@@ -413,86 +413,11 @@ def _agent(
     sections: Mapping[str, Mapping[str, CapabilitySpec]] | None = None,
 ) -> AgentProfile:
     where = table.where
-    model = table.string("model")
-    fallbacks = table.strings("fallbacks")
-    system_one = table.string("system_one")
-    for key, specs in (
-        ("model", [model] if model else []),
-        ("fallbacks", fallbacks or []),
-        ("system_one", [system_one] if system_one else []),
-    ):
-        for index, spec in enumerate(specs):
-            try:
-                _check_model_spec(spec)
-            except ValueError as exc:
-                raise table.error(key, str(exc), index if key == "fallbacks" else None) from None
-    if fallbacks is not None and model is None:
-        raise table.error("fallbacks", "set model too: fallbacks follow an agent's own model")
-
-    tools: list[Tool] = []
-    seen: dict[str, int] = {}
-    for index, reference in enumerate(table.strings("tools") or []):
-        try:
-            found = resolve_tool(reference)
-        except (ValueError, ConfigurationError) as exc:
-            raise ConfigError(file, key_path(*where, "tools", index), str(exc)) from None
-        if found.name in seen:
-            raise ConfigError(
-                file,
-                key_path(*where, "tools", index),
-                f"duplicate tool name {found.name!r} (also tools[{seen[found.name]}])",
-            )
-        seen[found.name] = index
-        tools.append(found)
-
-    server_names: list[str] = []
-    raw_servers = table.data.get("mcp_servers", [])
-    if not isinstance(raw_servers, list):
-        raise table.error("mcp_servers", f"expected an array, got {describe(raw_servers)}")
-    for index, item in enumerate(raw_servers):
-        item_where = (*where, "mcp_servers", index)
-        if isinstance(item, str):
-            if item not in servers:
-                known = ", ".join(servers) or "none"
-                raise ConfigError(
-                    file,
-                    key_path(*item_where),
-                    f"unknown MCP server {item!r}; defined under [mcp_servers]: {known}",
-                )
-            server_name = item
-        else:
-            inline = Table(file, item_where, item, ("name", *_MCP_KEYS))
-            server_name = inline.string("name") or ""
-            if not server_name:
-                raise inline.error("name", "an inline MCP server needs a name")
-            if server_name in servers:
-                raise inline.error(
-                    "name", f"an MCP server named {server_name!r} is already defined"
-                )
-            servers[server_name] = _mcp_server(file, item_where, server_name, inline, base)
-        if server_name in server_names:
-            raise ConfigError(
-                file, key_path(*item_where), f"MCP server {server_name!r} is listed twice"
-            )
-        server_names.append(server_name)
-    for index, built in enumerate(tools):
-        for server_name in server_names:
-            if built.name.startswith(f"{server_name}__"):
-                raise ConfigError(
-                    file,
-                    key_path(*where, "tools", index),
-                    f"tool name {built.name!r} takes the prefix of the agent's MCP server "
-                    f"{server_name!r}",
-                )
-
-    skills: list[str] = []
-    for index, entry in enumerate(table.strings("skills") or []):
-        folder = Path(os.path.expandvars(entry)).expanduser()
-        folder = folder if folder.is_absolute() else (base / folder)
-        if not folder.is_dir():
-            raise table.error("skills", f"{entry!r} is not a folder (skills or one skill)", index)
-        skills.append(str(folder.resolve()))
-
+    model, fallbacks, system_one = _models(table)
+    tools = _tools(file, table)
+    server_names = _agent_servers(file, table, servers, base)
+    _check_tool_prefixes(file, where, tools, server_names)
+    skills = _skills(table, base)
     own = _policies(table.child("policies", None))
     policies = {**own, **{k: v for k, v in top_policies.items() if k not in own}}
     params = table.child("model_params", None)
@@ -527,6 +452,112 @@ def _agent(
         tokens_per_day=table.integer("tokens_per_day"),
         webhook_url=_webhook_url(table),
     )
+
+
+def _models(table: Table) -> tuple[str | None, list[str] | None, str | None]:
+    """An agent's ``model``, ``fallbacks`` and ``system_one``, each spec checked."""
+    model = table.string("model")
+    fallbacks = table.strings("fallbacks")
+    system_one = table.string("system_one")
+    for key, specs in (
+        ("model", [model] if model else []),
+        ("fallbacks", fallbacks or []),
+        ("system_one", [system_one] if system_one else []),
+    ):
+        for index, spec in enumerate(specs):
+            try:
+                _check_model_spec(spec)
+            except ValueError as exc:
+                raise table.error(key, str(exc), index if key == "fallbacks" else None) from None
+    if fallbacks is not None and model is None:
+        raise table.error("fallbacks", "set model too: fallbacks follow an agent's own model")
+    return model, fallbacks, system_one
+
+
+def _tools(file: str, table: Table) -> list[Tool]:
+    """An agent's ``tools``, resolved, each name once."""
+    where = table.where
+    tools: list[Tool] = []
+    seen: dict[str, int] = {}
+    for index, reference in enumerate(table.strings("tools") or []):
+        try:
+            found = resolve_tool(reference)
+        except (ValueError, ConfigurationError) as exc:
+            raise ConfigError(file, key_path(*where, "tools", index), str(exc)) from None
+        if found.name in seen:
+            raise ConfigError(
+                file,
+                key_path(*where, "tools", index),
+                f"duplicate tool name {found.name!r} (also tools[{seen[found.name]}])",
+            )
+        seen[found.name] = index
+        tools.append(found)
+    return tools
+
+
+def _agent_servers(
+    file: str, table: Table, servers: dict[str, MCPServerConfig], base: Path
+) -> list[str]:
+    """The names of an agent's ``mcp_servers``; an inline one is added to ``servers``."""
+    where = table.where
+    server_names: list[str] = []
+    raw_servers = table.data.get("mcp_servers", [])
+    if not isinstance(raw_servers, list):
+        raise table.error("mcp_servers", f"expected an array, got {describe(raw_servers)}")
+    for index, item in enumerate(raw_servers):
+        item_where = (*where, "mcp_servers", index)
+        if isinstance(item, str):
+            if item not in servers:
+                known = ", ".join(servers) or "none"
+                raise ConfigError(
+                    file,
+                    key_path(*item_where),
+                    f"unknown MCP server {item!r}; defined under [mcp_servers]: {known}",
+                )
+            server_name = item
+        else:
+            inline = Table(file, item_where, item, ("name", *_MCP_KEYS))
+            server_name = inline.string("name") or ""
+            if not server_name:
+                raise inline.error("name", "an inline MCP server needs a name")
+            if server_name in servers:
+                raise inline.error(
+                    "name", f"an MCP server named {server_name!r} is already defined"
+                )
+            servers[server_name] = _mcp_server(file, item_where, server_name, inline, base)
+        if server_name in server_names:
+            raise ConfigError(
+                file, key_path(*item_where), f"MCP server {server_name!r} is listed twice"
+            )
+        server_names.append(server_name)
+    return server_names
+
+
+def _check_tool_prefixes(
+    file: str, where: tuple[str | int, ...], tools: Sequence[Tool], server_names: Sequence[str]
+) -> None:
+    """A tool may not take the name prefix of the agent's MCP servers' tools."""
+    for index, built in enumerate(tools):
+        for server_name in server_names:
+            if built.name.startswith(f"{server_name}__"):
+                raise ConfigError(
+                    file,
+                    key_path(*where, "tools", index),
+                    f"tool name {built.name!r} takes the prefix of the agent's MCP server "
+                    f"{server_name!r}",
+                )
+
+
+def _skills(table: Table, base: Path) -> list[str]:
+    """An agent's ``skills`` folders, resolved against the config file's folder."""
+    skills: list[str] = []
+    for index, entry in enumerate(table.strings("skills") or []):
+        folder = Path(os.path.expandvars(entry)).expanduser()
+        folder = folder if folder.is_absolute() else (base / folder)
+        if not folder.is_dir():
+            raise table.error("skills", f"{entry!r} is not a folder (skills or one skill)", index)
+        skills.append(str(folder.resolve()))
+    return skills
 
 
 def _webhook_url(table: Table) -> str | None:

@@ -43,7 +43,7 @@ from app.runs.handle import RunHandle, RunRequestOptions, new_run_id, now
 from app.runs.records import RunRecords
 from app.runs.routing import Routing
 from app.runs.turns import remove_replaced_turn
-from app.storage import SessionOwnedByOther
+from app.storage import SessionOwnedByOther, SessionRecord
 
 __all__ = ["BusyHook", "Starter"]
 
@@ -226,6 +226,47 @@ class Starter:
         session = await context.store.get_session(session_id)
         if session is not None and session.principal != principal:
             raise NotFound(f"no session {session_id!r}")
+        run_id, lease, sent, opened, superseded = await self._lock(
+            principal, session_id, options, ticket, run_id=run_id, lease=lease
+        )
+        await self._remove_replaced(session_id, options, superseded, lease)
+        if session is None and not ticket.granted and not options.background:
+            # it waits for a slot before its record is written: its session is visible meanwhile
+            session = await self._visible_session(principal, session_id, options, lease)
+        handle = RunHandle(
+            run_id,
+            session_id,
+            principal,
+            profile,
+            options,
+            lease,
+            ticket,
+            lease_deadline=self._fencing.deadline_after(sent),
+        )
+        handle.opened = opened
+        if session is None:
+            # a new session of a run that has its slot: the run's record creates it, in the
+            # same write (a start refused before then leaves no session behind)
+            handle.new_session = True
+            handle.history_size = 0 if superseded is None else -1
+        else:
+            # a superseded run stored its turn since the session was read: read them back
+            handle.history_size = session.message_count if superseded is None else -1
+        return handle
+
+    async def _lock(
+        self,
+        principal: str,
+        session_id: str,
+        options: RunRequestOptions,
+        ticket: Ticket,
+        *,
+        run_id: str | None,
+        lease: Lease | None,
+    ) -> tuple[str, Lease, float, bool, str | None]:
+        """The session's lock for the run, or `SessionBusy`: the run's id, its lease, when
+        the lease was asked for, whether the run's log opened with it, the run it superseded."""
+        context = self._context
         opened = False
         if run_id is None or lease is None:
             run_id = new_run_id()
@@ -271,6 +312,17 @@ class Starter:
                 "or cancel it",
                 extra={"active_run_id": active},
             )
+        return run_id, lease, sent, opened, superseded
+
+    async def _remove_replaced(
+        self,
+        session_id: str,
+        options: RunRequestOptions,
+        superseded: str | None,
+        lease: Lease,
+    ) -> None:
+        """Remove the turn the run replaces (regenerate, edit, rollback); the lock goes if not."""
+        context = self._context
         replaces = options.replaces
         rollback = superseded is not None and options.multitask_strategy == "rollback"
         if rollback:
@@ -287,37 +339,21 @@ class Starter:
             except BaseException:
                 await context.bus.locks.release(lease)
                 raise
-        if session is None and not ticket.granted and not options.background:
-            # it waits for a slot before its record is written: its session is visible meanwhile
-            try:
-                session = await context.store.get_or_create_session(
-                    session_id, principal, stateless=options.stateless
-                )
-            except BaseException as exc:
-                await context.bus.locks.release(lease)
-                if isinstance(exc, SessionOwnedByOther):  # created by someone else meanwhile
-                    raise NotFound(f"no session {session_id!r}") from None
-                raise
-        handle = RunHandle(
-            run_id,
-            session_id,
-            principal,
-            profile,
-            options,
-            lease,
-            ticket,
-            lease_deadline=self._fencing.deadline_after(sent),
-        )
-        handle.opened = opened
-        if session is None:
-            # a new session of a run that has its slot: the run's record creates it, in the
-            # same write (a start refused before then leaves no session behind)
-            handle.new_session = True
-            handle.history_size = 0 if superseded is None else -1
-        else:
-            # a superseded run stored its turn since the session was read: read them back
-            handle.history_size = session.message_count if superseded is None else -1
-        return handle
+
+    async def _visible_session(
+        self, principal: str, session_id: str, options: RunRequestOptions, lease: Lease
+    ) -> SessionRecord:
+        """The run's session, created now; the lock goes if it cannot be."""
+        context = self._context
+        try:
+            return await context.store.get_or_create_session(
+                session_id, principal, stateless=options.stateless
+            )
+        except BaseException as exc:
+            await context.bus.locks.release(lease)
+            if isinstance(exc, SessionOwnedByOther):  # created by someone else meanwhile
+                raise NotFound(f"no session {session_id!r}") from None
+            raise
 
     async def _launch(self, handle: RunHandle) -> asyncio.Task[None]:
         """Wait for a slot (unless background), then record the run and open its log (unless
