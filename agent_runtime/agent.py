@@ -58,10 +58,10 @@ from .run_context import (
     ModelGate,
     PermissionCallback,
     ToolGate,
-    build_run_options,
     new_id,
 )
 from .run_options import RunOptions
+from .run_setup import build_run_options
 from .skills.catalogue import SkillManager
 from .structured import StructuredOutput, aoutput_spec
 from .tool_calls import ToolCalls

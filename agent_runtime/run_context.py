@@ -22,7 +22,6 @@ from .errors import ConfigurationError
 from .events import AgentEvent, AgentEventType, AgentPhase
 from .messages import AssistantMessage, Message, ToolCall, ToolMessage
 from .model import Usage
-from .run_options import OPTION_NAMES
 from .skills.activation import SkillState
 from .structured import OutputSpec, StructuredOutput
 from .tools.base import Tool, ToolPolicy, tool
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CANCELLED_CALL",
     "HANDOVER",
-    "OPTION_NAMES",
     "UNSET",
     "AgentResponse",
     "AgentRunConfig",
@@ -47,7 +45,6 @@ __all__ = [
     "RunHost",
     "RunOptions",
     "ToolGate",
-    "build_run_options",
     "new_id",
 ]
 
@@ -398,67 +395,3 @@ class AgentRunContext:
                 return False
             suspended.append(gate)
         return True
-
-
-def build_run_options(
-    agent: RunHost,
-    options: Mapping[str, Any],
-    conversation: Sequence[Message] | None,
-    output: OutputSpec | None = None,
-) -> RunOptions:
-    """A run's options: the agent's defaults with the run's own ``options`` over them;
-    ``output`` is the run's structured output (``structured.aoutput_spec`` of its options)."""
-    unknown = set(options) - OPTION_NAMES
-    if unknown:
-        raise ConfigurationError(f"unknown run option(s): {', '.join(sorted(unknown))}")
-    max_iterations = options.get("max_iterations")
-    if max_iterations is None:
-        max_iterations = agent.max_iterations
-    if max_iterations < 1:
-        raise ConfigurationError("max_iterations must be at least 1")
-    run_timeout = options.get("run_timeout", UNSET)
-    if run_timeout is UNSET:
-        run_timeout = agent.run_timeout
-    if run_timeout is not None and run_timeout <= 0:
-        raise ConfigurationError("run_timeout must be positive or None")
-    tools = agent.registry.snapshot()
-    for extra in options.get("extra_tools") or ():
-        built = extra if isinstance(extra, Tool) else tool(extra)
-        if built.name in tools:
-            raise ConfigurationError(f"extra tool {built.name!r} collides with a registered tool")
-        tools[built.name] = built
-    tool_filter = options.get("tool_filter")
-    if tool_filter is not None:
-        tools = {name: t for name, t in tools.items() if tool_filter(t)}
-    params = dict(agent.model_params)
-    params.update(options.get("model_params") or {})
-    skill = options.get("skill")
-    skill_state: SkillState | None = None
-    if agent.skills is not None:
-        skill_state = SkillState(
-            agent.skills,
-            requested=skill,
-            dispatch=bool(options.get("skill_dispatch", True)),
-            system_one=agent.bindings.system_one,
-        )
-    elif skill is not None:
-        raise ConfigurationError(f"skill {skill!r} was asked for, but this agent has no skills")
-    return RunOptions(
-        run_timeout=run_timeout,
-        max_iterations=max_iterations,
-        tool_timeout=options.get("tool_timeout", agent.tool_timeout),
-        parallel_tool_calls=options.get("parallel_tool_calls", agent.parallel_tool_calls),
-        system_prompt=options.get("system_prompt", agent.system_prompt),
-        permission_callback=options.get("permission_callback", agent.permission_callback),
-        conversation=list(conversation) if conversation is not None else None,
-        tools=tools,
-        params=params,
-        agent_name=options.get("agent_name") or agent.name,
-        context_compactor=options.get("context_compactor", agent.context_compactor),
-        tool_gate=options.get("tool_gate"),
-        model_gate=options.get("model_gate"),
-        skill_state=skill_state,
-        output=output,
-        tool_filter=tool_filter,
-        checkpoint_sink=options.get("checkpoint_sink", agent.checkpoint_sink),
-    )

@@ -6,8 +6,8 @@ import pytest
 
 from agent_runtime import AgentCore
 from agent_runtime.errors import ConfigurationError
-from agent_runtime.run_context import OPTION_NAMES as CONTEXT_OPTION_NAMES
 from agent_runtime.run_options import OPTION_NAMES, RunOptions
+from agent_runtime.run_setup import OPTION_NAMES as CONTEXT_OPTION_NAMES
 from agent_runtime.testing import ScriptedModel
 
 
