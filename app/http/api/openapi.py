@@ -12,7 +12,7 @@ answer to its confirmation), so a stateful client can follow a run from start to
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from fastapi import FastAPI
 
@@ -183,91 +183,116 @@ def _operation_ids(schema: dict[str, Any]) -> dict[tuple[str, str], str]:
     return ids
 
 
+_Operation = tuple[str, str]
+_Ids = dict[_Operation, str]
+
+_START: Final = ("post", "/v1/sessions/{session_id}/runs")
+_GET_RUN: Final = ("get", "/v1/runs/{run_id}")
+_EVENTS: Final = ("get", "/v1/runs/{run_id}/events")
+_CANCEL: Final = ("post", "/v1/runs/{run_id}/cancel")
+_DELIVER: Final = ("post", "/external-events")
+_SESSION: Final = ("get", "/v1/sessions/{session_id}")
+_MESSAGES: Final = ("get", "/v1/sessions/{session_id}/messages")
+_DELETE: Final = ("delete", "/v1/sessions/{session_id}")
+
+
+def _by_run(expression: str) -> dict[str, Any]:
+    return {"parameters": {"run_id": expression}}
+
+
+def _answer(session_id: str, run_id: str) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "session_id": session_id,
+            "run_id": run_id,
+            "name": "confirmation_response",
+            "payload": {"tool_call_id": "call_unknown", "approved": True},
+        }
+    }
+
+
+def _link(ids: _Ids, target: _Operation, extra: dict[str, Any], text: str) -> dict[str, Any]:
+    return {"operationId": ids[target], "description": text, **extra}
+
+
 def _links(schema: dict[str, Any]) -> None:
     ids = _operation_ids(schema)
-    start = ("post", "/v1/sessions/{session_id}/runs")
-    get_run = ("get", "/v1/runs/{run_id}")
-    events = ("get", "/v1/runs/{run_id}/events")
-    cancel = ("post", "/v1/runs/{run_id}/cancel")
-    deliver = ("post", "/external-events")
-    session = ("get", "/v1/sessions/{session_id}")
-    messages = ("get", "/v1/sessions/{session_id}/messages")
-    delete = ("delete", "/v1/sessions/{session_id}")
-    if not all(key in ids for key in (start, get_run, events, cancel, deliver, session)):
+    if not all(key in ids for key in (_START, _GET_RUN, _EVENTS, _CANCEL, _DELIVER, _SESSION)):
         return
-
-    def by_run(expression: str) -> dict[str, Any]:
-        return {"parameters": {"run_id": expression}}
-
-    def answer(session_id: str, run_id: str) -> dict[str, Any]:
-        return {
-            "requestBody": {
-                "session_id": session_id,
-                "run_id": run_id,
-                "name": "confirmation_response",
-                "payload": {"tool_call_id": "call_unknown", "approved": True},
-            }
-        }
-
-    def link(target: tuple[str, str], extra: dict[str, Any], text: str) -> dict[str, Any]:
-        return {"operationId": ids[target], "description": text, **extra}
-
-    run_header = "$response.header.X-Run-Id"
-    started = {
-        "GetRun": link(get_run, by_run(run_header), "The run's status and result"),
-        "FollowEvents": link(events, by_run(run_header), "The run's events"),
-        "CancelRun": link(cancel, by_run(run_header), "Cancel the run"),
-        "AnswerConfirmation": link(
-            deliver,
-            answer("$request.path.session_id", run_header),
-            "Answer the run's confirmation request",
-        ),
-        "GetSession": link(
-            session,
-            {"parameters": {"session_id": "$request.path.session_id"}},
-            "The run's session",
-        ),
-    }
-    if messages in ids:
-        started["GetMessages"] = link(
-            messages,
-            {"parameters": {"session_id": "$request.path.session_id"}},
-            "The session's conversation",
-        )
-    by_body = "$response.body#/run_id"
-    viewed = {
-        "FollowEvents": link(events, by_run(by_body), "The run's events"),
-        "CancelRun": link(cancel, by_run(by_body), "Cancel the run"),
-        "AnswerConfirmation": link(
-            deliver,
-            answer("$response.body#/session_id", by_body),
-            "Answer the run's confirmation request",
-        ),
-    }
-    if delete in ids:
-        viewed["DeleteSession"] = link(
-            delete,
-            {"parameters": {"session_id": "$response.body#/session_id"}},
-            "Delete the run's session",
-        )
-    responses = _operation(schema, start)["responses"]
+    responses = _operation(schema, _START)["responses"]
+    started = _started_links(ids)
     for status in ("200", "202"):
         if status in responses:
             responses[status]["links"] = dict(started)
-    _operation(schema, get_run)["responses"]["200"]["links"] = viewed
+    _operation(schema, _GET_RUN)["responses"]["200"]["links"] = _viewed_links(ids)
     by_path = "$request.path.run_id"
-    _operation(schema, events)["responses"]["200"]["links"] = {
-        "GetRun": link(get_run, by_run(by_path), "The run's status and result"),
-        "CancelRun": link(cancel, by_run(by_path), "Cancel the run"),
+    _operation(schema, _EVENTS)["responses"]["200"]["links"] = {
+        "GetRun": _link(ids, _GET_RUN, _by_run(by_path), "The run's status and result"),
+        "CancelRun": _link(ids, _CANCEL, _by_run(by_path), "Cancel the run"),
     }
     # the cancellation links nowhere: a fuzzer takes an operation with links out as a place
     # to start, and a cancellation of a random run id leads nowhere
     for status in ("202", "409"):
-        deliver_responses = _operation(schema, deliver)["responses"]
+        deliver_responses = _operation(schema, _DELIVER)["responses"]
         if status in deliver_responses:
             deliver_responses[status]["links"] = {
-                "CancelRun": link(cancel, by_run("$request.body#/run_id"), "Cancel the run"),
+                "CancelRun": _link(
+                    ids, _CANCEL, _by_run("$request.body#/run_id"), "Cancel the run"
+                ),
             }
+
+
+def _started_links(ids: _Ids) -> dict[str, Any]:
+    """Where a started run leads: its id is in the answer's ``X-Run-Id``."""
+    run_header = "$response.header.X-Run-Id"
+    started = {
+        "GetRun": _link(ids, _GET_RUN, _by_run(run_header), "The run's status and result"),
+        "FollowEvents": _link(ids, _EVENTS, _by_run(run_header), "The run's events"),
+        "CancelRun": _link(ids, _CANCEL, _by_run(run_header), "Cancel the run"),
+        "AnswerConfirmation": _link(
+            ids,
+            _DELIVER,
+            _answer("$request.path.session_id", run_header),
+            "Answer the run's confirmation request",
+        ),
+        "GetSession": _link(
+            ids,
+            _SESSION,
+            {"parameters": {"session_id": "$request.path.session_id"}},
+            "The run's session",
+        ),
+    }
+    if _MESSAGES in ids:
+        started["GetMessages"] = _link(
+            ids,
+            _MESSAGES,
+            {"parameters": {"session_id": "$request.path.session_id"}},
+            "The session's conversation",
+        )
+    return started
+
+
+def _viewed_links(ids: _Ids) -> dict[str, Any]:
+    """Where a run's record leads: its ids are in the answer's body."""
+    by_body = "$response.body#/run_id"
+    viewed = {
+        "FollowEvents": _link(ids, _EVENTS, _by_run(by_body), "The run's events"),
+        "CancelRun": _link(ids, _CANCEL, _by_run(by_body), "Cancel the run"),
+        "AnswerConfirmation": _link(
+            ids,
+            _DELIVER,
+            _answer("$response.body#/session_id", by_body),
+            "Answer the run's confirmation request",
+        ),
+    }
+    if _DELETE in ids:
+        viewed["DeleteSession"] = _link(
+            ids,
+            _DELETE,
+            {"parameters": {"session_id": "$response.body#/session_id"}},
+            "Delete the run's session",
+        )
+    return viewed
 
 
 def _not_null(parameter: dict[str, Any]) -> None:

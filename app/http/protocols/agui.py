@@ -10,7 +10,7 @@ our run from the log, as a new AG-UI run. See docs/protocols.md for the full map
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
@@ -375,11 +375,7 @@ class AgUiEncoder:
         kind = event.type
         data = event_data(event)
         if kind == "usage":
-            model = data.get("model")
-            key = model if isinstance(model, str) else self._model or ""
-            counts = self._usage.setdefault(key, [0, 0])
-            counts[0] += int(data.get("input_tokens") or 0)
-            counts[1] += int(data.get("output_tokens") or 0)
+            self._count_usage(data)
             return
         if kind == "run.started":
             model = data.get("model")
@@ -387,50 +383,12 @@ class AgUiEncoder:
             return
         self._close_text(out)
         if kind == "tool.call.started":
-            call_id = str(data.get("tool_call_id"))
-            self._calls.add(call_id)
-            start: dict[str, Any] = {
-                "type": "TOOL_CALL_START",
-                "toolCallId": call_id,
-                "toolCallName": str(data.get("name")),
-            }
-            if self._parent is not None:
-                start["parentMessageId"] = self._parent
-            out.append(_frame(start))
-            out.append(
-                _frame(
-                    {
-                        "type": "TOOL_CALL_ARGS",
-                        "toolCallId": call_id,
-                        "delta": encode_data(data.get("arguments") or {}),
-                    }
-                )
-            )
-            out.append(_frame({"type": "TOOL_CALL_END", "toolCallId": call_id}))
+            self._tool_call(data, out)
         elif kind == "tool.call.completed":
             self._parent = None  # the next model call answers in a new message
-            result: dict[str, Any] = {
-                "type": "TOOL_CALL_RESULT",
-                "messageId": f"{self._run_id}:r{event.seq}",
-                "toolCallId": str(data.get("tool_call_id")),
-                "role": "tool",
-            }
-            if data.get("is_error"):
-                result["content"] = str(data.get("error") or "the tool failed")
-                result["metadata"] = {"is_error": True}
-            else:
-                value = data.get("result")
-                result["content"] = value if isinstance(value, str) else encode_data_any(value)
-            out.append(_frame(result))
+            out.append(self._tool_result(event.seq, data))
         elif kind == "custom":
-            name = str(data.get("name"))
-            payload = data.get("payload")
-            out.append(_frame({"type": "CUSTOM", "name": name, "value": payload}))
-            if isinstance(payload, dict) and isinstance(payload.get("tool_call_id"), str):
-                if name == "confirmation_requested":
-                    self._pending[payload["tool_call_id"]] = payload
-                elif name == "confirmation_resolved":
-                    self._pending.pop(payload["tool_call_id"], None)
+            self._custom(data, out)
         elif kind == "run.completed":
             output = data.get("output")
             extra: dict[str, Any] = {"outcome": {"type": "success"}}
@@ -440,19 +398,76 @@ class AgUiEncoder:
         elif kind == "run.cancelled":
             out.append(self._finished({"outcome": {"type": "cancelled"}}))
         elif kind == "run.failed":
-            error = data.get("error") or {}
-            failed: dict[str, Any] = {
-                "type": "RUN_ERROR",
-                "message": str(error.get("message") or "the run failed"),
-                "code": str(error.get("code") or "internal"),
-            }
-            usage = self._usage_list()
-            if usage:
-                failed["usage"] = usage
-            out.append(_frame(failed))
+            out.append(self._failed(data))
             self._ended = True
         else:  # run.resumed and any event type added later: passed on as it is
             out.append(_frame({"type": "CUSTOM", "name": kind, "value": data}))
+
+    def _count_usage(self, data: Mapping[str, Any]) -> None:
+        model = data.get("model")
+        key = model if isinstance(model, str) else self._model or ""
+        counts = self._usage.setdefault(key, [0, 0])
+        counts[0] += int(data.get("input_tokens") or 0)
+        counts[1] += int(data.get("output_tokens") or 0)
+
+    def _tool_call(self, data: Mapping[str, Any], out: list[bytes]) -> None:
+        call_id = str(data.get("tool_call_id"))
+        self._calls.add(call_id)
+        start: dict[str, Any] = {
+            "type": "TOOL_CALL_START",
+            "toolCallId": call_id,
+            "toolCallName": str(data.get("name")),
+        }
+        if self._parent is not None:
+            start["parentMessageId"] = self._parent
+        out.append(_frame(start))
+        out.append(
+            _frame(
+                {
+                    "type": "TOOL_CALL_ARGS",
+                    "toolCallId": call_id,
+                    "delta": encode_data(data.get("arguments") or {}),
+                }
+            )
+        )
+        out.append(_frame({"type": "TOOL_CALL_END", "toolCallId": call_id}))
+
+    def _tool_result(self, seq: int, data: Mapping[str, Any]) -> bytes:
+        result: dict[str, Any] = {
+            "type": "TOOL_CALL_RESULT",
+            "messageId": f"{self._run_id}:r{seq}",
+            "toolCallId": str(data.get("tool_call_id")),
+            "role": "tool",
+        }
+        if data.get("is_error"):
+            result["content"] = str(data.get("error") or "the tool failed")
+            result["metadata"] = {"is_error": True}
+        else:
+            value = data.get("result")
+            result["content"] = value if isinstance(value, str) else encode_data_any(value)
+        return _frame(result)
+
+    def _custom(self, data: Mapping[str, Any], out: list[bytes]) -> None:
+        name = str(data.get("name"))
+        payload = data.get("payload")
+        out.append(_frame({"type": "CUSTOM", "name": name, "value": payload}))
+        if isinstance(payload, dict) and isinstance(payload.get("tool_call_id"), str):
+            if name == "confirmation_requested":
+                self._pending[payload["tool_call_id"]] = payload
+            elif name == "confirmation_resolved":
+                self._pending.pop(payload["tool_call_id"], None)
+
+    def _failed(self, data: Mapping[str, Any]) -> bytes:
+        error = data.get("error") or {}
+        failed: dict[str, Any] = {
+            "type": "RUN_ERROR",
+            "message": str(error.get("message") or "the run failed"),
+            "code": str(error.get("code") or "internal"),
+        }
+        usage = self._usage_list()
+        if usage:
+            failed["usage"] = usage
+        return _frame(failed)
 
     def _finished(self, extra: dict[str, Any]) -> bytes:
         finished: dict[str, Any] = {
