@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import ProviderError
@@ -18,7 +19,7 @@ from .model import ModelEventKind, ModelRequest, ModelResponse, RetryOptions, Us
 from .run_context import AgentRunContext, new_id
 
 if TYPE_CHECKING:
-    from .bindings import ModelBindings
+    from .bindings import ModelBinding, ModelBindings
     from .tracing import RunTracer
 
 __all__ = ["ModelCalls"]
@@ -40,60 +41,24 @@ class ModelCalls:
         gate = context._options.model_gate
         if gate is not None:
             await gate(context)  # its RunError fails the run before the call is made
-        channel = context._channel
         run_id = context.run_id
-        session_id = context.session_id
         last_error: ProviderError | None = None
-        partial = context.state.partial
-        tracer = self.tracer
         for binding in self.bindings.llm:
             attempt = 0
             while True:
                 model_call_id = new_id("mcall")
                 request.model_call_id = model_call_id
-                emitted = False
-                response: ModelResponse | None = None
-                retry = _DEFAULT_RETRY
+                progress = _Attempt(model_call_id)
                 try:
-                    with tracer.model_call(context, binding, request) as trace:
-                        async with binding.lease_provider() as provider:
-                            retry = getattr(provider, "retry", None) or _DEFAULT_RETRY
-                            stream = provider.stream(request)
-                            try:
-                                async for item in stream:
-                                    kind = item.kind
-                                    if kind is ModelEventKind.TEXT:
-                                        if item.delta:
-                                            emitted = True
-                                            partial.append(item.delta)
-                                            await channel.put(
-                                                AgentEvent(
-                                                    AgentEventType.TEXT_DELTA,
-                                                    run_id,
-                                                    session_id,
-                                                    model_call_id,
-                                                    delta=item.delta,
-                                                )
-                                            )
-                                    elif kind is ModelEventKind.COMPLETED:
-                                        response = item.response
-                            finally:
-                                aclose = getattr(stream, "aclose", None)
-                                if aclose is not None:
-                                    await aclose()
-                        if response is None:
-                            raise ProviderError(
-                                f"model {binding.model} ended its stream without a completed event"
-                            )
-                        trace.response(response)
+                    response = await self._attempt(context, binding, request, progress)
                 except ProviderError as exc:
                     exc.run_id = run_id
-                    if emitted or not exc.retryable:
+                    if progress.emitted or not exc.retryable:
                         raise
                     last_error = exc
                     attempt += 1
-                    if attempt <= retry.max_retries:
-                        await asyncio.sleep(retry.delay(attempt, exc.retry_after))
+                    if attempt <= progress.retry.max_retries:
+                        await asyncio.sleep(progress.retry.delay(attempt, exc.retry_after))
                         continue
                     logger.warning(
                         "model binding failed, trying the next one",
@@ -101,25 +66,78 @@ class ModelCalls:
                     )
                     break
                 # the answer is whole: it joins the conversation, its text is no longer partial
-                partial.clear()
+                context.state.partial.clear()
                 if response.usage is not None:
-                    # the binding that answered, which after a failover is not the primary
-                    usage = Usage(
-                        response.usage.input_tokens,
-                        response.usage.output_tokens,
-                        response.usage.model or binding.model,
-                    )
-                    context.state.usage.add(usage)
-                    await channel.put(
-                        AgentEvent(
-                            AgentEventType.USAGE,
-                            run_id,
-                            session_id,
-                            model_call_id,
-                            usage=usage,
-                            model=usage.model,
-                        )
-                    )
+                    await _report_usage(context, binding, response.usage, model_call_id)
                 return response
         assert last_error is not None
         raise last_error
+
+    async def _attempt(
+        self,
+        context: AgentRunContext,
+        binding: ModelBinding,
+        request: ModelRequest,
+        progress: _Attempt,
+    ) -> ModelResponse:
+        """One try on one binding: its text streamed to the run's channel as it comes."""
+        response: ModelResponse | None = None
+        with self.tracer.model_call(context, binding, request) as trace:
+            async with binding.lease_provider() as provider:
+                progress.retry = getattr(provider, "retry", None) or _DEFAULT_RETRY
+                stream = provider.stream(request)
+                try:
+                    async for item in stream:
+                        kind = item.kind
+                        if kind is ModelEventKind.TEXT:
+                            if item.delta:
+                                progress.emitted = True
+                                context.state.partial.append(item.delta)
+                                await context._channel.put(
+                                    AgentEvent(
+                                        AgentEventType.TEXT_DELTA,
+                                        context.run_id,
+                                        context.session_id,
+                                        progress.model_call_id,
+                                        delta=item.delta,
+                                    )
+                                )
+                        elif kind is ModelEventKind.COMPLETED:
+                            response = item.response
+                finally:
+                    aclose = getattr(stream, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+            if response is None:
+                raise ProviderError(
+                    f"model {binding.model} ended its stream without a completed event"
+                )
+            trace.response(response)
+        return response
+
+
+@dataclass
+class _Attempt:
+    """One try: its model call's id, whether text reached the consumer, the retry options."""
+
+    model_call_id: str
+    emitted: bool = False
+    retry: RetryOptions = _DEFAULT_RETRY
+
+
+async def _report_usage(
+    context: AgentRunContext, binding: ModelBinding, reported: Usage, model_call_id: str
+) -> None:
+    # the binding that answered, which after a failover is not the primary
+    usage = Usage(reported.input_tokens, reported.output_tokens, reported.model or binding.model)
+    context.state.usage.add(usage)
+    await context._channel.put(
+        AgentEvent(
+            AgentEventType.USAGE,
+            context.run_id,
+            context.session_id,
+            model_call_id,
+            usage=usage,
+            model=usage.model,
+        )
+    )

@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar, cast
 
 from ..errors import ConfigurationError, LoopAffinityError
 from ..model import Model, RetryOptions
-from .purposes import PURPOSES, Definition, purpose_of, safe_url, validated_definition
+from .purposes import (
+    PURPOSES,
+    Definition,
+    Purpose,
+    purpose_of,
+    safe_url,
+    validated_definition,
+)
 
 if TYPE_CHECKING:
     from typing import Self, Unpack
@@ -132,6 +139,36 @@ def _describe_loop(loop: asyncio.AbstractEventLoop | None) -> str:
     return f"loop {hex(id(loop))} ({state})"
 
 
+def _check_supplied(provider: Any, spec: Purpose, given: Mapping[str, Any]) -> None:
+    """A provider given as it is: nothing else to configure, and the purpose's method."""
+    rejected = sorted(name for name, value in given.items() if value is not None)
+    if rejected:
+        raise ConfigurationError(
+            f"{', '.join(rejected)} cannot be combined with provider=: configure the "
+            "provider (and its client) directly"
+        )
+    if not spec.has_method(provider):
+        raise ConfigurationError(
+            f"{type(provider).__name__} has no {spec.method}(...): it cannot serve "
+            f"as a {spec.title}"
+        )
+
+
+def _check_credentials(
+    definition: Definition, api_key: str | None, credential_provider: CredentialProvider | None
+) -> None:
+    """A key or a credential provider, well formed, and only for a binding that takes one."""
+    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
+        raise ConfigurationError("api_key must be a non-empty string or None")
+    if credential_provider is not None and not callable(credential_provider):
+        raise ConfigurationError("credential_provider must be a callable")
+    if not definition.needs_key and (api_key is not None or credential_provider is not None):
+        raise ConfigurationError(
+            f"model binding {definition.model!r} is in-process (protocol "
+            f"{definition.protocol!r}): it takes no api_key or credential_provider"
+        )
+
+
 class ModelBinding:
     """One model, and the provider that serves it.
 
@@ -176,17 +213,7 @@ class ModelBinding:
                 "api_key_env": api_key_env,
                 "default_headers": default_headers,
             }
-            rejected = sorted(name for name, value in given.items() if value is not None)
-            if rejected:
-                raise ConfigurationError(
-                    f"{', '.join(rejected)} cannot be combined with provider=: configure the "
-                    "provider (and its client) directly"
-                )
-            if not spec.has_method(provider):
-                raise ConfigurationError(
-                    f"{type(provider).__name__} has no {spec.method}(...): it cannot serve "
-                    f"as a {spec.title}"
-                )
+            _check_supplied(provider, spec, given)
             self._supplied = provider
             self._definition = None
             self.model = model or getattr(provider, "model_name", None) or type(provider).__name__
@@ -206,17 +233,7 @@ class ModelBinding:
                 api_key_env=api_key_env,
                 default_headers=default_headers,
             )
-            if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
-                raise ConfigurationError("api_key must be a non-empty string or None")
-            if credential_provider is not None and not callable(credential_provider):
-                raise ConfigurationError("credential_provider must be a callable")
-            if not self._definition.needs_key and (
-                api_key is not None or credential_provider is not None
-            ):
-                raise ConfigurationError(
-                    f"model binding {self._definition.model!r} is in-process (protocol "
-                    f"{self._definition.protocol!r}): it takes no api_key or credential_provider"
-                )
+            _check_credentials(self._definition, api_key, credential_provider)
             self.model = self._definition.model
             self._loop_agnostic = self._definition.loop_agnostic
         self._api_key = api_key
