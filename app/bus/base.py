@@ -31,9 +31,11 @@ Errors::
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from agent_runtime.extensions.external import ExternalEvent
 
 __all__ = [
     "TERMINAL_TYPES",
@@ -222,7 +224,7 @@ class CommandHandler(Protocol):
         ...
 
     def deliver_local(
-        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+        self, session_id: str, run_id: str | None, event: ExternalEvent
     ) -> list[str] | None:
         """Offer an external answer to this worker's agent; the names that accepted it, ``[]``
         if the run is held here and took nothing, None if this worker cannot speak for it."""
@@ -249,7 +251,7 @@ class Router(Protocol):
         ...
 
     async def deliver_external(
-        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+        self, session_id: str, run_id: str | None, event: ExternalEvent
     ) -> list[str] | None:
         """Deliver an answer to whichever worker accepts it; the accepting extensions' names,
         ``[]`` if the run's worker took nothing, None if no worker could speak for the run

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+from agent_runtime.extensions.external import ExternalEvent
 from app.bus.base import (
     BusError,
     CommandHandler,
@@ -335,11 +335,11 @@ class LocalRouter:
         return self._handler.cancel_local(run_id, reason)
 
     async def deliver_external(
-        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+        self, session_id: str, run_id: str | None, event: ExternalEvent
     ) -> list[str] | None:
         if self._handler is None:
             return None
-        return self._handler.deliver_local(session_id, run_id, name, payload)
+        return self._handler.deliver_local(session_id, run_id, event)
 
     @property
     def registered(self) -> int:

@@ -67,7 +67,7 @@ logger = logging.getLogger("app.runs")
 
 
 class RunManager:
-    """Runs of one worker. Also the bus's ``CommandHandler`` for this worker."""
+    """Runs of one worker; its ``routing`` is the bus's ``CommandHandler`` for this worker."""
 
     def __init__(
         self,
@@ -124,23 +124,24 @@ class RunManager:
         self._writes = FinalWrites(context)
         handover = HandOver(context)
         finalizer = Finalizer(context, records, self._writes, handover)
-        self._routing = Routing(context)
-        self.fencing = Fencing(context, self._routing)
+        # public: the bus (its CommandHandler) and the answering edges reach it directly
+        self.routing = Routing(context)
+        self.fencing = Fencing(context, self.routing)
         driver = Driver(context, records, finalizer, self.fencing)
         self._starter = Starter(
-            context, records, driver, finalizer, self._routing, self.fencing, self._writes
+            context, records, driver, finalizer, self.routing, self.fencing, self._writes
         )
         self._multitask = Multitask(
             context, session_queue(bus), self._starter.start, max_queue=max_session_queue
         )
         self._starter.on_busy = self._multitask.on_busy
         self._starter.lease_sent = self._multitask.lease_sent
-        self._grace = DisconnectGrace(context, self._routing, disconnect_grace, reader_refresh)
+        self._grace = DisconnectGrace(context, self.routing, disconnect_grace, reader_refresh)
         resumer = Resumer(context, driver, self.fencing, self._grace)
         self._sweep = LostRunSweep(context, resumer)
-        self._routing.resume_parked = self._sweep.resume_parked
+        self.routing.resume_parked = self._sweep.resume_parked
         self.leases = LeaseKeeper(context, self.fencing, self._sweep)
-        self._drain = Drain(context, self._routing, self._writes, handover)
+        self._drain = Drain(context, self.routing, self._writes, handover)
         # a pending claim outlives the longest admission (the queue's wait, the record's
         # write), so only a worker that died while admitting leaves one to expire
         self.idempotency = IdempotentStarts(
@@ -152,7 +153,7 @@ class RunManager:
         self._open_streams = 0
         # blocking (stream: false) responses waiting for their run; counted by the response
         self.open_waiters = 0
-        bus.router.bind(self)
+        bus.router.bind(self.routing)
         if bus.shared and keep_leases:
             self.leases.start()
 
@@ -329,18 +330,11 @@ class RunManager:
 
     def cancel_local(self, run_id: str, reason: str) -> bool:
         """Cancel a run held here; False if there is no such unfinished run."""
-        return self._routing.cancel_local(run_id, reason)
-
-    def deliver_local(
-        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
-    ) -> list[str] | None:
-        """Offer an external answer to the agent holding the run (found by run, else session);
-        None if this worker cannot speak for the run now (``Routing.deliver_local``)."""
-        return self._routing.deliver_local(session_id, run_id, name, payload)
+        return self.routing.cancel_local(run_id, reason)
 
     async def cancel(self, run_id: str, principal: str) -> tuple[str, RunStatus] | None:
         """``POST /v1/runs/{id}/cancel``: ("cancelling" | "finished", status), None if unknown."""
-        answer = await self._routing.cancel(run_id, principal)
+        answer = await self.routing.cancel(run_id, principal)
         if answer is not None:
             return answer
         answer = await self._multitask.cancel(run_id, principal)
@@ -349,19 +343,8 @@ class RunManager:
                 return answer
             # claimed to start this very moment: cancel it as a run once it is one
             await asyncio.sleep(0.05)
-            answer = await self._routing.cancel(run_id, principal)
+            answer = await self.routing.cancel(run_id, principal)
         return "cancelling", "queued"
-
-    async def external_event(
-        self,
-        principal: str,
-        session_id: str,
-        run_id: str | None,
-        name: str,
-        payload: Mapping[str, Any],
-    ) -> list[str]:
-        """Deliver an answer to a waiting run of the caller's session; 404 if not theirs."""
-        return await self._routing.external_event(principal, session_id, run_id, name, payload)
 
     # --- lifecycle --------------------------------------------------------------------------
 

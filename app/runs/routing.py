@@ -9,7 +9,7 @@ conversation) has its task cancelled. The first reason given wins.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agent_runtime.agent import AgentRunConfig
@@ -92,7 +92,7 @@ class Routing:
         return True
 
     def deliver_local(
-        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+        self, session_id: str, run_id: str | None, event: ExternalEvent
     ) -> list[str] | None:
         """Offer an external answer to the agent holding the run (found by run, else session).
 
@@ -103,11 +103,8 @@ class Routing:
         A run named together with a session it does not belong to takes nothing.
         """
         context = self._context
-        event = ExternalEvent(name, dict(payload))
         config = AgentRunConfig(session_id=session_id, request_id=run_id)
-        handle = context.runs.get(run_id) if run_id is not None else None
-        if handle is None:
-            handle = next((h for h in context.runs.values() if h.session_id == session_id), None)
+        handle = self._held(session_id, run_id)
         if handle is not None:
             if handle.session_id != session_id:
                 return []  # another session's run: never answered for this one
@@ -125,6 +122,15 @@ class Routing:
             if accepted:
                 return accepted
         return [] if handle is not None else None
+
+    def _held(self, session_id: str, run_id: str | None) -> RunHandle | None:
+        """The run held here that an answer naming ``run_id`` (or only its session) is for:
+        the run itself, else the session's run held here."""
+        runs = self._context.runs
+        handle = runs.get(run_id) if run_id is not None else None
+        if handle is None:
+            handle = next((h for h in runs.values() if h.session_id == session_id), None)
+        return handle
 
     # --- from a request ----------------------------------------------------------------------
 
@@ -196,12 +202,7 @@ class Routing:
         return None
 
     async def external_event(
-        self,
-        principal: str,
-        session_id: str,
-        run_id: str | None,
-        name: str,
-        payload: Mapping[str, Any],
+        self, principal: str, session_id: str, run_id: str | None, event: ExternalEvent
     ) -> list[str]:
         """Deliver an answer to a waiting run of the caller's session; 404 if not theirs.
 
@@ -210,20 +211,19 @@ class Routing:
         own ``traceparent``.
         """
         context = self._context
+        held = self._held(session_id, run_id)
         tracing = context.tracing
         if tracing is None:
-            return await self._external_event(principal, session_id, run_id, name, payload)
+            return await self._external_event(principal, session_id, run_id, event, held)
         known = run_id
-        if known is None:
-            known = next(
-                (h.run_id for h in context.runs.values() if h.session_id == session_id), None
-            )
+        if known is None and held is not None:
+            known = held.run_id
         try:
             run = await tracing.run_context(context.bus.values, session_id, known)
         except BusError:
             run = None  # the answer still goes through; only its link is lost
-        with tracing.answer_span(name, session_id, run_id, run) as span:
-            accepted = await self._external_event(principal, session_id, run_id, name, payload)
+        with tracing.answer_span(event.name, session_id, run_id, run) as span:
+            accepted = await self._external_event(principal, session_id, run_id, event, held)
             span.set_attribute("agent_runtime.external_event.accepted", bool(accepted))
             return accepted
 
@@ -232,12 +232,12 @@ class Routing:
         principal: str,
         session_id: str,
         run_id: str | None,
-        name: str,
-        payload: Mapping[str, Any],
+        event: ExternalEvent,
+        held: RunHandle | None,
     ) -> list[str]:
         context = self._context
         if run_id is None:
-            run_id = await self._current_run(session_id)
+            run_id = held.run_id if held is not None else await self._leased_run(session_id)
         if run_id is None:
             # nothing holds the session: the answer can only be stale (409), or the session
             # not the caller's (404)
@@ -258,13 +258,13 @@ class Routing:
             return []
         accepted: list[str] | None = None
         if await self._leased(session_id, run_id):
-            accepted = await context.bus.router.deliver_external(session_id, run_id, name, payload)
+            accepted = await context.bus.router.deliver_external(session_id, run_id, event)
         if accepted is None and self.resume_parked is not None:
             # no worker holds the run: parked at a shutdown (or its worker died) and not yet
             # taken by a sweep; resumed here, it asks again, and takes the answer here
             handle = await self.resume_parked(run_id, session_id)
             if handle is not None:
-                accepted = await self._answer_resumed(handle, name, payload)
+                accepted = await self._answer_resumed(handle, event)
         if not accepted and await self._handed_over(run_id, session_id):
             context.metrics.external_events.labels("not_accepted").inc()
             raise Draining(
@@ -302,12 +302,9 @@ class Routing:
                 f"the session's lease cannot be read: {exc}", retry_after=_RETRY_HANDED_OVER
             ) from exc
 
-    async def _current_run(self, session_id: str) -> str | None:
-        """The run holding the session: held here, else the holder of its lease."""
+    async def _leased_run(self, session_id: str) -> str | None:
+        """The run holding the session's lease (on any worker)."""
         context = self._context
-        local = next((h for h in context.runs.values() if h.session_id == session_id), None)
-        if local is not None:
-            return local.run_id
         try:
             holder = await context.bus.locks.holder(session_id)
         except BusError as exc:
@@ -331,9 +328,7 @@ class Routing:
         record = await context.store.get_run(run_id)
         return record is not None and not record.is_finished
 
-    async def _answer_resumed(
-        self, handle: RunHandle, name: str, payload: Mapping[str, Any]
-    ) -> list[str] | None:
+    async def _answer_resumed(self, handle: RunHandle, event: ExternalEvent) -> list[str] | None:
         """Give the answer to a run just resumed here, once it waits again (or has ended);
         None if it has not asked again in time."""
         asking: asyncio.Future[Any] = asyncio.ensure_future(handle.asking.wait())
@@ -344,4 +339,4 @@ class Routing:
             asking.cancel()
         if not handle.asking.is_set():
             return [] if handle.done else None
-        return self.deliver_local(handle.session_id, handle.run_id, name, payload)
+        return self.deliver_local(handle.session_id, handle.run_id, event)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from agent_runtime.extensions.external import ExternalEvent
 from app.bus import BusError, LeaseLost, LocalBus, LogNotFound, WireEvent
 from app.bus.local import LocalEventLog, LocalSessionLocks
 from app.bus.wire import WireEncoder
@@ -164,10 +164,8 @@ class Handler:
         self.calls.append(("cancel", run_id, reason))
         return run_id == "known"
 
-    def deliver_local(
-        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
-    ) -> list[str]:
-        self.calls.append(("deliver", session_id, run_id, name, dict(payload)))
+    def deliver_local(self, session_id: str, run_id: str | None, event: ExternalEvent) -> list[str]:
+        self.calls.append(("deliver", session_id, run_id, event.name, dict(event.payload)))
         return ["Ext"]
 
 
@@ -180,7 +178,7 @@ async def test_router_goes_to_the_local_handler() -> None:
     assert bus.stats()["routed_runs"] == 1
     assert await bus.router.cancel("known", "cancel_requested") is True
     assert await bus.router.cancel("other", "cancel_requested") is False
-    assert await bus.router.deliver_external("s", None, "n", {"a": 1}) == ["Ext"]
+    assert await bus.router.deliver_external("s", None, ExternalEvent("n", {"a": 1})) == ["Ext"]
     await bus.router.unregister("known")
     assert bus.stats()["routed_runs"] == 0
     await bus.aclose()

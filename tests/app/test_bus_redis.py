@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
+from agent_runtime.extensions.external import ExternalEvent
 from app.agents.build import load_config
 from app.bus import BusError, BusUnavailable, LeaseLost, LogNotFound, WireEvent
 from app.bus.redis import RedisBus, check_redis
@@ -354,9 +355,9 @@ class Handler:
         return run_id in self.runs
 
     def deliver_local(
-        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+        self, session_id: str, run_id: str | None, event: ExternalEvent
     ) -> list[str] | None:
-        self.calls.append(("deliver", session_id, run_id, name, dict(payload)))
+        self.calls.append(("deliver", session_id, run_id, event.name, dict(event.payload)))
         if run_id in self.settling:
             return None
         if run_id in self.runs or (run_id is None and session_id == "s-held"):
@@ -377,24 +378,26 @@ async def test_commands_reach_the_worker_holding_the_run(buses: Buses) -> None:
     assert await other.router.cancel("run_h", "cancel_requested") is True
     assert held.calls[-1:] == [("cancel", "run_h", "cancel_requested")]
     accepted = await other.router.deliver_external(
-        "s-held", "run_h", "confirmation_response", {"a": 1}
+        "s-held", "run_h", ExternalEvent("confirmation_response", {"a": 1})
     )
     assert accepted == ["ConfirmationExtension"]
     assert held.calls[-1:] == [("deliver", "s-held", "run_h", "confirmation_response", {"a": 1})]
     # without a run id, the answer goes to whichever run holds the session
-    assert await other.router.deliver_external("s-held", None, "n", {}) == ["ConfirmationExtension"]
+    assert await other.router.deliver_external("s-held", None, ExternalEvent("n", {})) == [
+        "ConfirmationExtension"
+    ]
     # the holder's own refusal comes back as is
     held.runs.clear()
     assert await other.router.cancel("run_h", "cancel_requested") is False
-    assert await other.router.deliver_external("s-held", "run_h", "n", {}) == []
+    assert await other.router.deliver_external("s-held", "run_h", ExternalEvent("n", {})) == []
     # a holder that cannot speak for the run now says so: None, not a refusal
     held.settling.add("run_h")
-    assert await other.router.deliver_external("s-held", "run_h", "n", {}) is None
+    assert await other.router.deliver_external("s-held", "run_h", ExternalEvent("n", {})) is None
     held.settling.clear()
     # unknown runs are answered without asking anyone
     calls = len(held.calls)
     assert await other.router.cancel("run_nope", "cancel_requested") is False
-    assert await other.router.deliver_external("s-free", None, "n", {}) == []
+    assert await other.router.deliver_external("s-free", None, ExternalEvent("n", {})) == []
     assert len(held.calls) == calls
     await holder.router.unregister("run_h")
     assert await other.router.cancel("run_h", "cancel_requested") is False
@@ -492,7 +495,7 @@ async def test_a_gone_worker_is_answered_for_at_once(buses: Buses) -> None:
     started = time.monotonic()
     assert await other.router.cancel("run_h", "cancel_requested") is False
     # nobody could be asked: None (the caller tells "post it again" from "refused")
-    assert await other.router.deliver_external("s", "run_h", "n", {}) is None
+    assert await other.router.deliver_external("s", "run_h", ExternalEvent("n", {})) is None
     assert time.monotonic() - started < 1.0
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from agent_runtime import AgentCore
 from agent_runtime.extensions.confirmation import ConfirmationExtension
+from agent_runtime.extensions.external import ExternalEvent
 from agent_runtime.testing import ScriptedModel, tool_call_turn
 from agent_runtime.tools.base import tool
 from app.admission.slots import Admission
@@ -97,12 +98,13 @@ class World:
         return handle
 
     async def answer(self, handle: RunHandle, approved: bool = True) -> list[str]:
-        return await self.manager.external_event(
+        return await self.manager.routing.external_event(
             "anonymous",
             handle.session_id,
             handle.run_id,
-            "confirmation_response",
-            {"tool_call_id": "call_append_line", "approved": approved},
+            ExternalEvent(
+                "confirmation_response", {"tool_call_id": "call_append_line", "approved": approved}
+            ),
         )
 
     async def logged_types(self, run_id: str) -> list[str]:
@@ -210,7 +212,8 @@ async def test_at_the_deadline_the_worker_stops_acting_for_the_run(world: World)
     with pytest.raises(Unavailable):
         await world.answer(handle)
     # not this worker's to answer for any more: None (post it again), never taken
-    assert world.manager.deliver_local(handle.session_id, handle.run_id, "x", {}) is None
+    answer = ExternalEvent("x", {})
+    assert world.manager.routing.deliver_local(handle.session_id, handle.run_id, answer) is None
     assert world.manager.cancel_local(handle.run_id, "cancel_requested") is False
     with pytest.raises(Unavailable):
         await world.manager.cancel(handle.run_id, "anonymous")

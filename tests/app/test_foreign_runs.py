@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from agent_runtime.extensions.external import ExternalEvent
 from app.agents.build import load_config
 from app.bus import LocalBus
 from app.errors import NotFound
@@ -87,7 +88,9 @@ async def test_a_foreign_live_run_costs_what_an_unknown_id_costs(
         store.calls.clear()
         assert await manager.find(run_id, principal) is None
         with pytest.raises(NotFound):
-            await manager.external_event(principal, "s-alice", run_id, "confirmation", {})
+            await manager.routing.external_event(
+                principal, "s-alice", run_id, ExternalEvent("confirmation", {})
+            )
         # the lookups' own reads (the run writes its own status meanwhile)
         return collections.Counter({k: store.calls[k] for k in ("get_run", "get_session")})
 
@@ -120,8 +123,8 @@ async def test_an_answer_naming_another_s_run_under_ones_own_session_changes_not
     attempts = [("bob", "s-bob"), ("bob", "s-alice"), ("alice", "s-bob")]
     for principal, session in attempts:
         with pytest.raises(NotFound):
-            await manager.external_event(
-                principal, session, handle.run_id, "confirmation_response", approve
+            await manager.routing.external_event(
+                principal, session, handle.run_id, ExternalEvent("confirmation_response", approve)
             )
         assert await manager.cancel(handle.run_id, "bob") is None
         assert manager.live_status(handle) == "waiting"
@@ -130,8 +133,8 @@ async def test_an_answer_naming_another_s_run_under_ones_own_session_changes_not
         assert handle.lease.token == token and handle.lease.session_id == "s-alice"
     # alice's own answer, under her own session, is the one taken
     deny = {**approve, "approved": False}
-    taken = await manager.external_event(
-        "alice", "s-alice", handle.run_id, "confirmation_response", deny
+    taken = await manager.routing.external_event(
+        "alice", "s-alice", handle.run_id, ExternalEvent("confirmation_response", deny)
     )
     assert taken == ["ConfirmationExtension"]
     await handle.finished

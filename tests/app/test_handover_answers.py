@@ -13,6 +13,7 @@ import pytest
 
 from agent_runtime import AgentCore
 from agent_runtime.extensions.confirmation import ConfirmationExtension
+from agent_runtime.extensions.external import ExternalEvent
 from agent_runtime.testing import ScriptedModel, tool_call_turn
 from agent_runtime.tools.base import tool
 from app.admission.slots import Admission
@@ -39,12 +40,11 @@ class World:
         return handle
 
     async def answer(self, handle: RunHandle) -> list[str]:
-        return await self.manager.external_event(
+        return await self.manager.routing.external_event(
             "anonymous",
             "s1",
             handle.run_id,
-            "confirmation_response",
-            {"tool_call_id": "call_1", "approved": True},
+            ExternalEvent("confirmation_response", {"tool_call_id": "call_1", "approved": True}),
         )
 
 

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from agent_runtime import AgentCore
+from agent_runtime.extensions.external import ExternalEvent
 from app.admission.budgets import BudgetRules, Budgets, LocalBudgetCounters, day_window
 from app.agents.build import load_config
 from app.bus import LocalBus
@@ -65,12 +66,13 @@ async def test_a_resumed_run_is_charged_what_it_uses_where_it_is_resumed(
         assert resumed is not None
         await wait_until(lambda: second.live_status(resumed) == "waiting")
         (call,) = checkpoint.data["calls"]
-        answered = await second.external_event(
+        answered = await second.routing.external_event(
             "anonymous",
             "s1",
             handle.run_id,
-            "confirmation_response",
-            {"tool_call_id": call["call_id"], "approved": True},
+            ExternalEvent(
+                "confirmation_response", {"tool_call_id": call["call_id"], "approved": True}
+            ),
         )
         assert answered == ["ConfirmationExtension"]
         await resumed.finished

@@ -11,6 +11,7 @@ import pytest
 
 from agent_runtime import AgentCore, AgentPhase
 from agent_runtime.extensions.confirmation import ConfirmationExtension
+from agent_runtime.extensions.external import ExternalEvent
 from agent_runtime.testing import ScriptedModel, tool_call_turn
 from agent_runtime.tools.base import tool
 from app.admission.slots import Admission
@@ -96,12 +97,13 @@ async def test_a_run_reads_waiting_once_its_question_is_in_the_log(
     logged = await subscription.next()
     await subscription.aclose()
     assert [event.type for event in logged][-1] == "custom"
-    answered = await manager.external_event(
+    answered = await manager.routing.external_event(
         "anonymous",
         "s1",
         handle.run_id,
-        "confirmation_response",
-        {"tool_call_id": "call_append_line", "approved": True},
+        ExternalEvent(
+            "confirmation_response", {"tool_call_id": "call_append_line", "approved": True}
+        ),
     )
     assert answered == ["ConfirmationExtension"]
     await handle.finished

@@ -25,13 +25,13 @@ import contextlib
 import json
 import logging
 import secrets
-from collections.abc import Mapping
 from typing import Any, Final
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
+from agent_runtime.extensions.external import ExternalEvent
 from app.bus.base import CommandHandler
 from app.bus.redis import scripts
 from app.bus.redis.connection import Keys, text, unavailable
@@ -136,12 +136,12 @@ class RedisRouter:
         return bool(answer is not None and answer.get("ok"))
 
     async def deliver_external(
-        self, session_id: str, run_id: str | None, name: str, payload: Mapping[str, Any]
+        self, session_id: str, run_id: str | None, event: ExternalEvent
     ) -> list[str] | None:
         handler = self._handler
         here: list[str] | None = None
         if handler is not None:
-            here = handler.deliver_local(session_id, run_id, name, payload)
+            here = handler.deliver_local(session_id, run_id, event)
             if here:
                 return here
         target = run_id
@@ -160,8 +160,8 @@ class RedisRouter:
                 "op": "deliver",
                 "session_id": session_id,
                 "run_id": run_id,
-                "name": name,
-                "payload": dict(payload),
+                "name": event.name,
+                "payload": dict(event.payload),
             },
         )
         if answer is None or answer.get("retry"):
@@ -261,8 +261,8 @@ class RedisRouter:
                     else handler.deliver_local(
                         str(command["session_id"]),
                         None if command.get("run_id") is None else str(command["run_id"]),
-                        str(command["name"]),
-                        dict(command.get("payload") or {}),
+                        # built once on this worker, from the wire
+                        ExternalEvent(str(command["name"]), dict(command.get("payload") or {})),
                     )
                 )
                 answer = (

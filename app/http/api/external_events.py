@@ -35,11 +35,11 @@ async def deliver(
     """202 with the extensions that took the answer; 409 if none did (stale, duplicate,
     expired or unknown)."""
     try:
-        ExternalEvent(body.name, body.payload)  # the runtime's own checks of the envelope
+        event = ExternalEvent(body.name, body.payload)  # the runtime's own checks too
     except (TypeError, ValueError) as exc:
         raise ProblemError(422, "validation_error", f"body: {exc}") from None
-    accepted = await services.manager.external_event(
-        principal, body.session_id, body.run_id, body.name, body.payload
+    accepted = await services.manager.routing.external_event(
+        principal, body.session_id, body.run_id, event
     )
     if not accepted:
         return problem_response(

@@ -40,6 +40,7 @@ from agent_runtime.extensions.confirmation import (
     CONFIRMATION_RESOLVED,
     CONFIRMATION_RESPONSE,
 )
+from agent_runtime.extensions.external import ExternalEvent
 from app.bus.base import BusError, EventLog, LogNotFound, Router, WireEvent
 from app.errors import InvalidRequest, NotFound, SessionBusy
 from app.http.api.errors import problem_response
@@ -555,11 +556,8 @@ async def answer_confirmation(
 ) -> bool:
     """Deliver an approval or a denial to the waiting run, exactly as ``POST /external-events``
     does (the run holds the call; the answer cannot change it). False if no run took it."""
-    accepted = await services.manager.external_event(
-        principal,
-        session_id,
-        run_id,
-        CONFIRMATION_RESPONSE,
-        {"tool_call_id": tool_call_id, "approved": approved},
+    answer = ExternalEvent(
+        CONFIRMATION_RESPONSE, {"tool_call_id": tool_call_id, "approved": approved}
     )
+    accepted = await services.manager.routing.external_event(principal, session_id, run_id, answer)
     return bool(accepted)

@@ -38,6 +38,7 @@ from starlette.types import Receive, Scope, Send
 from app.errors import InvalidRequest, NotAccepted, NotFound, ServiceError, Unauthorized
 from app.http.api.schemas import SESSION_ID_PATTERN, is_session_id
 from app.http.protocols.common import (
+    answer_confirmation,
     check_session_id,
     check_text,
     follow,
@@ -52,7 +53,6 @@ __all__ = ["McpEndpoint"]
 logger = logging.getLogger("app.http.protocols.mcp")
 
 _CALLER = "agent_runtime.mcp.caller"
-_CONFIRMATION_ANSWER = "confirmation_response"
 _WAITING_EVENT = "confirmation_requested"
 _ELICITATION_KEY = "confirm"
 _INVALID_PARAMS = -32602
@@ -213,14 +213,10 @@ class _Call:
         return _result(text, structured)
 
     async def answer(self, run_id: str, call_id: str, approved: bool) -> None:
-        accepted = await self.caller.services.manager.external_event(
-            self.caller.principal,
-            self.session_id,
-            run_id,
-            _CONFIRMATION_ANSWER,
-            {"tool_call_id": call_id, "approved": approved},
-        )
-        if not accepted:
+        caller = self.caller
+        if not await answer_confirmation(
+            caller.services, caller.principal, self.session_id, run_id, call_id, approved
+        ):
             raise NotAccepted(
                 "the confirmation is no longer open: it expired, or it was answered already"
             )

@@ -39,6 +39,7 @@ from app.errors import InvalidRequest, NotAccepted, NotFound, ServiceError, Sess
 from app.http.api.schemas import is_session_id
 from app.http.protocols.a2a.tasks import STATE_OF_STATUS, TaskBuilder, data_of, text_of
 from app.http.protocols.common import (
+    answer_confirmation,
     check_session_id,
     check_text,
     follow,
@@ -53,7 +54,6 @@ __all__ = ["RunTaskHandler", "TaskCaller"]
 
 logger = logging.getLogger("app.http.protocols.a2a")
 
-_CONFIRMATION_ANSWER = "confirmation_response"
 _CANCEL_WAIT = 10.0
 _LIST_DEFAULT = 50
 _LIST_MAX = 100
@@ -217,14 +217,14 @@ class RunTaskHandler(RequestHandler):
                 'the task waits for a confirmation: answer with a data part {"approved": true} '
                 'or {"approved": false}'
             )
-        accepted = await caller.services.manager.external_event(
+        if not await answer_confirmation(
+            caller.services,
             caller.principal,
             found.session_id,
             found.run_id,
-            _CONFIRMATION_ANSWER,
-            {"tool_call_id": builder.pending_call, "approved": approved},
-        )
-        if not accepted:
+            builder.pending_call,
+            approved,
+        ):
             raise InvalidParamsError(
                 "the question is no longer open: it expired, or it was answered already"
             )

@@ -23,6 +23,7 @@ from app.http.protocols.common import (
     LogResultResponse,
     RefusedValue,
     TranslatingEncoder,
+    answer_confirmation,
     cancel_on_disconnect,
     check_fields,
     check_session_id,
@@ -53,7 +54,6 @@ router = APIRouter(tags=["openai"], include_in_schema=False)
 
 Principal = Annotated[str, Depends(principal_of)]
 
-_CONFIRMATION_ANSWER = "confirmation_response"
 _WAITING_EVENT = "confirmation_requested"
 # how long a cancel waits for the run's end, to answer with the cancelled response
 _CANCEL_WAIT = 10.0
@@ -287,14 +287,9 @@ async def _answer_approvals(
                 f"approval_request_id {approval.approval_request_id!r} is not a request of "
                 f"response {body.previous_response_id!r}"
             )
-        accepted = await services.manager.external_event(
-            principal,
-            found.session_id,
-            run_id,
-            _CONFIRMATION_ANSWER,
-            {"tool_call_id": call_id, "approved": approval.approve},
-        )
-        if not accepted:
+        if not await answer_confirmation(
+            services, principal, found.session_id, run_id, call_id, approval.approve
+        ):
             raise NotAccepted(
                 f"the request {approval.approval_request_id!r} is not waiting for an answer: "
                 "it was answered already, it expired, or its run ended",
