@@ -15,7 +15,7 @@ from .errors import RunError
 if TYPE_CHECKING:
     from .messages import Message
     from .run_context import AgentResponse, AgentRunConfig
-    from .run_options import RunOptions
+    from .run_options import RunOptions, SkillRunOptions, StructuredRunOptions
 
 __all__ = ["RunCalls", "StructuredResponse"]
 
@@ -58,7 +58,7 @@ class RunCalls:
         output_retries: int | None = None,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
-        **options: Any,
+        **options: Unpack[StructuredRunOptions],
     ) -> StructuredResponse[T]: ...
 
     @overload
@@ -70,7 +70,7 @@ class RunCalls:
         output_retries: int | None = None,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
-        **options: Any,
+        **options: Unpack[StructuredRunOptions],
     ) -> StructuredResponse[Any]: ...
 
     async def chat_structured(
@@ -81,7 +81,7 @@ class RunCalls:
         output_retries: int | None = None,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
-        **options: Any,
+        **options: Unpack[StructuredRunOptions],
     ) -> StructuredResponse[Any]:
         """Run to completion with an answer validated against ``output_type``.
 
@@ -109,7 +109,7 @@ class RunCalls:
         *,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
-        **options: Any,
+        **options: Unpack[SkillRunOptions],
     ) -> AgentResponse:
         """Run ``prompt`` with the skill ``name`` active from the start (no dispatch).
 

@@ -19,11 +19,11 @@ if TYPE_CHECKING:
     from .run_context import ModelGate, PermissionCallback, ToolGate
     from .tools.base import Tool
 
-__all__ = ["OPTION_NAMES", "RunOptions"]
+__all__ = ["OPTION_NAMES", "RunOptions", "SkillRunOptions", "StructuredRunOptions"]
 
 
-class RunOptions(TypedDict, total=False):
-    """A run's own settings over the agent's defaults."""
+class _SharedRunOptions(TypedDict, total=False):
+    """The options every entry point takes."""
 
     run_timeout: float | None
     """Seconds for the whole run; None: no limit."""
@@ -51,18 +51,33 @@ class RunOptions(TypedDict, total=False):
     """The run's last word on each tool call, right before it executes."""
     model_gate: ModelGate | None
     """Awaited right before each model call."""
+    response_format: Mapping[str, Any] | None
+    """Structured output: an OpenAI-style ``response_format`` (a JSON schema)."""
+    checkpoint_sink: CheckpointSink | None
+    """Where the run's checkpoints go; None: the agent's."""
+
+
+class StructuredRunOptions(_SharedRunOptions, total=False):
+    """The options ``chat_structured`` takes beside its own ``output_type`` and
+    ``output_retries``."""
+
     skill: str | None
     """A skill of the catalogue, active from the start."""
     skill_dispatch: bool
     """False: no ``system_one`` routing to a skill."""
+
+
+class SkillRunOptions(_SharedRunOptions, total=False):
+    """The options ``run_skill`` takes beside the skill it names."""
+
     output_type: Any
     """Structured output: a pydantic model or any type a ``TypeAdapter`` accepts."""
-    response_format: Mapping[str, Any] | None
-    """Structured output: an OpenAI-style ``response_format`` (a JSON schema)."""
     output_retries: int | None
     """How often an answer that does not validate is given back (default 2)."""
-    checkpoint_sink: CheckpointSink | None
-    """Where the run's checkpoints go; None: the agent's."""
+
+
+class RunOptions(StructuredRunOptions, SkillRunOptions, total=False):
+    """A run's own settings over the agent's defaults: every option."""
 
 
 OPTION_NAMES: frozenset[str] = RunOptions.__optional_keys__

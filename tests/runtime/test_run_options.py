@@ -6,7 +6,12 @@ import pytest
 
 from agent_runtime import AgentCore
 from agent_runtime.errors import ConfigurationError
-from agent_runtime.run_options import OPTION_NAMES, RunOptions
+from agent_runtime.run_options import (
+    OPTION_NAMES,
+    RunOptions,
+    SkillRunOptions,
+    StructuredRunOptions,
+)
 from agent_runtime.run_setup import OPTION_NAMES as CONTEXT_OPTION_NAMES
 from agent_runtime.testing import ScriptedModel
 
@@ -16,6 +21,12 @@ def test_the_option_names_are_the_typed_dicts_keys() -> None:
     assert RunOptions.__optional_keys__ == OPTION_NAMES
     assert not RunOptions.__required_keys__
     assert CONTEXT_OPTION_NAMES is OPTION_NAMES
+
+
+def test_the_entry_points_own_arguments_are_all_that_their_options_leave_out() -> None:
+    structured = OPTION_NAMES - StructuredRunOptions.__optional_keys__
+    assert structured == {"output_type", "output_retries"}
+    assert OPTION_NAMES - SkillRunOptions.__optional_keys__ == {"skill", "skill_dispatch"}
 
 
 async def test_a_misspelt_option_fails_type_checking_and_the_run() -> None:
