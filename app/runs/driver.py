@@ -29,7 +29,7 @@ from agent_runtime.messages import Message, ToolCall, message_from_dict
 from agent_runtime.run_options import RunOptions
 from app.admission.budgets import BudgetHold, BudgetUsedUp
 from app.admission.slots import AdmissionRejected, QueueTimeout
-from app.bus.base import BusError
+from app.bus.base import BusError, WireEvent
 from app.bus.wire import delta_json, encode_data
 from app.runs.checkpoints import RunCheckpointSink, first_checkpoint
 from app.runs.context import RunContext
@@ -129,63 +129,22 @@ class Driver:
     async def stream(self, handle: RunHandle, history: Sequence[Message]) -> Outcome:
         """Run the agent on ``history`` and forward its events to the run's log."""
         context = self._context
-        records = self._records
         run_id = handle.run_id
-        options = run_options(handle)
-        if context.bus.shared:
-            options["tool_gate"] = self._tool_gate(handle)
-        if handle.budget is not None:
-            options["model_gate"] = _budget_gate(handle, handle.budget)
-        config = AgentRunConfig(
-            session_id=handle.session_id,
-            request_id=run_id,
-            run_id=run_id,
-            metadata=handle.metadata,
-        )
-        resumed = handle.resumed_from
-        first: asyncio.Task[None] | None = None
-        if context.resume_runs:
-            sink = RunCheckpointSink(context, records, self._fencing, handle)
-            options["checkpoint_sink"] = sink
-            if resumed is None:  # beside the first model call, not before it
-                first = asyncio.get_running_loop().create_task(
-                    self._first_checkpoint(sink, handle, handle.seq)
-                )
+        options, first = self._options(handle)
         # a run resumed here: its first event is the service's own run.resumed (why, and
         # from which log position); a confirmation asked for again stays out of a log that
         # still holds the first request (it is the same, with the same id and deadline)
-        resumed_data: dict[str, Any] | None = None
-        repeat_confirmations = resumed is not None and not context.bus.shared
-        if resumed is not None:
-            resumed_data = {
-                "reason": resumed.handover or "worker_lost",
-                "from_seq": min(resumed.event_seq, handle.seq),
-            }
+        resumed_data = _resumed_data(handle)
+        repeat_confirmations = handle.resumed_from is not None and not context.bus.shared
         terminal: AgentEvent | None = None
         encode = handle.encoder.encode_json
         text_delta = AgentEventType.TEXT_DELTA
         append_nowait = context.append_nowait
-        events = context.events
-        metrics = context.metrics
         fence = handle.lease.token
         usage = handle.usage
-        running = handle.tools_running
-        tracing = context.tracing if context.bus.shared else None
         handle.in_runtime = True
         try:
-            agent = context.agent_for(handle)
-            if resumed is not None:
-                source = agent.resume(
-                    RunCheckpoint.from_dict(resumed.data),
-                    config=config,
-                    conversation=list(history),
-                    **options,
-                )
-            else:
-                source = agent.stream(
-                    handle.input, config=config, conversation=list(history), **options
-                )
-            stream = cast(AsyncGenerator[AgentEvent, None], source)
+            stream = self._agent_events(handle, history, options)
             try:
                 async for event in stream:
                     # the hot path: one encode, one append
@@ -204,19 +163,11 @@ class Driver:
                         and _asked_again(event)
                         and not repeat_confirmations
                     ):
-                        handle.status = "waiting"
-                        await records.status(handle, "waiting")
-                        handle.ask()
+                        await self._wait_again(handle)
                         continue
                     else:
-                        if event_type is _TOOL_COMPLETED and event.tool_call_id in running:
-                            running.discard(event.tool_call_id)
-                            if handle.fenced:
-                                logger.error(
-                                    "a tool call of a fenced-off run finished after the run's "
-                                    "lease",
-                                    extra={"run_id": run_id, "tool": event.name},
-                                )
+                        if event_type is _TOOL_COMPLETED:
+                            _tool_finished(handle, event)
                         wire = encode(seq, event_type.value, event.ts, encode_data(event.data()))
                     if handle.fenced:
                         continue  # past its lease: nothing of the run goes out from here
@@ -224,39 +175,17 @@ class Driver:
                     if append_nowait is not None and event_type is not _CUSTOM:
                         append_nowait(run_id, wire, fence=fence)
                     else:
-                        # a custom event may be a question the run then waits on (a
-                        # confirmation request): written before the run reads as waiting,
-                        # so whoever sees that status finds the question in the log
-                        handle.appending = True
-                        try:
-                            await events.append(run_id, wire, fence=fence)
-                        finally:
-                            handle.appending = False
+                        await self._append_waited(handle, wire, fence)
                     if handle.t_first_event is None:
-                        handle.t_first_event = time.monotonic()
-                        metrics.time_to_first_event.observe(
-                            handle.t_first_event - handle.t_accepted
-                        )
+                        self._first_event(handle)
                     if event_type is AgentEventType.USAGE:
                         usage.add(event.usage)
-                    elif event_type is AgentEventType.RUN_STARTED and tracing is not None:
-                        # where a worker answering this run's confirmation finds its trace
-                        try:
-                            await tracing.remember(context.bus.values, handle.session_id, run_id)
-                        except BusError as exc:  # a trace never fails a run
-                            logger.warning(
-                                "could not share the run's trace context: %s",
-                                exc,
-                                extra={"run_id": run_id},
-                            )
-                    elif event_type is AgentEventType.CUSTOM and event.name == _WAITING_EVENT:
-                        handle.status = "waiting"
-                        await records.status(handle, "waiting", self._webhook(handle, event))
-                        handle.ask()
-                    elif handle.status == "waiting":
-                        handle.asking.clear()
-                        handle.status = "running"
-                        await records.status(handle, "running")
+                    elif (
+                        event_type is AgentEventType.RUN_STARTED
+                        or event_type is _CUSTOM
+                        or handle.status == "waiting"
+                    ):
+                        await self._after_event(handle, event)
             except RunError:
                 pass  # run.failed or run.cancelled was yielded just before
             except BusError as exc:
@@ -276,6 +205,94 @@ class Driver:
         if terminal is None:  # pragma: no cover - the runtime always ends with a terminal event
             return Outcome.failed("internal", "the run ended without a result")
         return self.outcome_of(handle, terminal)
+
+    async def _wait_again(self, handle: RunHandle) -> None:
+        """The run waits again on a question its log already holds (a resumed run's)."""
+        handle.status = "waiting"
+        await self._records.status(handle, "waiting")
+        handle.ask()
+
+    async def _append_waited(self, handle: RunHandle, wire: WireEvent, fence: int) -> None:
+        """Append an event to the run's log, and wait until it is there."""
+        # a custom event may be a question the run then waits on (a confirmation request):
+        # written before the run reads as waiting, so whoever sees that status finds the
+        # question in the log
+        handle.appending = True
+        try:
+            await self._context.events.append(handle.run_id, wire, fence=fence)
+        finally:
+            handle.appending = False
+
+    def _first_event(self, handle: RunHandle) -> None:
+        handle.t_first_event = time.monotonic()
+        self._context.metrics.time_to_first_event.observe(handle.t_first_event - handle.t_accepted)
+
+    def _options(self, handle: RunHandle) -> tuple[RunOptions, asyncio.Task[None] | None]:
+        """The run's options (its gates, its checkpoint sink), and the task storing its first
+        checkpoint (None if it has none to store)."""
+        context = self._context
+        options = run_options(handle)
+        if context.bus.shared:
+            options["tool_gate"] = self._tool_gate(handle)
+        if handle.budget is not None:
+            options["model_gate"] = _budget_gate(handle, handle.budget)
+        first: asyncio.Task[None] | None = None
+        if context.resume_runs:
+            sink = RunCheckpointSink(context, self._records, self._fencing, handle)
+            options["checkpoint_sink"] = sink
+            if handle.resumed_from is None:  # beside the first model call, not before it
+                first = asyncio.get_running_loop().create_task(
+                    self._first_checkpoint(sink, handle, handle.seq)
+                )
+        return options, first
+
+    def _agent_events(
+        self, handle: RunHandle, history: Sequence[Message], options: RunOptions
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """The run's events from its agent: a new run, or one resumed from its checkpoint."""
+        config = AgentRunConfig(
+            session_id=handle.session_id,
+            request_id=handle.run_id,
+            run_id=handle.run_id,
+            metadata=handle.metadata,
+        )
+        agent = self._context.agent_for(handle)
+        resumed = handle.resumed_from
+        if resumed is not None:
+            source = agent.resume(
+                RunCheckpoint.from_dict(resumed.data),
+                config=config,
+                conversation=list(history),
+                **options,
+            )
+        else:
+            source = agent.stream(
+                handle.input, config=config, conversation=list(history), **options
+            )
+        return cast(AsyncGenerator[AgentEvent, None], source)
+
+    async def _after_event(self, handle: RunHandle, event: AgentEvent) -> None:
+        """What a logged event changes: the run's shared trace, its waiting status."""
+        context = self._context
+        tracing = context.tracing if context.bus.shared else None
+        if event.type is AgentEventType.RUN_STARTED and tracing is not None:
+            # where a worker answering this run's confirmation finds its trace
+            try:
+                await tracing.remember(context.bus.values, handle.session_id, handle.run_id)
+            except BusError as exc:  # a trace never fails a run
+                logger.warning(
+                    "could not share the run's trace context: %s",
+                    exc,
+                    extra={"run_id": handle.run_id},
+                )
+        elif event.type is AgentEventType.CUSTOM and event.name == _WAITING_EVENT:
+            handle.status = "waiting"
+            await self._records.status(handle, "waiting", self._webhook(handle, event))
+            handle.ask()
+        elif handle.status == "waiting":
+            handle.asking.clear()
+            handle.status = "running"
+            await self._records.status(handle, "running")
 
     async def _first_checkpoint(
         self, sink: RunCheckpointSink, handle: RunHandle, event_seq: int
@@ -373,6 +390,28 @@ def _asked_again(event: AgentEvent) -> bool:
     data = event.data()
     payload = data.get("payload")
     return bool(data.get("resumed")) or (isinstance(payload, dict) and bool(payload.get("resumed")))
+
+
+def _resumed_data(handle: RunHandle) -> dict[str, Any] | None:
+    """The data of a resumed run's ``run.resumed``: why, and from which log position."""
+    resumed = handle.resumed_from
+    if resumed is None:
+        return None
+    return {
+        "reason": resumed.handover or "worker_lost",
+        "from_seq": min(resumed.event_seq, handle.seq),
+    }
+
+
+def _tool_finished(handle: RunHandle, event: AgentEvent) -> None:
+    if event.tool_call_id not in handle.tools_running:
+        return
+    handle.tools_running.discard(event.tool_call_id)
+    if handle.fenced:
+        logger.error(
+            "a tool call of a fenced-off run finished after the run's lease",
+            extra={"run_id": handle.run_id, "tool": event.name},
+        )
 
 
 def run_options(handle: RunHandle) -> RunOptions:
