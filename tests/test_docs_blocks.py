@@ -38,69 +38,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.conftest import Server, launch
-from tests.local_models import MISSING as LOCAL_MODELS_MISSING
-from tests.test_docs_capabilities import BLOCKS as CAPABILITY_BLOCKS
+from tests.support.docs import CAPABILITY_BLOCKS, ROOT, Block, blocks_of
+from tests.support.local_models import MISSING as LOCAL_MODELS_MISSING
+from tests.support.server import Server, launch
 
-ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CHECKED = frozenset({"python", "console", "json", "yaml", "toml", "text"})
-FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
-MARKER = re.compile(r"^\s*<!-- fragment(?::\s*(?P<why>\S.*?))? -->\s*$")
 EXAMPLE = re.compile(r"\bfrom examples/(?P<file>[\w.]+\.py)\b")
 DOCS_ADDRESS = re.compile(r"(?:127\.0\.0\.1|localhost):8000")
 RUN_TIMEOUT = 60
-
-
-@dataclass(frozen=True)
-class Block:
-    page: str
-    line: int
-    language: str
-    text: str
-    fragment: bool
-    why: str | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.page}:{self.line}"
-
-
-def blocks_of(path: Path, root: Path = ROOT) -> list[Block]:
-    """The fenced blocks of a Markdown page, with their language and fragment marker."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    page = path.relative_to(root).as_posix()
-    found: list[Block] = []
-    index = 0
-    while index < len(lines):
-        opening = FENCE.match(lines[index])
-        if opening is None:
-            index += 1
-            continue
-        fence, indent = opening["fence"], len(opening["indent"])
-        end = index + 1
-        while end < len(lines):
-            closing = lines[end].strip()
-            if closing.startswith(fence) and set(closing) == {fence[0]}:
-                break
-            end += 1
-        body = [
-            line[indent:] if line[:indent].isspace() else line for line in lines[index + 1 : end]
-        ]
-        info = opening["info"].split()
-        marker = MARKER.match(lines[index - 1]) if index > 0 else None
-        found.append(
-            Block(
-                page=page,
-                line=index + 1,
-                language=info[0] if info else "",
-                text="\n".join(body) + "\n",
-                fragment=marker is not None,
-                why=marker["why"] if marker is not None else None,
-            )
-        )
-        index = end + 1
-    return found
 
 
 ALL = [block for page in PAGES for block in blocks_of(page)]

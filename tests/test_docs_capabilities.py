@@ -11,22 +11,14 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.fakes.tls_proxy import TLSInterceptor
 from tests.fakes.upstream import FakeUpstream
-from tests.local_models import needs_local_models
-
-DOC = Path(__file__).resolve().parents[1] / "docs" / "capabilities.md"
-BLOCKS = [
-    block
-    for block in re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-    if "127.0.0.1:8000" not in block
-]
+from tests.support.docs import CAPABILITY_BLOCKS as BLOCKS
+from tests.support.local_models import needs_local_models
 
 
 def test_the_document_has_an_example_per_capability() -> None:

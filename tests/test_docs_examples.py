@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import npm_clients
-from tests.local_models import needs_local_models
+from tests.support import npm as npm_clients
+from tests.support.local_models import needs_local_models
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "docs" / "examples").glob("*.py"))
 # custom_tools checks agents.toml, whose in-process embedding model must be installed
@@ -75,7 +75,7 @@ JS_EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "docs" / "examples")
 @pytest.mark.parametrize("path", JS_EXAMPLES, ids=[p.stem for p in JS_EXAMPLES])
 def test_js_example_runs(path: Path, tmp_path: Path) -> None:
     """The front-end examples run with the official clients (tests/js) against a real server."""
-    from tests.e2e.conftest import launch
+    from tests.support.server import launch
 
     node = npm_clients.node()
     server = launch(tmp_path / "server", {})

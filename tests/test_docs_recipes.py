@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import AGENT_SERVER, Server, launch
 from tests.fakes.upstream import FakeUpstream, Text
-from tests.test_docs_blocks import ROOT, Block, blocks_of
+from tests.support.docs import ROOT, Block, blocks_of
+from tests.support.server import AGENT_SERVER, Server, launch
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""The tests' npm packages install themselves once per test run (``tests.npm_clients``).
+"""The tests' npm packages install themselves once per test run (``tests.support.npm``).
 
 Each case runs ``NpmPackages.prepare`` in four processes at once, as four pytest-xdist workers
 would, against a package directory of its own and stand-ins for ``node`` and ``npm`` (shell
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.npm_clients import NODE_REQUIRED
+from tests.support.npm import NODE_REQUIRED
 
 ROOT = Path(__file__).resolve().parents[1]
 # the stand-ins run with only their own directory on PATH
@@ -40,7 +40,7 @@ exit 1
 PREPARE = (
     "import json, sys\n"
     "from pathlib import Path\n"
-    "from tests.npm_clients import NpmPackages\n"
+    "from tests.support.npm import NpmPackages\n"
     "packages = NpmPackages(Path(sys.argv[1]), lock=Path(sys.argv[2]))\n"
     "print(json.dumps(packages.prepare()))\n"
 )

@@ -9,36 +9,8 @@ import httpx
 import pytest
 
 from app.storage import RunRecord, StorageUnavailable, open_store
-
-from .conftest import MakeSettings, Serve, Served, wait_until
-
-PROBLEM = "application/problem+json"
-
-
-def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM)
-    body: dict[str, Any] = response.json()
-    assert body["status"] == status
-    assert body["code"] == code
-    assert {"type", "title", "detail"} <= body.keys()
-    assert "Traceback" not in response.text
-    return body
-
-
-async def run_blocking(
-    served: Served,
-    session: str,
-    text: str,
-    *,
-    headers: dict[str, str] | None = None,
-    **extra: Any,
-) -> httpx.Response:
-    return await served.client.post(
-        f"/v1/sessions/{session}/runs",
-        json={"input": text, "stream": False, **extra},
-        headers=headers,
-    )
+from tests.support.served import MakeSettings, Serve, Served, assert_problem, run_blocking
+from tests.support.waiting import wait_until
 
 
 async def wait_finished(served: Served, run_id: str) -> dict[str, Any]:

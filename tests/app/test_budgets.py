@@ -21,9 +21,8 @@ from app.admission.budgets import (
 from app.bus.redis import RedisBus
 from app.errors import BudgetExceeded
 from app.settings import Settings
-from tests.scale.services import REDIS_URL, drop_prefix, new_prefix
-
-from .conftest import Serve, Served
+from tests.support.served import Serve, Served
+from tests.support.services import REDIS_URL, drop_prefix, new_prefix
 
 # the demo model's answer to "hello there": 2 input and 4 output tokens
 RUN_TOKENS = 6

@@ -18,22 +18,19 @@ import redis
 
 from agent_runtime.extensions.external import ExternalEvent
 from app.agents.build import load_config
-from app.bus import BusError, BusUnavailable, LeaseLost, LogNotFound, WireEvent
+from app.bus import BusError, BusUnavailable, LeaseLost, LogNotFound
 from app.bus.redis import RedisBus, check_redis
 from app.bus.wire import WireEncoder
 from app.runs import RunManager
 from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import Store, open_store
-from tests.app.managers import check_lost_run_ended, orphan, run_manager
-from tests.app.storage_fixtures import TcpProxy
-from tests.scale.services import REDIS_URL, RedisServer, drop_prefix, new_prefix
+from tests.support.buses import Buses, event, read_until_finished
+from tests.support.managers import check_lost_run_ended, orphan, run_manager
+from tests.support.services import REDIS_URL, RedisServer, drop_prefix, new_prefix
+from tests.support.storage import TcpProxy
 
 pytestmark = pytest.mark.redis
-
-
-def event(seq: int, type_: str = "text.delta", run_id: str = "run_1") -> WireEvent:
-    return WireEncoder(run_id, "s").encode(seq, type_, 0.0, {"delta": str(seq)})
 
 
 @pytest.fixture
@@ -41,22 +38,6 @@ def prefix() -> Iterator[str]:
     value = new_prefix()
     yield value
     drop_prefix(value)
-
-
-class Buses:
-    """Opens buses (workers) on one prefix; closes them all at the end."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.opened: list[RedisBus] = []
-
-    async def open(self, url: str = REDIS_URL, **options: Any) -> RedisBus:
-        values: dict[str, Any] = {"prefix": self.prefix, "lease_seconds": 5.0}
-        values.update(options)
-        bus = RedisBus(url, **values)
-        await bus.start()
-        self.opened.append(bus)
-        return bus
 
 
 @pytest.fixture
@@ -84,14 +65,6 @@ async def gone(bus: RedisBus, run_id: str) -> bool:
 
 async def free(bus: RedisBus, session_id: str) -> bool:
     return await bus.locks.holder(session_id) is None
-
-
-async def read_until_finished(subscription: Any) -> list[int]:
-    seqs: list[int] = []
-    async with asyncio.timeout(10):
-        while not subscription.finished:
-            seqs.extend(e.seq for e in await subscription.next())
-    return seqs
 
 
 # --- event logs -----------------------------------------------------------------------------

@@ -16,8 +16,8 @@ import pytest
 from app.bus import BusError, LeaseLost, WireEvent
 from app.bus.redis import RedisBus
 from app.bus.redis.writer import Batch
-from tests.app.test_bus_redis import Buses, event, read_until_finished
-from tests.scale.services import drop_prefix, new_prefix
+from tests.support.buses import Buses, event, read_until_finished
+from tests.support.services import drop_prefix, new_prefix
 
 pytestmark = pytest.mark.redis
 

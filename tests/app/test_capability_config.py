@@ -11,9 +11,8 @@ from agent_runtime.providers.openai_capabilities import OpenAICapabilities
 from app.agents.build import build_agents
 from app.agents.config import ConfigError, load_config
 from app.errors import NotFound
-from tests.local_models import needs_local_models
-
-from .conftest import MakeSettings
+from tests.support.local_models import needs_local_models
+from tests.support.served import MakeSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "agents.toml"
 

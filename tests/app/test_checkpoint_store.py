@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from app.storage import CheckpointRecord, RunRecord, StaleFence, Store
-from tests.app.storage_fixtures import (
+from tests.support.storage import (
     open_backend_fixture,  # noqa: F401 - provides the fixture open_backend
     store_fixture,  # noqa: F401 - provides the fixture store
 )

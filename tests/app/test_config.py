@@ -25,9 +25,9 @@ from app.errors import Unauthorized
 from app.http.api.errors import ProblemError
 from app.settings import Settings, parse_api_keys
 from app.telemetry.logs import JsonFormatter
-from tests.local_models import needs_local_models
-
-from .conftest import MakeSettings, Serve, Served, wait_until
+from tests.support.local_models import needs_local_models
+from tests.support.served import MakeSettings, Serve, Served
+from tests.support.waiting import wait_until
 
 
 def test_defaults_match_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:

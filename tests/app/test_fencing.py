@@ -33,7 +33,7 @@ from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.runs.fencing import FENCE_MARGIN
 from app.storage import Store, open_store
 from app.telemetry.metrics import Metrics
-from tests.app.conftest import wait_until
+from tests.support.waiting import wait_until
 
 LEASE_SECONDS = 30.0
 TTL = LEASE_SECONDS * 2 / 3

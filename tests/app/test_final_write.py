@@ -22,8 +22,8 @@ from agent_runtime.tools.base import tool
 from app.bus import LocalBus
 from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.storage import StorageUnavailable, Store, open_store
-from tests.app.conftest import wait_until
-from tests.app.managers import run_manager
+from tests.support.managers import run_manager
+from tests.support.waiting import wait_until
 
 
 class SwitchedStore:

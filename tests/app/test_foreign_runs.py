@@ -18,8 +18,8 @@ from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import Store, open_store
-from tests.app.conftest import wait_until
-from tests.app.managers import run_manager
+from tests.support.managers import run_manager
+from tests.support.waiting import wait_until
 
 
 async def asked_call(bus: LocalBus, handle: RunHandle) -> str:

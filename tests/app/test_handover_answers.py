@@ -23,7 +23,7 @@ from app.errors import Draining
 from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.storage import Store, open_store
 from app.telemetry.metrics import Metrics
-from tests.app.conftest import wait_until
+from tests.support.waiting import wait_until
 
 
 @dataclass

@@ -9,10 +9,9 @@ from typing import Any
 import httpx
 
 from app.runs.idempotency import check_key
-from tests.app.asgi import ASGIRequest, Frame
-from tests.app.conftest import Serve, Served, wait_until
-from tests.app.test_api import assert_problem
-from tests.app.test_streaming import assert_well_formed, replay
+from tests.support.asgi import ASGIRequest, Frame
+from tests.support.served import Serve, Served, assert_problem, assert_well_formed, replay
+from tests.support.waiting import wait_until
 
 TERMINAL = {"run.completed", "run.failed", "run.cancelled"}
 

@@ -14,7 +14,7 @@ from app.bus.base import WireEvent
 from app.bus.wire import WireEncoder
 from app.http.protocols.agui import AgUiEncoder
 from app.http.protocols.ai_sdk import UIMessageStreamEncoder
-from tests.agui_check import data_frames, validate_agui
+from tests.support.agui import data_frames, validate_agui
 
 RUN = "run_0123456789abcdef0123456789abcdef"
 

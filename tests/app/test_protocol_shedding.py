@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.app.conftest import Serve
+from tests.support.served import Serve
 
 JSON = {"Content-Type": "application/json"}
 

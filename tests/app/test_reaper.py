@@ -23,8 +23,8 @@ from app.storage import RunRecord, Store, open_store
 from app.webhooks.delivery import WebhookSecrets
 from app.webhooks.hooks import RunWebhooks
 from app.webhooks.targets import WebhookTargets
-from tests.app.conftest import wait_until
-from tests.app.managers import check_lost_run_ended, orphan, run_manager
+from tests.support.managers import check_lost_run_ended, orphan, run_manager
+from tests.support.waiting import wait_until
 
 
 class SharedBus(LocalBus):

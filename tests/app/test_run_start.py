@@ -18,8 +18,8 @@ from app.runs import RunManager, RunRequestOptions
 from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import RunRecord, StorageUnavailable, Store, open_store
-from tests.app.conftest import wait_until
-from tests.app.managers import run_manager
+from tests.support.managers import run_manager
+from tests.support.waiting import wait_until
 
 
 class HeldStore:

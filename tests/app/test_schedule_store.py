@@ -10,7 +10,7 @@ import pytest
 
 from app.storage import RunRecord, Store
 from app.storage.schedules import FiringFence, FiringLost, FiringRecord, ScheduleRecord
-from tests.app.storage_fixtures import OpenStore, open_backend_fixture, store_fixture
+from tests.support.storage import OpenStore, open_backend_fixture, store_fixture
 
 __all__ = ["open_backend_fixture", "store_fixture"]
 

@@ -19,8 +19,8 @@ from app.runs.handle import RunRequestOptions
 from app.schedules import Scheduler, Schedules, ScheduleSpec, firing_session
 from app.storage import Store, open_store
 from app.storage.schedules import ScheduleRecord
-
-from .conftest import Serve, Served, wait_until
+from tests.support.served import Serve, Served
+from tests.support.waiting import wait_until
 
 T0 = datetime(2026, 6, 1, 12, 0, 30, tzinfo=UTC)
 LEASE = 30.0

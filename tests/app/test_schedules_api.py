@@ -8,8 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import Serve
-from .test_api import assert_problem
+from tests.support.served import Serve, assert_problem
 
 ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"Authorization": "Bearer key-bob"}
@@ -200,7 +199,7 @@ async def test_a_schedule_fires_on_a_running_server(serve: Serve) -> None:
             view = (await client.get(path)).json()
             return [f["status"] for f in view["firings"]] == ["started", "started"]
 
-        from .conftest import wait_until
+        from tests.support.waiting import wait_until
 
         await wait_until(fired_twice)
         assert view["next_due_at"] is None

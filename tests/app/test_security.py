@@ -6,8 +6,7 @@ import pytest
 
 from app.http.security import content_security_policies
 from app.settings import Settings
-
-from .conftest import Serve
+from tests.support.served import Serve
 
 
 def directives(policy: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from app.runs import RunManager, RunRequestOptions
 from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import open_store
-from tests.app.managers import run_manager
+from tests.support.managers import run_manager
 
 
 class RacedLocks(LocalSessionLocks):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .conftest import Serve, Served, wait_until
-from .test_api import assert_problem, run_blocking
+from tests.support.served import Serve, Served, assert_problem, run_blocking
+from tests.support.waiting import wait_until
 
 
 async def titles(served: Served) -> list[tuple[str, Any]]:

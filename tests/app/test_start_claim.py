@@ -22,8 +22,8 @@ from app.server.lifespan import build_agent
 from app.settings import Settings
 from app.storage import open_store
 from app.telemetry.metrics import Metrics
-from tests.app.conftest import wait_until
-from tests.scale.services import REDIS_URL, drop_prefix, new_prefix
+from tests.support.services import REDIS_URL, drop_prefix, new_prefix
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.redis
 

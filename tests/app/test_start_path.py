@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 from app.http.api import start_path
 from app.http.api.runs import start_run
 from app.http.api.start_path import RunStartMiddleware
-from tests.app.conftest import Serve
+from tests.support.served import Serve
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from typing import Any
 from app.bus.local import LocalSessionLocks
 from app.runs.stateless import StatelessReaper
 from app.storage import RunRecord, Store
-from tests.app.storage_fixtures import (
+from tests.support.storage import (
     open_backend_fixture,  # noqa: F401 - provides the fixture open_backend
     store_fixture,  # noqa: F401 - provides the fixture store
 )

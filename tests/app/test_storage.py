@@ -29,10 +29,10 @@ from app.storage import (
     redact_url,
     sqlite_path,
 )
+from app.storage.base import TITLE_MAX_CHARS, title_of
 from app.storage.postgres import store as pg_backend
 from app.storage.sqlite import store as sqlite_backend
-from app.storage.base import TITLE_MAX_CHARS, title_of
-from tests.app.storage_fixtures import (
+from tests.support.storage import (
     POSTGRES_URL,
     OpenStore,
     TcpProxy,

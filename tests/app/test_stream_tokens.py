@@ -11,8 +11,8 @@ import pytest
 from app.auth.stream_tokens import StreamTokens
 from app.errors import Unauthorized
 from app.telemetry.logs import JsonFormatter
-from tests.app.conftest import Serve, wait_until
-from tests.app.test_api import assert_problem
+from tests.support.served import Serve, assert_problem
+from tests.support.waiting import wait_until
 
 ALICE = {"Authorization": "Bearer ka"}
 BOB = {"Authorization": "Bearer kb"}

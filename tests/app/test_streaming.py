@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .asgi import ASGIRequest, Frame
-from .conftest import Serve, Served, wait_until
-
-TERMINAL = {"run.completed", "run.failed", "run.cancelled"}
+from tests.support.asgi import ASGIRequest
+from tests.support.served import TERMINAL, Serve, Served, assert_well_formed, replay
+from tests.support.waiting import wait_until
 
 
 def stream(served: Served, session: str, text: str, **extra: Any) -> ASGIRequest:
@@ -18,26 +17,6 @@ def stream(served: Served, session: str, text: str, **extra: Any) -> ASGIRequest
 
 def has_terminal(request: ASGIRequest) -> bool:
     return any(f.event in TERMINAL for f in request.events())
-
-
-def assert_well_formed(events: list[Frame], run_id: str) -> None:
-    assert [f.id for f in events] == list(range(1, len(events) + 1))
-    for frame in events:
-        data = frame.data
-        assert data is not None
-        assert data["seq"] == frame.id
-        assert data["type"] == frame.event
-        assert data["run_id"] == run_id
-        assert data["ts"].endswith("Z") and len(data["ts"]) == len("2026-11-30T12:00:00.000Z")
-    terminals = [f for f in events if f.event in TERMINAL]
-    assert len(terminals) == 1
-    assert events[-1] is terminals[0]
-
-
-async def replay(served: Served, run_id: str, after: int = 0) -> list[Frame]:
-    request = served.request("GET", f"/v1/runs/{run_id}/events", query=f"after={after}")
-    await request.finish()
-    return request.events()
 
 
 async def test_stream_framing(serve: Serve) -> None:

@@ -19,8 +19,7 @@ from app.telemetry.tracing import (
     check_tracing_environment,
     tracing_requested,
 )
-
-from .conftest import Serve
+from tests.support.served import Serve
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"

@@ -18,8 +18,8 @@ from app.bus import LocalBus
 from app.errors import Conflict
 from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.storage import Store, open_store
-from tests.app.conftest import wait_until
-from tests.app.managers import run_manager
+from tests.support.managers import run_manager
+from tests.support.waiting import wait_until
 
 
 class Model:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests import npm_clients
-from tests.npm_clients import NODE_MODULES
+from tests.support import npm as npm_clients
+from tests.support.npm import NODE_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 VENDOR = ROOT / "app" / "http" / "ui" / "vendor"

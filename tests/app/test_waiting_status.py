@@ -20,7 +20,7 @@ from app.bus import LocalBus, WireEvent
 from app.runs import RunManager, RunRequestOptions
 from app.storage import open_store
 from app.telemetry.metrics import Metrics
-from tests.app.conftest import wait_until
+from tests.support.waiting import wait_until
 
 
 class HeldBus(LocalBus):

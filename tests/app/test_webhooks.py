@@ -27,8 +27,7 @@ from app.webhooks.signing import parse_secret, sign
 from app.webhooks.targets import WebhookTargets
 from tests.fakes.tls_proxy import server_context
 from tests.fakes.webhook_receiver import WebhookReceiver
-
-from .storage_fixtures import OpenStore, open_backend_fixture, store_fixture
+from tests.support.storage import OpenStore, open_backend_fixture, store_fixture
 
 __all__ = ["open_backend_fixture", "store_fixture"]
 

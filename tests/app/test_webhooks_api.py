@@ -14,8 +14,7 @@ from app.agents.config import ConfigError, load_config
 from app.server.lifespan import open_webhooks
 from app.storage import Store
 from tests.fakes.webhook_receiver import WebhookReceiver
-
-from .conftest import MakeSettings, Serve
+from tests.support.served import MakeSettings, Serve
 
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
 ON = {"webhook_secret": SECRET, "webhook_allow_private": True, "webhook_poll_interval": 0.05}

@@ -19,7 +19,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
 
-from .conftest import Server, launch
+from tests.support.server import Server, launch
 
 KEY = "sk-a2a-test"
 BINDINGS = ("JSONRPC", "HTTP+JSON")

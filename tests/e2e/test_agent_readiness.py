@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, status
-
-from .conftest import Server, free_port, launch
+from tests.support.server import Server, free_port, launch
 
 
 @pytest.fixture(scope="module")

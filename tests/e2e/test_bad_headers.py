@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from .conftest import Server
+from tests.support.server import Server
 
 
 def _exchange(server: Server, request: bytes) -> bytes:

@@ -21,9 +21,9 @@ import pytest
 
 from tests.fakes.capability_wire import fake_vector
 from tests.fakes.upstream import FakeUpstream, Gate, Hold, status
-from tests.local_models import needs_local_models
-
-from .conftest import Server, launch, wait_for
+from tests.support.local_models import needs_local_models
+from tests.support.server import Server, launch
+from tests.support.waiting import wait_for
 
 # every server here serves an in-process MiniLM model beside the upstream's
 pytestmark = needs_local_models

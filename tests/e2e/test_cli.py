@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Text
-
-from .conftest import AGENT_SERVER, START_TIMEOUT, launch, wait_for
+from tests.support.server import AGENT_SERVER, START_TIMEOUT, launch
+from tests.support.waiting import wait_for
 
 UNKNOWN = "unknown setting AGENT_MAX_CONCURENT_RUNS (did you mean AGENT_MAX_CONCURRENT_RUNS?)"
 

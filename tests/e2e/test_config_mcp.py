@@ -20,16 +20,9 @@ import httpx
 import pytest
 
 from tests.fakes.mcp_servers import HttpServerProcess, stdio_command
-
-from .conftest import (
-    AGENT_SERVER,
-    Server,
-    assert_well_formed,
-    launch,
-    open_stream,
-    read_events,
-    wait_for,
-)
+from tests.support.server import AGENT_SERVER, Server, launch
+from tests.support.sse import assert_well_formed, open_stream, read_events
+from tests.support.waiting import wait_for
 
 TOOL_CALLER = "python:tests.fakes.config_models:tool_caller"
 

@@ -11,9 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.scale.services import shared_backend
-
-from .conftest import Launch, Server, launch, open_stream, read_events, wait_for
+from tests.support.server import Launch, Server, launch
+from tests.support.services import shared_backend
+from tests.support.sse import open_stream, read_events
+from tests.support.waiting import wait_for
 
 ALICE = {"Authorization": "Bearer key-a"}
 BOB = {"Authorization": "Bearer key-b"}

@@ -11,7 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import Event, Launch, assert_well_formed, open_stream, wait_for
+from tests.support.server import Launch
+from tests.support.sse import Event, assert_well_formed, open_stream
+from tests.support.waiting import wait_for
 
 # long (drains, 200 clients): in the slow set, which CI runs
 pytestmark = pytest.mark.slow

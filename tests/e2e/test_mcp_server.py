@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from .conftest import Server, launch
+from tests.support.server import Server, launch
 
 KEY = "sk-mcp-test"
 

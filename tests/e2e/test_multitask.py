@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.e2e import multitask_cases as cases
-from tests.e2e.conftest import Launch, Server
+from tests.support import multitask as cases
+from tests.support.server import Launch, Server
 
 
 async def test_reject_is_the_default(server: Server) -> None:

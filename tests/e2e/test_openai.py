@@ -18,7 +18,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.responses.response_input_item_param import McpApprovalResponse
 from pydantic import TypeAdapter
 
-from .conftest import Server, launch
+from tests.support.server import Server, launch
 
 KEY = "sk-openai-test"
 OTHER_KEY = "sk-openai-other"

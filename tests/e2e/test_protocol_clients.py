@@ -14,9 +14,11 @@ from typing import Any
 
 import httpx
 
-from tests import npm_clients
-from tests.e2e.conftest import Launch, Server, read_events, wait_for
-from tests.npm_clients import JS
+from tests.support import npm as npm_clients
+from tests.support.npm import JS
+from tests.support.server import Launch, Server
+from tests.support.sse import read_events
+from tests.support.waiting import wait_for
 
 
 def node(script: str, server: Server, scenario: str) -> dict[str, Any]:

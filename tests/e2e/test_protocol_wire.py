@@ -9,8 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agui_check import data_frames, validate_agui
-from tests.e2e.conftest import Launch, Server, read_events, wait_for
+from tests.support.agui import data_frames, validate_agui
+from tests.support.server import Launch, Server
+from tests.support.sse import read_events
+from tests.support.waiting import wait_for
 
 AGUI = "/v1/agents/default/ag-ui"
 CHAT = "/v1/agents/default/ai-sdk/chat"

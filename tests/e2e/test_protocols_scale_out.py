@@ -13,9 +13,8 @@ from a2a.client.card_resolver import A2ACardResolver
 from a2a.types import a2a_pb2 as pb
 from openai import AsyncOpenAI
 
-from tests.scale.services import shared_backend
-
-from .conftest import Server, launch
+from tests.support.server import Server, launch
+from tests.support.services import shared_backend
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, backend_env, launch
+from tests.support.server import Server, backend_env, launch
 
 # three servers on the shared backends: the scale-out set, in the slow run
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]

@@ -10,15 +10,9 @@ from typing import Any
 
 import httpx
 
-from .conftest import (
-    Event,
-    Launch,
-    Server,
-    assert_well_formed,
-    open_stream,
-    read_events,
-    wait_for,
-)
+from tests.support.server import Launch, Server
+from tests.support.sse import Event, assert_well_formed, open_stream, read_events
+from tests.support.waiting import wait_for
 
 PROBLEM = "application/problem+json"
 ALL_TYPES = {

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Text
-
-from .conftest import Event, Server, assert_well_formed, launch, read_events
+from tests.support.server import Server, launch
+from tests.support.sse import Event, assert_well_formed, read_events
 
 TOOL_CALLER = "python:tests.fakes.config_models:tool_caller"
 ROUTER = "python:tests.fakes.config_models:router"

@@ -20,10 +20,11 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from tests import npm_clients
-from tests.e2e.conftest import Event, Launch, Server, read_events, to_event
 from tests.fakes.tcp_proxy import CuttingProxy
-from tests.npm_clients import JS
+from tests.support import npm as npm_clients
+from tests.support.npm import JS
+from tests.support.server import Launch, Server
+from tests.support.sse import Event, read_events, to_event
 
 TYPES = [
     "run.started",

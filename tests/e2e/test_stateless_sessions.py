@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import BACKENDS, Server, backend_env, launch
+from tests.support.server import BACKENDS, Server, backend_env, launch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Text
-
-from .conftest import Server, launch, read_events
+from tests.support.server import Server, launch
+from tests.support.sse import read_events
 
 
 def _format(schema: dict[str, Any]) -> dict[str, Any]:

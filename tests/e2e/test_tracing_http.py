@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.scale.services import shared_backend
-
-from .conftest import Event, Launch, Server, launch, open_stream, wait_for
+from tests.support.server import Launch, Server, launch
+from tests.support.services import shared_backend
+from tests.support.sse import Event, open_stream
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -10,11 +10,9 @@ import json
 import os
 import re
 import signal
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -23,12 +21,10 @@ try:
     from playwright.sync_api import (
         Browser,
         BrowserContext,
-        Locator,
         Page,
         Request,
         Route,
         expect,
-        sync_playwright,
     )
 except ImportError:
     pytest.skip(
@@ -36,45 +32,39 @@ except ImportError:
         allow_module_level=True,
     )
 
-from .browser import DroppableProxy, launch_chromium, screenshot, skip_reason
-from .conftest import Server, launch
+from tests.support import ui
+from tests.support.browser import DroppableProxy, screenshot
+from tests.support.server import Server, launch
+from tests.support.ui import (
+    API_KEY,
+    SKIP,
+    SLOW_SECONDS,
+    answer,
+    confirmation,
+    last_turn,
+    new_page,
+    prompt_box,
+    send,
+    session_id_of,
+    slow_prompt,
+    wait_for_words,
+    wait_until,
+)
 
-_SKIP = skip_reason()
+# the browser, its pages and the open server, shared with the other UI tests
+browser = ui.browser
+context = ui.context
+page = ui.page
+ui_server = ui.ui_server
+
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.browser,
-    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+    pytest.mark.skipif(SKIP is not None, reason=SKIP or ""),
 ]
-
-API_KEY = "ui-test-key"
-SLOW_SECONDS = 0.3
-expect.set_options(timeout=15_000)
 
 
 # --- fixtures ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture(scope="module")
-def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Open server: words every 20 ms, "slow" words every 0.3 s, confirmations wait 2 min."""
-    server = launch(
-        tmp_path_factory.mktemp("ui-server"),
-        {
-            "AGENT_DEMO_TOKEN_DELAY": "0.02",
-            "AGENT_DEMO_SLOW_SECONDS": str(SLOW_SECONDS),
-            "AGENT_CONFIRMATION_TIMEOUT": "120",
-        },
-    )
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -95,33 +85,6 @@ def strict_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server.stop()
 
 
-def _new_page(context: BrowserContext) -> Iterator[Page]:
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-
-    def on_console(message: Any) -> None:
-        # answers like 401, 404 or 429 are logged as failed loads: the UI handles them
-        if message.type == "error" and not message.text.startswith("Failed to load resource"):
-            errors.append(f"console: {message.text}")
-
-    page.on("console", on_console)
-    yield page
-    assert not errors, errors
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    context = browser.new_context(viewport={"width": 1100, "height": 760}, color_scheme="light")
-    yield context
-    context.close()
-
-
-@pytest.fixture
-def page(context: BrowserContext) -> Iterator[Page]:
-    yield from _new_page(context)
-
-
 @pytest.fixture
 def phone(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(
@@ -131,7 +94,7 @@ def phone(browser: Browser) -> Iterator[Page]:
         has_touch=True,
         color_scheme="light",
     )
-    yield from _new_page(context)
+    yield from new_page(context)
     context.close()
 
 
@@ -139,69 +102,15 @@ def phone(browser: Browser) -> Iterator[Page]:
 def keyed_page(context: BrowserContext) -> Iterator[Page]:
     """A page whose browser already holds the strict server's API key."""
     context.add_init_script(f"localStorage.setItem('agent-ui.api-key', '{json.dumps(API_KEY)}')")
-    yield from _new_page(context)
+    yield from new_page(context)
 
 
 # --- helpers -------------------------------------------------------------------------------
 
 
-def prompt_box(page: Page) -> Locator:
-    return page.get_by_role("textbox", name="Message")
-
-
-def send(page: Page, text: str) -> None:
-    box = prompt_box(page)
-    box.fill(text)
-    box.press("Enter")
-
-
-def last_turn(page: Page) -> Locator:
-    return page.locator("#log > .turn").last
-
-
-def answer(page: Page) -> Locator:
-    return last_turn(page).locator(".parts > .text")
-
-
-def confirmation(page: Page, tool: str = "delete_file") -> Locator:
-    return page.get_by_role("alertdialog", name=f"Allow {tool} to run?")
-
-
-def wait_for_words(page: Page, count: int) -> None:
-    """Until the last answer shows at least ``count`` words."""
-    page.wait_for_function(
-        """count => {
-            const turns = document.querySelectorAll('#log > .turn');
-            const last = turns[turns.length - 1];
-            const text = last?.querySelector('.parts > .text')?.textContent ?? '';
-            return text.trim().split(/\\s+/).filter(Boolean).length >= count;
-        }""",
-        arg=count,
-    )
-
-
-def slow_prompt(words: int) -> str:
-    return "slow " + " ".join(f"w{i}" for i in range(1, words))
-
-
-def wait_until(check: Callable[[], Any], within: float = 15.0) -> Any:
-    """Poll ``check`` (a server-side condition) until it is truthy."""
-    deadline = time.monotonic() + within
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached before the deadline")
-        time.sleep(0.02)
-    return value
-
-
 def run_status(client: httpx.Client, run_id: str) -> str:
     status: str = client.get(f"/v1/runs/{run_id}").json()["status"]
     return status
-
-
-def session_id_of(page: Page) -> str:
-    value: str = page.evaluate("window.agentUI.sessionId")
-    return value
 
 
 # --- streaming and tools -------------------------------------------------------------------

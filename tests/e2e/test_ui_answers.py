@@ -25,14 +25,14 @@ except ImportError:
         allow_module_level=True,
     )
 
-from . import test_ui
-from .browser import screenshot
-from .conftest import Server, launch
-from .test_ui import (
-    _SKIP,
-    _new_page,
+from tests.support import ui
+from tests.support.browser import screenshot
+from tests.support.server import Server, launch
+from tests.support.ui import (
+    SKIP,
     answer,
     last_turn,
+    new_page,
     send,
     session_id_of,
     slow_prompt,
@@ -40,14 +40,14 @@ from .test_ui import (
 )
 
 # the browser and its pages, as the other UI tests have them
-browser = test_ui.browser
-context = test_ui.context
-page = test_ui.page
+browser = ui.browser
+context = ui.context
+page = ui.page
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.browser,
-    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+    pytest.mark.skipif(SKIP is not None, reason=SKIP or ""),
 ]
 
 # a hostile answer: the demo model says back what it is told, so this is what it answers
@@ -322,7 +322,7 @@ def test_docs_render_with_the_network_blocked(context: BrowserContext, ui_server
             route.abort()
 
     context.route("**/*", only_this_server)
-    for docs in _new_page(context):
+    for docs in new_page(context):
         docs.goto(f"{ui_server.base_url}/docs")
         expect(docs.locator(".swagger-ui .info .title")).to_contain_text("agent-server")
         expect(docs.locator(".opblock-summary-path").first).to_be_visible()
@@ -375,7 +375,7 @@ def test_phone_viewport(browser: Browser, ui_server: Server) -> None:
         has_touch=True,
     )
     try:
-        for page in _new_page(context):
+        for page in new_page(context):
             page.goto(ui_server.base_url)
             send(page, HOSTILE + "\n\n```\n" + "x" * 300 + "\n```")
             expect(last_turn(page)).to_have_attribute("data-status", "completed")

@@ -25,15 +25,15 @@ except ImportError:
         allow_module_level=True,
     )
 
-from . import test_ui
-from .browser import overview_screenshot, screenshot
-from .conftest import Server, launch
-from .test_ui import (
-    _SKIP,
-    _new_page,
+from tests.support import ui
+from tests.support.browser import overview_screenshot, screenshot
+from tests.support.server import Server, launch
+from tests.support.ui import (
+    SKIP,
     answer,
     confirmation,
     last_turn,
+    new_page,
     prompt_box,
     send,
     session_id_of,
@@ -42,15 +42,15 @@ from .test_ui import (
 )
 
 # the browser, its pages and the open server, as the other UI tests have them
-browser = test_ui.browser
-context = test_ui.context
-page = test_ui.page
-ui_server = test_ui.ui_server
+browser = ui.browser
+context = ui.context
+page = ui.page
+ui_server = ui.ui_server
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.browser,
-    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+    pytest.mark.skipif(SKIP is not None, reason=SKIP or ""),
 ]
 
 # the view is at the end of the conversation, and the conversation is taller than the view
@@ -376,7 +376,7 @@ def test_the_overview_picture(browser: Browser, overview_server: Server) -> None
             assert made.status_code == 200, made.text
     context = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="light")
     try:
-        for page in _new_page(context):
+        for page in new_page(context):
             page.goto(overview_server.base_url)
             markdown = _markdown_suggestion(page).get_attribute("data-prompt")
             assert markdown is not None

@@ -19,19 +19,19 @@ except ImportError:
         allow_module_level=True,
     )
 
-from . import test_ui
-from .browser import DroppableProxy
-from .conftest import Server, launch
-from .test_ui import _SKIP, API_KEY, answer, last_turn, send, session_id_of, wait_for_words
+from tests.support import ui
+from tests.support.browser import DroppableProxy
+from tests.support.server import Server, launch
+from tests.support.ui import API_KEY, SKIP, answer, last_turn, send, session_id_of, wait_for_words
 
-browser = test_ui.browser
-context = test_ui.context
-page = test_ui.page
+browser = ui.browser
+context = ui.context
+page = ui.page
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.browser,
-    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+    pytest.mark.skipif(SKIP is not None, reason=SKIP or ""),
 ]
 
 

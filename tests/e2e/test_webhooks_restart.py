@@ -11,8 +11,8 @@ import sqlite3
 from pathlib import Path
 
 from tests.fakes.webhook_receiver import WebhookReceiver
-
-from .conftest import Launch, free_port, wait_for
+from tests.support.server import Launch, free_port
+from tests.support.waiting import wait_for
 
 SECRET = "whsec_" + base64.b64encode(b"r" * 32).decode()
 ENV = {

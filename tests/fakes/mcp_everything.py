@@ -1,7 +1,7 @@
 """The reference MCP server, ``@modelcontextprotocol/server-everything`` (TypeScript SDK), as a
 process on a loopback port, for tests that need a stateful streamable-HTTP server: it gives
 each session an ``Mcp-Session-Id`` and answers an id it does not know with 400 "Bad Request: No
-valid session ID provided". Pinned in tests/js (``tests.npm_clients.node()`` installs it and
+valid session ID provided". Pinned in tests/js (``tests.support.npm.node()`` installs it and
 names the ``node`` that runs it); ``restart()`` replaces the process on the same port, as a
 deployment's restart would.
 """

@@ -37,18 +37,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.e2e.conftest import Server, launch
-from tests.scale.services import shared_backend
-
-from .conftest import (
-    API_KEYS,
-    KEYS,
-    assert_problem,
-    auth,
-    open_stream,
-    read_events,
-    stop,
-)
+from tests.support.auth import API_KEYS, KEYS, auth
+from tests.support.problems import assert_problem
+from tests.support.server import Server, launch, stop
+from tests.support.services import shared_backend
+from tests.support.sse import open_stream, read_events
 
 # long enough that no confirmation expires while a test runs
 ENV = {"AGENT_API_KEYS": API_KEYS, "AGENT_CONFIRMATION_TIMEOUT": "60"}

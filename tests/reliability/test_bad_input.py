@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, backend_env, launch
-
-from .conftest import API_KEYS, PROBLEM, assert_problem, auth, read_events, state, stop, wait_idle
+from tests.support.auth import API_KEYS, auth
+from tests.support.probes import state, wait_idle
+from tests.support.problems import PROBLEM, assert_problem
+from tests.support.server import Server, backend_env, launch, stop
+from tests.support.sse import read_events
 
 if TYPE_CHECKING:
     # imported where used: the hand-picked requests below run without the fuzz group

@@ -13,9 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.conftest import BACKENDS, Server, backend_env, launch
-
-from .conftest import assert_problem
+from tests.support.problems import assert_problem
+from tests.support.server import BACKENDS, Server, backend_env, launch
 
 pytestmark = pytest.mark.postgres
 

@@ -45,22 +45,19 @@ import psutil
 import pytest
 import redis.asyncio
 
-from tests.e2e.conftest import KEEPALIVE_EXPIRY, Server, backend_env, launch, selected_backends
 from tests.fakes.upstream import FakeUpstream
-
-from .conftest import (
-    LEAK_KEYS,
-    assert_well_formed,
-    idle,
-    open_stream,
-    read_events,
-    rss,
-    state,
+from tests.support.probes import LEAK_KEYS, idle, rss, state, upstream_sockets
+from tests.support.server import (
+    KEEPALIVE_EXPIRY,
+    Server,
+    backend_env,
+    launch,
+    selected_backends,
     stop,
-    upstream_env,
-    upstream_sockets,
-    wait_for,
 )
+from tests.support.sse import assert_well_formed, open_stream, read_events
+from tests.support.upstream import upstream_env
+from tests.support.waiting import wait_for
 
 # runs per batch (a warm-up batch, then a measured one); RELIABILITY_CHURN_RUNS overrides
 RUNS = int(os.environ.get("RELIABILITY_CHURN_RUNS", "5000"))

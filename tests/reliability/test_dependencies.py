@@ -20,8 +20,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, launch
 from tests.fakes.tcp_proxy import FaultyProxy
+from tests.support.server import Server, launch
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres]
 
@@ -37,7 +37,7 @@ def _through(url: str, port: int) -> str:
 
 @pytest.fixture
 def outage(tmp_path: Path) -> Iterator[tuple[Server, FaultyProxy, FaultyProxy]]:
-    from tests.scale.services import shared_backend
+    from tests.support.services import shared_backend
 
     with shared_backend() as env:
         pg_port = urlsplit(env["AGENT_DATABASE_URL"]).port or 5432
@@ -130,7 +130,7 @@ async def test_a_run_ended_while_redis_is_down_leaves_no_route_entry() -> None:
     # empty) the release failed and the route's entry stayed in an idle worker for good
     from app.bus.base import BusUnavailable
     from app.bus.redis import RedisBus
-    from tests.scale.services import REDIS_URL, drop_prefix, new_prefix
+    from tests.support.services import REDIS_URL, drop_prefix, new_prefix
 
     prefix = new_prefix()
     redis_port = urlsplit(REDIS_URL).port or 6379

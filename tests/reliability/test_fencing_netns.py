@@ -46,7 +46,6 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.e2e.conftest import AGENT_SERVER
 from tests.fakes.tcp_proxy import FaultyProxy
 from tests.fakes.upstream import (
     Behaviour,
@@ -57,7 +56,8 @@ from tests.fakes.upstream import (
     Text,
     ToolCalls,
 )
-from tests.reliability.conftest import CANARY, _last_message, demo_like
+from tests.support.server import AGENT_SERVER
+from tests.support.upstream import CANARY, demo_like, last_message
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres]
 
@@ -169,7 +169,7 @@ class Worker:
 
 def _behaviour(request: RecordedRequest) -> Behaviour:
     """``append NAME`` calls the side-effecting tool; anything else as the demo model."""
-    tool_result, prompt = _last_message(request)
+    tool_result, prompt = last_message(request)
     if tool_result:
         return Text(f"The tool said: {prompt[:60]}")
     found = _APPEND.search(prompt)
@@ -211,13 +211,13 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, *, resume: bool) -> Itera
     reason = _skip_reason()
     if reason is not None:
         pytest.skip(reason)
-    from tests.scale.services import shared_backend
+    from tests.support.services import shared_backend
 
     directory = tmp_path_factory.mktemp("fencing")
     effects = directory / "effects.txt"
     config = directory / "agents.toml"
     config.write_text(
-        '[agents.default]\ntools = ["tests.reliability.fencing_tools:append_line"]\n',
+        '[agents.default]\ntools = ["tests.support.fencing_tools:append_line"]\n',
         encoding="utf-8",
     )
     with contextlib.ExitStack() as stack:

@@ -23,10 +23,10 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, launch, wait_for
 from tests.fakes.tcp_proxy import FaultyProxy
-
-from .conftest import state
+from tests.support.probes import state
+from tests.support.server import Server, launch
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -42,7 +42,7 @@ def _through(url: str, port: int) -> str:
 
 @pytest.fixture
 def outage(tmp_path: Path) -> Iterator[tuple[Server, FaultyProxy, str, str]]:
-    from tests.scale.services import POSTGRES_URL, create_schema, drop_schema
+    from tests.support.services import POSTGRES_URL, create_schema, drop_schema
 
     url, schema = create_schema()
     try:

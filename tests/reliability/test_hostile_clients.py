@@ -27,9 +27,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.e2e.conftest import Server, launch
-
-from .conftest import rss
+from tests.support.probes import rss
+from tests.support.server import Server, launch
 
 pytestmark = pytest.mark.slow
 

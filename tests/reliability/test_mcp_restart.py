@@ -20,8 +20,8 @@ import pytest
 
 from agent_runtime.mcp import MCPClient, MCPServerConfig
 from agent_runtime.mcp.sessions import session_unknown
-from tests import npm_clients
 from tests.fakes.mcp_everything import EverythingServer
+from tests.support import npm as npm_clients
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import BACKENDS, Server, backend_env, launch
-
-from .conftest import assert_problem, stop
+from tests.support.problems import assert_problem
+from tests.support.server import BACKENDS, Server, backend_env, launch, stop
 
 pytestmark = pytest.mark.postgres
 

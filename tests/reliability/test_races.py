@@ -18,17 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, launch, wait_for
-
-from .conftest import (
-    Event,
-    assert_problem,
-    assert_well_formed,
-    open_stream,
-    read_events,
-    stop,
-    wait_idle,
-)
+from tests.support.probes import wait_idle
+from tests.support.problems import assert_problem
+from tests.support.server import Server, launch, stop
+from tests.support.sse import Event, assert_well_formed, open_stream, read_events
+from tests.support.waiting import wait_for
 
 # a run of some twenty events: long enough for a cancel to land inside it
 RACED = "a run that ends soon " + " ".join(f"w{index}" for index in range(12))

@@ -26,9 +26,7 @@ from agent_runtime.agent import AgentCore, AgentRunConfig
 from agent_runtime.errors import RunCancelledError
 from agent_runtime.events import AgentEvent
 from agent_runtime.providers.demo import DemoModel
-from tests.e2e.conftest import AGENT_SERVER, Server, launch
-
-from .conftest import stop
+from tests.support.server import AGENT_SERVER, Server, launch, stop
 
 
 async def consume(stream: object, into: list[AgentEvent]) -> None:

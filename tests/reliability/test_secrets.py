@@ -23,7 +23,6 @@ from agent_runtime.agent import AgentCore
 from agent_runtime.bindings import ModelBindings, binding_from_spec
 from app.auth.keys import Authenticator
 from app.settings import Settings
-from tests.e2e.conftest import Server, launch
 from tests.fakes.upstream import (
     Behaviour,
     Drop,
@@ -35,18 +34,11 @@ from tests.fakes.upstream import (
     Text,
     status,
 )
-
-from .conftest import (
-    API_KEYS,
-    CANARY,
-    KEYS,
-    auth,
-    demo_like,
-    read_events,
-    stop,
-    upstream_env,
-    wait_idle,
-)
+from tests.support.auth import API_KEYS, KEYS, auth
+from tests.support.probes import wait_idle
+from tests.support.server import Server, launch, stop
+from tests.support.sse import read_events
+from tests.support.upstream import CANARY, demo_like, upstream_env
 
 # every 12-character window of the key: a truncated or partly masked copy is still a leak
 WINDOWS = [CANARY[i : i + 12] for i in range(len(CANARY) - 11)]

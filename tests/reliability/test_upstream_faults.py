@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, launch
 from tests.fakes.upstream import (
     Behaviour,
     Drop,
@@ -33,18 +32,10 @@ from tests.fakes.upstream import (
     Text,
     status,
 )
-
-from .conftest import (
-    PROVIDERS,
-    TERMINAL,
-    Event,
-    Provider,
-    assert_well_formed,
-    read_events,
-    stop,
-    upstream_env,
-    wait_idle,
-)
+from tests.support.probes import wait_idle
+from tests.support.server import Server, launch, stop
+from tests.support.sse import TERMINAL, Event, assert_well_formed, read_events
+from tests.support.upstream import PROVIDERS, Provider, upstream_env
 
 PRIMARY = "fake-model"
 FALLBACK = "fake-fallback"

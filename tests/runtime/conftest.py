@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.loopcheck import no_blocking_calls
+from tests.support.loopcheck import no_blocking_calls
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from agent_runtime import AgentCore, AgentEvent, AgentEventType, RunCancelledErr
 from agent_runtime.extensions.confirmation import CONFIRMATION_REQUESTED
 from agent_runtime.run_context import HANDOVER
 from agent_runtime.testing import tool_call_turn
-from tests.runtime.test_checkpoints import CONFIG, Effects, Sink, answer, ask_agent
+from tests.support.checkpoints import CONFIG, Effects, Sink, answer, ask_agent
 
 
 def _asks(event: AgentEvent) -> bool:

@@ -24,8 +24,8 @@ from agent_runtime.local import (
     resolve_model,
 )
 from agent_runtime.local.engines import engine_for
-from tests.local_models import MISSING
-from tests.loopcheck import no_blocking_calls
+from tests.support.local_models import MISSING
+from tests.support.loopcheck import no_blocking_calls
 
 if MISSING is not None:
     pytest.skip(MISSING, allow_module_level=True)

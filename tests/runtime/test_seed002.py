@@ -65,7 +65,7 @@ class ConfirmationExtension(ExternalEventExtension):
 # fmt: on
 
 from agent_runtime.testing import ScriptedModel, tool_call_turn  # noqa: E402
-from tests.seeds import renamed, seed_text  # noqa: E402
+from tests.support.seeds import renamed, seed_text  # noqa: E402
 
 HERE = Path(__file__)
 

@@ -29,8 +29,8 @@ from agent_runtime.local import DEFAULT_MODEL, LocalEmbeddingProvider, resolve_m
 from agent_runtime.local import engines as local_engines
 from tests.fakes.tls_proxy import TLSInterceptor
 from tests.fakes.upstream import FakeToolCall, FakeUpstream, Text, ToolCalls
-from tests.local_models import needs_local_models
-from tests.seeds import renamed, seed_text
+from tests.support.local_models import needs_local_models
+from tests.support.seeds import renamed, seed_text
 
 IMAGE_SNIPPET = """\
 from agent_runtime import ModelBinding

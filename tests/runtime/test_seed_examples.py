@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.seeds import complete_source, renamed, seed_text
+from tests.support.seeds import complete_source, renamed, seed_text
 
 
 def test_seed_001_cancellation_example_runs_unchanged() -> None:

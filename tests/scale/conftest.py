@@ -7,24 +7,16 @@ the test and removed after it. A failed test prints every server's log.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Server, launch
-from tests.scale.services import shared_backend
-
-StartCluster = Callable[..., list[Server]]
-
-# quick leases make a killed worker's runs end within seconds
-LEASE_SECONDS = 2.0
-CLUSTER_ENV = {
-    "AGENT_LEASE_SECONDS": str(LEASE_SECONDS),
-    "AGENT_DRAIN_TIMEOUT": "1",
-}
+from tests.support.cluster import CLUSTER_ENV, StartCluster
+from tests.support.server import Server, launch
+from tests.support.services import shared_backend
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

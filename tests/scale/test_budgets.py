@@ -8,8 +8,8 @@ import uuid
 
 import httpx
 
-from tests.e2e.conftest import wait_for
-from tests.scale.conftest import StartCluster
+from tests.support.cluster import StartCluster
+from tests.support.waiting import wait_for
 
 RESERVE = 10
 BUDGET = 35  # room for three reservations of 10, not four

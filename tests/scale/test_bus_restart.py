@@ -14,10 +14,10 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.conftest import Event, open_stream, wait_for
-from tests.scale.conftest import StartCluster
-from tests.scale.services import RedisServer
-from tests.scale.test_cluster import is_confirmation, new_session, run_view
+from tests.support.cluster import StartCluster, is_confirmation, new_session, run_view
+from tests.support.services import RedisServer
+from tests.support.sse import Event, open_stream
+from tests.support.waiting import wait_for
 
 
 async def _events(client: httpx.AsyncClient, run_id: str, after: int = 0) -> list[Event]:

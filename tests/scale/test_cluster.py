@@ -8,46 +8,18 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-import uuid
-from typing import Any
 
-import httpx
-
-from tests.e2e.conftest import Event, Server, assert_well_formed, open_stream, read_events, wait_for
-from tests.scale.conftest import LEASE_SECONDS, StartCluster
-
-
-def new_session() -> str:
-    return f"scale-{uuid.uuid4().hex[:12]}"
-
-
-async def run_view(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    response = await client.get(f"/v1/runs/{run_id}")
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def read_until(
-    client: httpx.AsyncClient, url: str, stop: Any, **kwargs: Any
-) -> tuple[list[Event], str]:
-    """Stream ``url`` until an event for which ``stop(event)`` holds; (events, run id)."""
-    events: list[Event] = []
-    async with open_stream(client, "POST" if "/sessions/" in url else "GET", url, **kwargs) as (
-        response,
-        stream,
-    ):
-        assert response.status_code == 200, await response.aread()
-        run_id = response.headers["x-run-id"]
-        async for event in stream:
-            events.append(event)
-            if stop(event):
-                break
-    return events, run_id
-
-
-def is_confirmation(event: Event) -> bool:
-    return event.type == "custom" and event.data["data"]["name"] == "confirmation_requested"
+from tests.support.cluster import (
+    LEASE_SECONDS,
+    StartCluster,
+    is_confirmation,
+    new_session,
+    read_until,
+    run_view,
+)
+from tests.support.server import Server
+from tests.support.sse import Event, assert_well_formed, open_stream, read_events
+from tests.support.waiting import wait_for
 
 
 async def test_a_run_is_reachable_from_every_worker(start_cluster: StartCluster) -> None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from tests.e2e.conftest import assert_well_formed
-from tests.reliability.conftest import API_KEYS, assert_problem, auth
-from tests.reliability.test_authz import World, endpoints, waiting_run
-from tests.scale.conftest import StartCluster
-from tests.scale.test_durable_runs import _events_so_far, follow
+from tests.support.auth import API_KEYS, auth
+from tests.support.authz import World, endpoints, waiting_run
+from tests.support.cluster import StartCluster
+from tests.support.problems import assert_problem
+from tests.support.runs import events_so_far, follow
+from tests.support.sse import assert_well_formed
 
 
 async def test_bob_on_another_worker_cannot_reach_alices_run(start_cluster: StartCluster) -> None:
@@ -64,7 +65,7 @@ async def test_bob_on_another_worker_cannot_reach_alices_run(start_cluster: Star
         for client in (on_a, on_b):
             view = await client.get(f"/v1/runs/{run_id}", headers=alice)
             assert view.json()["status"] == "waiting", view.text
-        logged = await _events_so_far(alice_on_b, run_id)
+        logged = await events_so_far(alice_on_b, run_id)
         assert [e for e in logged if e.type == "run.resumed"] == []
         assert logged[-1].type == "custom"
         assert "resuming a run" not in b.log() and "fenced" not in a.log()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,38 +19,23 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import (
-    Event,
-    Server,
-    assert_well_formed,
-    launch,
-    open_stream,
-    read_events,
-    wait_for,
+from tests.support.cluster import StartCluster
+from tests.support.runs import (
+    SLOW,
+    approve,
+    events_so_far,
+    follow,
+    is_request,
+    kill,
+    new_session,
+    resumed,
+    start_background,
 )
-from tests.scale.conftest import StartCluster
+from tests.support.server import launch
+from tests.support.sse import Event, assert_well_formed, open_stream
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-SLOW = " ".join(["slow"] + ["w"] * 60)
-
-
-def new_session() -> str:
-    return f"durable-{uuid.uuid4().hex[:12]}"
-
-
-def kill(server: Server) -> None:
-    server.process.send_signal(signal.SIGKILL)
-    server.process.wait(10)
-
-
-async def follow(client: httpx.AsyncClient, run_id: str, after: int = 0) -> list[Event]:
-    """The run's events after ``after``, read to the terminal event."""
-    headers = {"Last-Event-ID": str(after)} if after else {}
-    events, response = await read_events(
-        client, "GET", f"/v1/runs/{run_id}/events", headers=headers
-    )
-    assert response.status_code == 200, response.text
-    return events
 
 
 async def follow_until(
@@ -66,33 +50,6 @@ async def follow_until(
             if len(followed) == count:
                 then()
     return followed
-
-
-def resumed(events: list[Event]) -> list[Event]:
-    return [e for e in events if e.type == "run.resumed"]
-
-
-async def start_background(client: httpx.AsyncClient, session: str, text: str) -> str:
-    started = await client.post(
-        f"/v1/sessions/{session}/runs", json={"input": text, "background": True}
-    )
-    assert started.status_code == 202, started.text
-    run_id: str = started.json()["run_id"]
-    return run_id
-
-
-async def approve(client: httpx.AsyncClient, asked: Event) -> httpx.Response:
-    """Approve the call a ``confirmation_requested`` event asks about."""
-    payload = asked.data["data"]["payload"]
-    return await client.post(
-        "/external-events",
-        json={
-            "session_id": asked.data["session_id"],
-            "run_id": asked.data["run_id"],
-            "name": payload["response_event"],
-            "payload": {"tool_call_id": payload["tool_call_id"], "approved": True},
-        },
-    )
 
 
 async def test_a_run_killed_mid_stream_completes_on_the_other_worker(
@@ -182,7 +139,7 @@ async def test_a_waiting_run_is_parked_at_sigterm_and_answered_on_the_other_work
         run_id = await start_background(cl, session, "delete plans.md")
 
         async def request() -> dict[str, Any] | None:
-            for event in await _events_so_far(cs, run_id):
+            for event in await events_so_far(cs, run_id):
                 if (
                     event.type == "custom"
                     and event.data["data"]["name"] == "confirmation_requested"
@@ -192,7 +149,7 @@ async def test_a_waiting_run_is_parked_at_sigterm_and_answered_on_the_other_work
             return None
 
         payload = await wait_for(request)
-        seen = len(await _events_so_far(cs, run_id))
+        seen = len(await events_so_far(cs, run_id))
         leaving.signal(signal.SIGTERM)
         # parked at once: the worker need not wait out its drain for a person's answer
         assert leaving.wait(15) == 0
@@ -236,7 +193,7 @@ async def test_a_parked_run_cancelled_on_the_other_worker_ends_cancelled(
         async def asked() -> bool:
             return any(
                 e.type == "custom" and e.data["data"]["name"] == "confirmation_requested"
-                for e in await _events_so_far(cs, run_id)
+                for e in await events_so_far(cs, run_id)
             )
 
         await wait_for(asked)
@@ -259,21 +216,6 @@ async def test_a_parked_run_cancelled_on_the_other_worker_ends_cancelled(
             f"/v1/sessions/{session}/runs", json={"input": "hello", "stream": False}
         )
         assert again.status_code == 200, again.text
-
-
-async def _events_so_far(client: httpx.AsyncClient, run_id: str) -> list[Event]:
-    """The run's logged events now (read with a short timeout; the run goes on)."""
-    events: list[Event] = []
-    try:
-        async with open_stream(client, "GET", f"/v1/runs/{run_id}/events") as (response, stream):
-            if response.status_code != 200:
-                return events
-            async with asyncio.timeout(0.5):
-                async for event in stream:
-                    events.append(event)
-    except TimeoutError:
-        pass
-    return events
 
 
 async def test_past_max_resumes_a_killed_worker_s_run_ends_worker_lost(
@@ -327,7 +269,7 @@ async def test_one_worker_on_sqlite_resumes_its_runs_after_a_restart(
                 # is cancelled there, not handed over
                 view = (await client.get(f"/v1/runs/{streaming}")).json()
                 assert view["status"] == "cancelled"
-            asked = await _events_so_far(client, waiting)
+            asked = await events_so_far(client, waiting)
             request = [
                 e
                 for e in asked
@@ -413,7 +355,7 @@ async def test_twenty_waiting_runs_survive_a_restart_on_sqlite(tmp_path: Path) -
                 async def request(run_id: str = run_id) -> Event | None:
                     asked = [
                         e
-                        for e in await _events_so_far(client, run_id)
+                        for e in await events_so_far(client, run_id)
                         if e.type == "custom" and e.data["data"]["name"] == "confirmation_requested"
                     ]
                     return asked[-1] if asked else None
@@ -439,7 +381,7 @@ async def test_a_confirmation_that_expires_while_parked_is_expired_when_resumed(
             run_id = await start_background(client, new_session(), "delete old.md")
 
             async def request() -> Event | None:
-                for event in await _events_so_far(client, run_id):
+                for event in await events_so_far(client, run_id):
                     if (
                         event.type == "custom"
                         and event.data["data"]["name"] == "confirmation_requested"
@@ -587,7 +529,7 @@ async def test_runs_found_at_a_restart_with_too_few_slots_wait_for_one(tmp_path:
             for index, run_id in enumerate(runs):
 
                 async def request(run_id: str = run_id) -> Event | None:
-                    asked = [e for e in await _events_so_far(client, run_id) if is_request(e)]
+                    asked = [e for e in await events_so_far(client, run_id) if is_request(e)]
                     return asked[-1] if asked else None
 
                 asked = await wait_for(request, within=30)
@@ -598,10 +540,6 @@ async def test_runs_found_at_a_restart_with_too_few_slots_wait_for_one(tmp_path:
                 assert f"Deleted slot{index}.md" in rest[-1].data["data"]["output"]["content"]
     finally:
         server.stop()
-
-
-def is_request(event: Event) -> bool:
-    return event.type == "custom" and event.data["data"]["name"] == "confirmation_requested"
 
 
 @pytest.mark.parametrize("comes_back", [False, True])
@@ -672,7 +610,7 @@ async def test_a_waiting_streamed_run_resumed_without_a_reader_still_waits(
         kill(victim)
 
         async def asked_again() -> bool:
-            return any(e.type == "run.resumed" for e in await _events_so_far(cs, run_id))
+            return any(e.type == "run.resumed" for e in await events_so_far(cs, run_id))
 
         await wait_for(asked_again, within=30)
         await asyncio.sleep(12)  # past the window a streamed run would be cancelled in

@@ -15,17 +15,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Event, assert_well_formed, wait_for
-from tests.scale.conftest import StartCluster
-from tests.scale.test_durable_runs import (
+from tests.support.cluster import StartCluster
+from tests.support.runs import (
     SLOW,
-    _events_so_far,
+    events_so_far,
     follow,
     kill,
     new_session,
     resumed,
     start_background,
 )
+from tests.support.sse import Event, assert_well_formed
+from tests.support.waiting import wait_for
 
 
 def confirmation_request(events: list[Event]) -> dict[str, Any] | None:
@@ -45,7 +46,7 @@ async def test_an_answer_right_after_the_kill_is_retried_not_refused(
         run_id = await start_background(cv, session, "delete plans.md")
 
         async def asked() -> dict[str, Any] | None:
-            return confirmation_request(await _events_so_far(cs, run_id))
+            return confirmation_request(await events_so_far(cs, run_id))
 
         payload = await wait_for(asked)
         kill(victim)
@@ -104,14 +105,14 @@ async def test_a_cancel_right_after_the_kill_ends_the_run_cancelled(
             run_id = await start_background(cv, session, SLOW)
 
             async def streaming() -> bool:
-                return len(await _events_so_far(cs, run_id)) >= 3
+                return len(await events_so_far(cs, run_id)) >= 3
 
             await wait_for(streaming)
         else:
             run_id = await start_background(cv, session, "delete plans.md")
 
             async def asked() -> dict[str, Any] | None:
-                return confirmation_request(await _events_so_far(cs, run_id))
+                return confirmation_request(await events_so_far(cs, run_id))
 
             await wait_for(asked)
         kill(victim)

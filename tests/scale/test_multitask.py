@@ -3,8 +3,8 @@ to its own worker, so queue order, cancels and supersessions all cross workers."
 
 from __future__ import annotations
 
-from tests.e2e import multitask_cases as cases
-from tests.scale.conftest import StartCluster
+from tests.support import multitask as cases
+from tests.support.cluster import StartCluster
 
 
 async def test_reject_is_the_default(start_cluster: StartCluster) -> None:

@@ -16,11 +16,12 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.app.storage_fixtures import TcpProxy, with_port
-from tests.e2e.conftest import AGENT_SERVER, Event, open_stream, wait_for
-from tests.scale.conftest import StartCluster
-from tests.scale.services import POSTGRES_URL, RedisServer, free_port
-from tests.scale.test_cluster import is_confirmation, new_session, read_until, run_view
+from tests.support.cluster import StartCluster, is_confirmation, new_session, read_until, run_view
+from tests.support.server import AGENT_SERVER
+from tests.support.services import POSTGRES_URL, RedisServer, free_port
+from tests.support.sse import Event, open_stream
+from tests.support.storage import TcpProxy, with_port
+from tests.support.waiting import wait_for
 
 
 def start_alone(env: dict[str, str], directory: Path) -> subprocess.CompletedProcess[str]:

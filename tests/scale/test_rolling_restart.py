@@ -16,22 +16,11 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import (
-    TERMINAL,
-    Event,
-    Server,
-    assert_well_formed,
-    open_stream,
-    wait_for,
-)
-from tests.scale.conftest import StartCluster
-from tests.scale.test_durable_runs import (
-    approve,
-    is_request,
-    new_session,
-    resumed,
-    start_background,
-)
+from tests.support.cluster import StartCluster
+from tests.support.runs import approve, is_request, new_session, resumed, start_background
+from tests.support.server import Server
+from tests.support.sse import TERMINAL, Event, assert_well_formed, open_stream
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 200

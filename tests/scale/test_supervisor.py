@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 from app.server.supervisor import replacement_reason
-from tests.e2e.conftest import AGENT_SERVER, Server, launch, wait_for
+from tests.support.server import AGENT_SERVER, Server, launch
+from tests.support.waiting import wait_for
 
 # connections opened at once: all on one of two workers by chance once in 2**15
 BURST = 16

@@ -1,0 +1,1 @@
+"""The tests' shared helpers, one module per concept; fixtures stay in the conftests."""
