@@ -60,10 +60,12 @@ from .run_context import (
     ToolGate,
     new_id,
 )
+from .run_context import RunOptions as ResolvedRunOptions
 from .run_options import RunOptions
 from .run_setup import build_run_options
+from .skills.activation import SkillState
 from .skills.catalogue import SkillManager
-from .structured import StructuredOutput, aoutput_spec
+from .structured import OutputSpec, StructuredOutput, aoutput_spec
 from .tool_calls import ToolCalls
 from .tools.base import Tool, ToolPolicy, _run_state
 from .tools.execution import ToolExecutor
@@ -140,12 +142,7 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         self.checkpoint_sink = checkpoint_sink
         # told of every run, model call and tool call (agent_runtime.tracing); off by default
         self.tracer = tracer if tracer is not None else NO_TRACER
-        if skills is None or isinstance(skills, SkillManager):
-            self.skills: SkillManager | None = skills
-        elif isinstance(skills, str | os.PathLike):
-            raise ConfigurationError("skills= takes a SkillManager or a list of paths")
-        else:
-            self.skills = SkillManager(skills)
+        self.skills: SkillManager | None = _as_skills(skills)
         if not self.bindings.llm:
             raise ConfigurationError("an AgentCore needs an llm binding (ModelBindings(llm=...))")
         self._media_jobs = set()
@@ -157,10 +154,7 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         self._extensions: list[AgentExtension] = []
         for extension in extensions:
             self.add_extension(extension)
-        if max_iterations < 1:
-            raise ConfigurationError("max_iterations must be at least 1")
-        if run_timeout is not None and run_timeout <= 0:
-            raise ConfigurationError("run_timeout must be positive or None")
+        _check_limits(max_iterations, run_timeout, max_history_messages)
         self.name = name
         self.config = config
         self.system_prompt = system_prompt
@@ -169,19 +163,11 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         self.tool_timeout = tool_timeout
         self.parallel_tool_calls = parallel_tool_calls
         self.default_policy = ToolPolicy(default_policy)
-        self._exact_policies: dict[str, ToolPolicy] = {}
-        self._pattern_policies: list[tuple[str, ToolPolicy]] = []
-        for pattern, policy in (tool_policies or {}).items():
-            if any(ch in pattern for ch in "*?["):
-                self._pattern_policies.append((pattern, ToolPolicy(policy)))
-            else:
-                self._exact_policies[pattern] = ToolPolicy(policy)
+        self._exact_policies, self._pattern_policies = _policy_table(tool_policies or {})
         self.permission_callback = permission_callback
         self.conversation_store = conversation_store
         self.tool_error_limit = tool_error_limit
         self.model_params = dict(model_params or {})
-        if max_history_messages is not None and max_history_messages < 1:
-            raise ConfigurationError("max_history_messages must be at least 1 or None")
         # compaction runs before each model call; the bound then trims the oldest whole turns
         self.context_compactor = context_compactor
         self.max_history_messages = max_history_messages
@@ -587,86 +573,22 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         state = context.state
         options = context._options
         channel = context._channel
-        state.phase = AgentPhase.STARTING
-        for extension in self._extensions:
-            await extension.before_run(context)
-        for extension in self._extensions:
-            await extension.on_tool(context)
-        if options.conversation is not None:
-            history = options.conversation
-        elif self.conversation_store is not None:
-            history = await self.conversation_store.load(context.session_id)
-        else:
-            history = []
-        resume = options.resume
-        new_messages = state.added
-        primary = self.bindings.llm[0]
-        if resume is None:
-            user = UserMessage(prompt)
-            state.messages = [*history, user]
-            new_messages.append(user)
-            await channel.put(
-                AgentEvent(
-                    AgentEventType.RUN_STARTED,
-                    context.run_id,
-                    context.session_id,
-                    agent=options.agent_name,
-                    model=primary.model,
-                )
-            )
-        else:
-            # the run's own part of the conversation is put back after what came before it
-            state.messages = [*history, *resume.added]
-            new_messages.extend(resume.added)
-            state.iteration = resume.iteration
-            state.usage = Usage(
-                resume.usage.input_tokens, resume.usage.output_tokens, resume.usage.model
-            )
-            await channel.put(
-                AgentEvent(
-                    AgentEventType.RUN_RESUMED,
-                    context.run_id,
-                    context.session_id,
-                    agent=options.agent_name,
-                    model=primary.model,
-                    payload={"from_step": resume.step},
-                )
-            )
+        await self._start_run(context, prompt)
         skills = options.skill_state
         if skills is not None:
-            await skills.start(context, prompt)
-            for name, built in skills.tools().items():
-                if options.tool_filter is not None and not options.tool_filter(built):
-                    continue  # the run's filter reaches the skill tools too
-                if name in options.tools:
-                    raise ConfigurationError(
-                        f"tool {name!r} collides with the skill tool of that name; rename it"
-                    )
-                options.tools[name] = built
-        system = options.system_prompt
-        if skills is not None:
-            system = skills.system_prompt(system)
+            await self._add_skill_tools(context, skills, prompt)
+        system = _system_prompt(options)
         output = options.output
-        if output is not None:
-            system = f"{system}\n\n{output.instructions()}" if system else output.instructions()
         structured: StructuredOutput | None = None
+        resume = options.resume
         answers = resume.structured_answers if resume is not None else 0
         checkpoints = context._checkpoints
+        new_messages = state.added
         if resume is not None and resume.calls:
-            # the last model response's calls that have no result yet, each by its state
-            results = await self._resume_tools(context, resume)
-            state.messages.extend(results)
-            new_messages.extend(results)
-            if checkpoints is not None:
-                checkpoints.close()
-                await checkpoints.save(new_messages, state.iteration, state.usage)
+            await self._finish_open_calls(context, resume)
         while True:
             if state.iteration >= options.max_iterations:
-                raise MaxIterationsError(
-                    f"the model was still calling tools after {options.max_iterations} model "
-                    "calls; raise max_iterations or check the tools' results",
-                    run_id=context.run_id,
-                )
+                raise _max_iterations(context)
             state.iteration += 1
             state.phase = AgentPhase.MODEL
             state.messages = await prepare_context(
@@ -694,21 +616,8 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
             state.messages.append(message)
             if not message.tool_calls and output is not None:
                 answers += 1
-                # off the loop and within a time limit that this run's end also reaches: a
-                # client's schema must not hold up the loop's other runs, nor outlive its run
-                verdict = await output.acheck(message.content or "")
-                if verdict.ok:
-                    structured = StructuredOutput(verdict.value, verdict.json)
-                elif answers > output.max_retries:
-                    raise StructuredOutputError(
-                        verdict.summary,
-                        attempts=answers,
-                        output=message.content or "",
-                        run_id=context.run_id,
-                    )
-                else:
-                    # the rejected answer and the correction stay out of the stored turn
-                    state.messages.append(UserMessage(output.retry_prompt(verdict.feedback)))
+                structured = await _check_answer(context, output, message, answers)
+                if structured is None:
                     if checkpoints is not None:
                         checkpoints.structured_answers = answers
                     continue
@@ -729,15 +638,98 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
             if checkpoints is not None:
                 checkpoints.close()
             if state.consecutive_tool_errors >= self.tool_error_limit:
-                raise ToolErrorLimitError(
-                    f"{state.consecutive_tool_errors} consecutive tool calls failed or were "
-                    "denied; the run was stopped",
-                    run_id=context.run_id,
+                raise _tool_error_limit(context)
+        await self._complete_run(context, message, structured)
+
+    async def _start_run(self, context: AgentRunContext, prompt: str) -> None:
+        """The run's hooks, its conversation so far, and its first event (started or resumed)."""
+        state = context.state
+        options = context._options
+        state.phase = AgentPhase.STARTING
+        for extension in self._extensions:
+            await extension.before_run(context)
+        for extension in self._extensions:
+            await extension.on_tool(context)
+        if options.conversation is not None:
+            history = options.conversation
+        elif self.conversation_store is not None:
+            history = await self.conversation_store.load(context.session_id)
+        else:
+            history = []
+        resume = options.resume
+        primary = self.bindings.llm[0]
+        if resume is None:
+            user = UserMessage(prompt)
+            state.messages = [*history, user]
+            state.added.append(user)
+            await context._channel.put(
+                AgentEvent(
+                    AgentEventType.RUN_STARTED,
+                    context.run_id,
+                    context.session_id,
+                    agent=options.agent_name,
+                    model=primary.model,
                 )
+            )
+            return
+        # the run's own part of the conversation is put back after what came before it
+        state.messages = [*history, *resume.added]
+        state.added.extend(resume.added)
+        state.iteration = resume.iteration
+        state.usage = Usage(
+            resume.usage.input_tokens, resume.usage.output_tokens, resume.usage.model
+        )
+        await context._channel.put(
+            AgentEvent(
+                AgentEventType.RUN_RESUMED,
+                context.run_id,
+                context.session_id,
+                agent=options.agent_name,
+                model=primary.model,
+                payload={"from_step": resume.step},
+            )
+        )
+
+    async def _add_skill_tools(
+        self, context: AgentRunContext, skills: SkillState, prompt: str
+    ) -> None:
+        """Start the run's skills and add their tools to the run's own."""
+        options = context._options
+        await skills.start(context, prompt)
+        for name, built in skills.tools().items():
+            if options.tool_filter is not None and not options.tool_filter(built):
+                continue  # the run's filter reaches the skill tools too
+            if name in options.tools:
+                raise ConfigurationError(
+                    f"tool {name!r} collides with the skill tool of that name; rename it"
+                )
+            options.tools[name] = built
+
+    async def _finish_open_calls(self, context: AgentRunContext, resume: RunCheckpoint) -> None:
+        """A resumed run's open calls: those of its last model response without a result."""
+        state = context.state
+        results = await self._resume_tools(context, resume)
+        state.messages.extend(results)
+        state.added.extend(results)
+        checkpoints = context._checkpoints
+        if checkpoints is not None:
+            checkpoints.close()
+            await checkpoints.save(state.added, state.iteration, state.usage)
+
+    async def _complete_run(
+        self,
+        context: AgentRunContext,
+        message: AssistantMessage,
+        structured: StructuredOutput | None,
+    ) -> None:
+        """Store the run's turn, tell the extensions, and put ``run.completed``."""
+        state = context.state
+        options = context._options
+        channel = context._channel
         # the run counts as completed only once its consumer has taken every event
         await channel.wait_consumer_idle()
         if self.conversation_store is not None and options.conversation is None:
-            await self.conversation_store.append(context.session_id, new_messages)
+            await self.conversation_store.append(context.session_id, state.added)
         for extension in self._extensions:
             await extension.on_success(context, message)
         state.phase = AgentPhase.COMPLETED
@@ -748,7 +740,7 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
                 context.session_id,
                 message=message,
                 usage=state.usage,
-                messages=new_messages,
+                messages=state.added,
                 structured=structured,
             )
         )
@@ -788,3 +780,87 @@ def _as_bindings(model: ModelLike) -> ModelBindings:
         f"{model!r} is not a model: pass an object with stream(request), a ModelBinding or "
         "ModelBindings"
     )
+
+
+def _system_prompt(options: ResolvedRunOptions) -> str | None:
+    """The run's system prompt, with its skills' part and its output instructions."""
+    system = options.system_prompt
+    if options.skill_state is not None:
+        system = options.skill_state.system_prompt(system)
+    output = options.output
+    if output is not None:
+        system = f"{system}\n\n{output.instructions()}" if system else output.instructions()
+    return system
+
+
+async def _check_answer(
+    context: AgentRunContext, output: OutputSpec, message: AssistantMessage, answers: int
+) -> StructuredOutput | None:
+    """The validated answer, or None after asking the model again (the rejected answer and the
+    correction stay out of the stored turn); past the retries, StructuredOutputError."""
+    # off the loop and within a time limit that this run's end also reaches: a client's
+    # schema must not hold up the loop's other runs, nor outlive its run
+    verdict = await output.acheck(message.content or "")
+    if verdict.ok:
+        return StructuredOutput(verdict.value, verdict.json)
+    if answers > output.max_retries:
+        raise StructuredOutputError(
+            verdict.summary,
+            attempts=answers,
+            output=message.content or "",
+            run_id=context.run_id,
+        )
+    context.state.messages.append(UserMessage(output.retry_prompt(verdict.feedback)))
+    return None
+
+
+def _max_iterations(context: AgentRunContext) -> MaxIterationsError:
+    limit = context._options.max_iterations
+    return MaxIterationsError(
+        f"the model was still calling tools after {limit} model "
+        "calls; raise max_iterations or check the tools' results",
+        run_id=context.run_id,
+    )
+
+
+def _tool_error_limit(context: AgentRunContext) -> ToolErrorLimitError:
+    return ToolErrorLimitError(
+        f"{context.state.consecutive_tool_errors} consecutive tool calls failed or were "
+        "denied; the run was stopped",
+        run_id=context.run_id,
+    )
+
+
+def _as_skills(
+    skills: SkillManager | Iterable[str | os.PathLike[str]] | None,
+) -> SkillManager | None:
+    if skills is None or isinstance(skills, SkillManager):
+        return skills
+    if isinstance(skills, str | os.PathLike):
+        raise ConfigurationError("skills= takes a SkillManager or a list of paths")
+    return SkillManager(skills)
+
+
+def _check_limits(
+    max_iterations: int, run_timeout: float | None, max_history_messages: int | None
+) -> None:
+    if max_iterations < 1:
+        raise ConfigurationError("max_iterations must be at least 1")
+    if run_timeout is not None and run_timeout <= 0:
+        raise ConfigurationError("run_timeout must be positive or None")
+    if max_history_messages is not None and max_history_messages < 1:
+        raise ConfigurationError("max_history_messages must be at least 1 or None")
+
+
+def _policy_table(
+    tool_policies: Mapping[str, ToolPolicy | str],
+) -> tuple[dict[str, ToolPolicy], list[tuple[str, ToolPolicy]]]:
+    """Tool policies split into exact names and glob patterns (matched in their order)."""
+    exact: dict[str, ToolPolicy] = {}
+    patterns: list[tuple[str, ToolPolicy]] = []
+    for pattern, policy in tool_policies.items():
+        if any(ch in pattern for ch in "*?["):
+            patterns.append((pattern, ToolPolicy(policy)))
+        else:
+            exact[pattern] = ToolPolicy(policy)
+    return exact, patterns
