@@ -11,6 +11,7 @@ from agent_runtime.extensions.external import ExternalEvent
 from app.bus import BusError, LeaseLost, LocalBus, LogNotFound, WireEvent
 from app.bus.local import LocalEventLog, LocalSessionLocks
 from app.bus.wire import WireEncoder
+from tests.support.waiting import wait_until
 
 
 def event(seq: int, type_: str = "text.delta") -> WireEvent:
@@ -128,11 +129,11 @@ async def test_sealed_logs_expire() -> None:
     await log.create("run_1", session_id="s", fence=1)
     await log.append("run_1", event(1, "run.completed"), fence=1)
     assert await log.exists("run_1")
-    async with asyncio.timeout(5):
-        while True:
-            if not await log.exists("run_1"):
-                break
-            await asyncio.sleep(0.01)
+
+    async def gone() -> bool:
+        return not await log.exists("run_1")
+
+    await wait_until(gone)
     assert log.logs == 0
 
 

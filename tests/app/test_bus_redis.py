@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from tests.support.buses import Buses, event, read_until_finished
 from tests.support.managers import check_lost_run_ended, orphan, run_manager
 from tests.support.services import REDIS_URL, RedisServer, drop_prefix, new_prefix
 from tests.support.storage import TcpProxy
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.redis
 
@@ -48,15 +49,6 @@ async def buses(prefix: str) -> AsyncIterator[Buses]:
     finally:
         for bus in opened.opened:
             await bus.aclose()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], *, within: float = 5.0) -> None:
-    """Wait until ``check`` answers True."""
-    async with asyncio.timeout(within):
-        while True:
-            if await check():
-                return
-            await asyncio.sleep(0.02)
 
 
 async def gone(bus: RedisBus, run_id: str) -> bool:
@@ -80,7 +72,7 @@ async def test_replay_then_follow_from_another_worker(buses: Buses) -> None:
     assert [e.seq for e in await subscription.next()] == [2, 3]
     assert subscription.cursor == 3
     pending = asyncio.ensure_future(subscription.next())
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: reader.events.follower.waiting == 1)
     assert not pending.done()
     await log.append("run_1", event(4), fence=1)
     first = [e.seq for e in await pending]
@@ -113,7 +105,7 @@ async def test_interrupt_wakes_a_waiting_reader(buses: Buses) -> None:
     await bus.events.create("run_1", session_id="s", fence=1)
     subscription = await bus.events.subscribe("run_1")
     pending = asyncio.ensure_future(subscription.next())
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: bus.events.follower.waiting == 1)
     subscription.interrupt()
     assert await pending == ()
     assert not subscription.finished
@@ -122,7 +114,7 @@ async def test_interrupt_wakes_a_waiting_reader(buses: Buses) -> None:
     assert await subscription.next() == ()
     # closing wakes a pending reader too
     pending = asyncio.ensure_future(subscription.next())
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: bus.events.follower.waiting == 1)
     await subscription.aclose()
     assert await pending == ()
     await subscription.aclose()
@@ -202,7 +194,7 @@ async def test_sealed_logs_expire_and_live_ones_are_kept_alive(buses: Buses) -> 
         assert client.pttl(meta) <= 200 and client.pttl(stream) <= 200
     finally:
         client.close()
-    await eventually(lambda: gone(bus, "run_1"))
+    await wait_until(lambda: gone(bus, "run_1"))
 
 
 # --- session locks --------------------------------------------------------------------------
@@ -241,7 +233,7 @@ async def test_a_lease_lapses_unless_renewed(buses: Buses) -> None:
     await bus.locks.renew(lease, 0.3)
     await asyncio.sleep(0.15)
     assert await bus.locks.holder("s") == "run_a"
-    await eventually(lambda: free(bus, "s"))
+    await wait_until(lambda: free(bus, "s"))
     with pytest.raises(LeaseLost):
         await bus.locks.renew(lease, 1)
     successor = await bus.locks.acquire("s", "run_b", 5)
@@ -451,7 +443,7 @@ async def test_a_claim_whose_answer_never_came_is_given_back(buses: Buses) -> No
     async def given_back() -> bool:
         return await other.locks.holder("s-undo") is None and not await other.events.exists("run_u")
 
-    await eventually(given_back)
+    await wait_until(given_back)
     assert await other.router.cancel("run_u", "cancel_requested") is False
     assert bus.stats()["locks"] == 0 and bus.stats()["routed_runs"] == 0
     # the session is free for the next start at once, not after the lease's ttl
@@ -513,7 +505,7 @@ async def test_many_readers_of_many_runs_on_one_follower(buses: Buses) -> None:
                 await asyncio.sleep(0.01)
         await writer.events.append(run_id, event(30, "run.completed", run_id=run_id), fence=1)
 
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: reader.events.follower.waiting == len(runs))
     late = [asyncio.ensure_future(follow(run_id, 3)) for run_id in runs[:5]]
     await asyncio.gather(*(write(run_id) for run_id in runs))
     for result in await asyncio.gather(*readers):
@@ -552,10 +544,12 @@ async def test_a_reader_that_joins_while_the_follower_waits_is_not_missed(buses:
         await writer.events.create(run_id, session_id="s", fence=1)
     first = await reader.events.subscribe("run_a")
     pending_a = asyncio.ensure_future(first.next())
-    await asyncio.sleep(0.1)  # the follower now blocks on run_a only
+    follower = reader.events.follower
+    # the follower now blocks on run_a only
+    await wait_until(lambda: follower.waiting == 1 and follower._reading)
     second = await reader.events.subscribe("run_b")
     pending_b = asyncio.ensure_future(second.next())
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: follower.waiting == 2)
     started = time.monotonic()
     await writer.events.append("run_b", event(1, run_id="run_b"), fence=1)
     async with asyncio.timeout(2):
@@ -574,7 +568,7 @@ async def test_a_deleted_log_ends_its_readers(buses: Buses) -> None:
     subscription = await bus.events.subscribe("run_1")
     assert [e.seq for e in await subscription.next()] == [1]
     bus.events.discard("run_1")
-    await eventually(lambda: gone(bus, "run_1"))
+    await wait_until(lambda: gone(bus, "run_1"))
     subscription.interrupt()  # what an SSE response's ping does
     assert await subscription.next() == ()
     assert await subscription.next() == ()
@@ -703,7 +697,7 @@ async def test_a_redis_outage_fails_calls_quickly_and_the_bus_recovers(
         await writer.router.register("run_1", "s")
         subscription = await reader.events.subscribe("run_1")
         pending = asyncio.ensure_future(subscription.next())
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: reader.events.follower.waiting == 1)
         server.stop()
         started = time.monotonic()
         with pytest.raises(BusUnavailable):
@@ -741,7 +735,7 @@ async def test_a_redis_outage_fails_calls_quickly_and_the_bus_recovers(
         await writer.router.register("run_3", "s3")
         writer.router.bind(Handler({"run_3"}))
         # once the writer's listener has subscribed again
-        await eventually(lambda: reader.router.cancel("run_3", "cancel_requested"), within=10)
+        await wait_until(lambda: reader.router.cancel("run_3", "cancel_requested"), within=10)
         follow = await reader.events.subscribe("run_3")
         await writer.events.append(
             "run_3", event(1, "run.completed", run_id="run_3"), fence=lease.token
@@ -784,7 +778,7 @@ async def test_interrupt_returns_while_a_read_is_stuck_on_a_black_holed_redis(
         assert await subscription.next() == ()  # the next call reads the log itself
         proxy.stall()
         pending = asyncio.ensure_future(subscription.next())
-        await eventually(lambda: _reading(subscription))
+        await wait_until(lambda: _reading(subscription))
         subscription.interrupt()
         async with asyncio.timeout(30):  # a safety net: the read itself is still stuck
             assert await pending == ()

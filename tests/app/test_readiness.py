@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from app.server.readiness import DependencyWatch
+from tests.support.waiting import wait_until
 
 
 class Scripted:
@@ -65,7 +66,7 @@ async def test_it_probes_in_the_background_until_closed() -> None:
     watch.start()
     async with asyncio.timeout(2):
         await probe.called_twice.wait()
-    await asyncio.sleep(0)  # the second round's verdict
+    await wait_until(lambda: bool(watch.problem), within=2)  # the second round's verdict
     assert watch.problem
     await watch.aclose()
     rounds = watch.rounds

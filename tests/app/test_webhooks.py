@@ -28,6 +28,7 @@ from app.webhooks.targets import WebhookTargets
 from tests.fakes.tls_proxy import server_context
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support.storage import OpenStore, open_backend_fixture, store_fixture
+from tests.support.waiting import wait_for, wait_until
 
 __all__ = ["open_backend_fixture", "store_fixture"]
 
@@ -101,12 +102,13 @@ async def finished_run(store: Store, url: str, *, fence: int = 1) -> WebhookMess
 
 async def settled(store: Store, run_id: str, state: str) -> WebhookState:
     """Wait until the run's one message is in ``state`` (as stored)."""
-    async with asyncio.timeout(10):
-        while True:
-            (found,) = await store.webhook_states(run_id)
-            if found.state == state:
-                return found
-            await asyncio.sleep(0.02)
+
+    async def reached() -> WebhookState | None:
+        (found,) = await store.webhook_states(run_id)
+        return found if found.state == state else None
+
+    found: WebhookState = await wait_for(reached, within=10)
+    return found
 
 
 def test_signature_is_the_reference_algorithm() -> None:
@@ -217,12 +219,12 @@ async def test_the_sender_prunes_as_it_goes(store: Store, receiver: WebhookRecei
     message = await finished_run(store, receiver.url)
     webhooks = sender(store, retention=1e-3, prune_interval=0.05, metrics=metrics)
     webhooks.start()
+
+    async def delivered_and_pruned() -> bool:
+        return bool(receiver.requests) and not await store.webhook_states(message.run_id)
+
     try:
-        async with asyncio.timeout(10):
-            while True:
-                if receiver.requests and not await store.webhook_states(message.run_id):
-                    break
-                await asyncio.sleep(0.02)
+        await wait_until(delivered_and_pruned, within=10)
     finally:
         await webhooks.aclose()
     assert [r.status for r in receiver.requests] == [200]

@@ -3,14 +3,13 @@ waiting run tells whether its reader has taken the question yet."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from agent_runtime import AgentCore, AgentEvent, AgentEventType, AgentPhase, AgentRunConfig, tool
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.extensions.external import ExternalEvent
 from agent_runtime.testing import ScriptedModel, tool_call_turn
+from tests.support.waiting import wait_until
 
 
 @tool(policy="ask")
@@ -62,9 +61,7 @@ async def test_a_waiting_run_counts_the_question_its_reader_has_not_taken() -> N
     while taken[-1].type is not AgentEventType.TOOL_CALL_STARTED:
         taken.append(await anext(stream))
     # the reader stops there; the run asks and waits, its question not taken yet
-    async with asyncio.timeout(10):
-        while run.phase is not AgentPhase.WAITING:  # noqa: ASYNC110 - a phase, not an event
-            await asyncio.sleep(0.001)
+    await wait_until(lambda: run.phase is AgentPhase.WAITING)
     assert run.undelivered == 1
     taken.append(await anext(stream))
     assert taken[-1].name == "confirmation_requested"

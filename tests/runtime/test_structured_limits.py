@@ -4,6 +4,7 @@ and answers validated against it in bounded time, off the loop, stopped when the
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,10 +13,12 @@ import pytest
 
 from agent_runtime import AgentCore, RunTimeoutError, StructuredOutputError
 from agent_runtime import structured as structured_module
+from agent_runtime.answer_check import Budget
 from agent_runtime.errors import OutputSchemaError
 from agent_runtime.schema_check import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES
 from agent_runtime.structured import MAX_ANSWER_CHARS, output_spec
 from agent_runtime.testing import ScriptedModel
+from tests.support.waiting import wait_until
 
 CATASTROPHIC = {"type": "string", "pattern": "^(a+)+$"}
 TREE = {
@@ -229,10 +232,18 @@ async def test_a_cancelled_check_stops_and_frees_its_thread(
 ) -> None:
     # a limit no test waits for: only the cancellation can end these checks early
     monkeypatch.setattr(structured_module, "VALIDATION_TIME_LIMIT", 600.0)
+    threads: set[int] = set()  # the validation threads a check started on
+
+    class Watched(Budget):
+        def __enter__(self) -> Budget:
+            threads.add(threading.get_ident())
+            return super().__enter__()
+
+    monkeypatch.setattr(structured_module, "Budget", Watched)
     spec = output_spec(response_format=_format(EXPONENTIAL))
     assert spec is not None
     slow = [asyncio.create_task(spec.acheck("[" * 40 + "]" * 40)) for _ in range(2)]
-    await asyncio.sleep(0.05)  # let them take both validation threads
+    await wait_until(lambda: len(threads) == 2)  # they took both validation threads
     for task in slow:
         task.cancel()
     await asyncio.gather(*slow, return_exceptions=True)
