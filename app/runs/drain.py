@@ -16,7 +16,7 @@ import logging
 from app.runs.context import RunContext
 from app.runs.final_write import FinalWrites
 from app.runs.handover import HandOver
-from app.runs.routing import Routing
+from app.runs.stopping import RunStopper
 
 __all__ = ["Drain"]
 
@@ -32,11 +32,11 @@ class Drain:
     """This worker's drain; idempotent."""
 
     def __init__(
-        self, context: RunContext, routing: Routing, writes: FinalWrites, handover: HandOver
+        self, context: RunContext, stopper: RunStopper, writes: FinalWrites, handover: HandOver
     ) -> None:
         self._handover = handover
         self._context = context
-        self._routing = routing
+        self._stopper = stopper
         self._writes = writes
         self._task: asyncio.Task[None] | None = None
 
@@ -101,7 +101,7 @@ class Drain:
         if left:
             logger.warning("drain timeout: cancelling runs", extra={"runs": len(left)})
         for handle in left:
-            self._routing.cancel_local(handle.run_id, "shutdown")
+            self._stopper.cancel_local(handle.run_id, "shutdown")
         if not await self._wait_idle(_CANCEL_GRACE):
             logger.error("runs did not end after cancellation", extra={"runs": len(context.runs)})
 

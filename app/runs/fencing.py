@@ -41,7 +41,7 @@ from typing import Final
 
 from app.runs.context import RunContext
 from app.runs.handle import RunHandle
-from app.runs.routing import Routing
+from app.runs.stopping import RunStopper
 
 __all__ = ["FENCE_MARGIN", "Fencing"]
 
@@ -54,9 +54,9 @@ FENCE_MARGIN: Final = 0.1
 class Fencing:
     """The lease deadlines of this worker's runs, and fencing runs off at them."""
 
-    def __init__(self, context: RunContext, routing: Routing) -> None:
+    def __init__(self, context: RunContext, stopper: RunStopper) -> None:
         self._context = context
-        self._routing = routing
+        self._stopper = stopper
 
     def deadline_after(self, sent_at: float) -> float:
         """The deadline a lease acquired or renewed by a request sent at ``sent_at`` gives."""
@@ -109,4 +109,4 @@ class Fencing:
             )
         logger.error("fenced off a run: %s; stopping it here", why, extra=details)
         if stop and not handle.finalizing:
-            self._routing.stop(handle, "shutdown")
+            self._stopper.stop(handle, "shutdown")

@@ -31,7 +31,7 @@ from typing import Any
 
 from app.bus.base import BusError
 from app.runs.context import RunContext
-from app.runs.routing import Routing
+from app.runs.stopping import RunStopper
 
 __all__ = ["DisconnectGrace"]
 
@@ -47,10 +47,10 @@ class DisconnectGrace:
     """Disconnect policies of this worker's responses, and their pending timers."""
 
     def __init__(
-        self, context: RunContext, routing: Routing, grace: float, refresh: float = 15.0
+        self, context: RunContext, stopper: RunStopper, grace: float, refresh: float = 15.0
     ) -> None:
         self._context = context
-        self._routing = routing
+        self._stopper = stopper
         self._grace = grace
         # how often every reader renews its mark (the SSE ping interval)
         self._refresh = refresh
@@ -108,7 +108,7 @@ class DisconnectGrace:
         timer.add_done_callback(self._timers.discard)
 
     def _cancel_now(self, run_id: str) -> None:
-        if not self._routing.cancel_local(run_id, _REASON) and self._context.bus.shared:
+        if not self._stopper.cancel_local(run_id, _REASON) and self._context.bus.shared:
             # held by another worker (an idempotent repeat was answered here)
             self._track(self._cancel_remote(run_id), f"cancel:{run_id}")
 
@@ -130,7 +130,7 @@ class DisconnectGrace:
             return
         if last is not None and float(last) > since:
             return  # somebody came back for it
-        if not self._routing.cancel_local(run_id, _REASON) and self._context.bus.shared:
+        if not self._stopper.cancel_local(run_id, _REASON) and self._context.bus.shared:
             await self._cancel_remote(run_id)
 
     async def _cancel_remote(self, run_id: str) -> None:

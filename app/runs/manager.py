@@ -7,6 +7,7 @@ It holds no logic of its own beyond the queries; each concept is a module of thi
     records.py    every write of a run's record to the store
     finalize.py   the run's one end: outcome stored, hold released, terminal event appended
     routing.py    cancels and answers, here or through the bus (the CommandHandler side)
+    stopping.py   stopping a run held here, through the runtime or by its task
     multitask.py  a start while the session is busy: reject, enqueue, interrupt, rollback
     leases.py     renewing this worker's leases, the deadline watchdog, running the sweep
     fencing.py    each run's lease deadline, and fencing a run off when it passes
@@ -26,6 +27,7 @@ from its own cursor (``app.http.api.streaming``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -57,6 +59,7 @@ from app.runs.records import RunRecords
 from app.runs.resume import Resumer
 from app.runs.routing import Routing
 from app.runs.start import Starter
+from app.runs.stopping import RunStopper
 from app.runs.sweep import LostRunSweep
 from app.storage import RunRecord, RunStatus, Store
 from app.telemetry.tracing import Tracing
@@ -124,32 +127,25 @@ class RunManager:
         self._writes = FinalWrites(context)
         handover = HandOver(context)
         finalizer = Finalizer(context, records, self._writes, handover)
-        # public: the bus (its CommandHandler) and the answering edges reach it directly
-        self.routing = Routing(context)
-        self.fencing = Fencing(context, self.routing)
+        stopper = RunStopper(context)
+        self.fencing = Fencing(context, stopper)
         driver = Driver(context, records, finalizer, self.fencing)
-        self._starter = Starter(
-            context, records, driver, finalizer, self.routing, self.fencing, self._writes
-        )
-        self._multitask = Multitask(
-            context, session_queue(bus), self._starter.start, max_queue=max_session_queue
-        )
-        self._starter.on_busy = self._multitask.on_busy
-        self._starter.lease_sent = self._multitask.lease_sent
-        self._grace = DisconnectGrace(context, self.routing, disconnect_grace, reader_refresh)
+        self._grace = DisconnectGrace(context, stopper, disconnect_grace, reader_refresh)
         resumer = Resumer(context, driver, self.fencing, self._grace)
         self._sweep = LostRunSweep(context, resumer)
-        self.routing.resume_parked = self._sweep.resume_parked
-        self.leases = LeaseKeeper(context, self.fencing, self._sweep)
-        self._drain = Drain(context, self.routing, self._writes, handover)
-        # a pending claim outlives the longest admission (the queue's wait, the record's
-        # write), so only a worker that died while admitting leaves one to expire
-        self.idempotency = IdempotentStarts(
-            bus.values,
-            ttl=idempotency_ttl,
-            pending_ttl=queue_timeout + 30.0,
-            in_flight_wait=min(queue_timeout, 5.0) + 1.0,
+        # public: the bus (its CommandHandler) and the answering edges reach it directly
+        self.routing = Routing(context, stopper, self._sweep.resume_parked)
+        # the multitask strategies start the runs they queue with the starter's own start
+        multitask = functools.partial(
+            Multitask, context, session_queue(bus), max_queue=max_session_queue
         )
+        self._starter = Starter(
+            context, records, driver, finalizer, stopper, self.fencing, self._writes, busy=multitask
+        )
+        self._multitask = self._starter.busy
+        self.leases = LeaseKeeper(context, self.fencing, self._sweep)
+        self._drain = Drain(context, stopper, self._writes, handover)
+        self.idempotency = _idempotent_starts(bus, idempotency_ttl, queue_timeout)
         self._open_streams = 0
         # blocking (stream: false) responses waiting for their run; counted by the response
         self.open_waiters = 0
@@ -375,3 +371,14 @@ class RunManager:
         await self._writes.aclose()
         await self._grace.aclose()
         await self.leases.aclose()
+
+
+def _idempotent_starts(bus: Bus, ttl: float, queue_timeout: float) -> IdempotentStarts:
+    # a pending claim outlives the longest admission (the queue's wait, the record's write),
+    # so only a worker that died while admitting leaves one to expire
+    return IdempotentStarts(
+        bus.values,
+        ttl=ttl,
+        pending_ttl=queue_timeout + 30.0,
+        in_flight_wait=min(queue_timeout, 5.0) + 1.0,
+    )

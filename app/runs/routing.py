@@ -14,18 +14,16 @@ from typing import Any
 
 from agent_runtime.agent import AgentRunConfig
 from agent_runtime.errors import AgentClosedError
-from agent_runtime.events import AgentPhase
 from agent_runtime.extensions.external import ExternalEvent
 from app.bus.base import BusError
 from app.errors import Draining, NotFound, Unavailable
 from app.runs.context import RunContext
 from app.runs.handle import HANDOVER, RunHandle
+from app.runs.stopping import RunStopper
 from app.storage import RunRecord, RunStatus
 
 __all__ = ["Routing"]
 
-# the runtime's phases after which a cancel changes nothing
-_DECIDED = frozenset({AgentPhase.COMPLETED, AgentPhase.FAILED})
 # seconds a cancel routed to no holder waits for the run's logged end
 _SETTLE = 2.0
 # seconds an answer to a run resumed for it waits for the run to ask again
@@ -46,50 +44,27 @@ _STATUS_OF: dict[str, RunStatus] = {
 class Routing:
     """Where a cancel or an answer goes, and what it does on arrival."""
 
-    def __init__(self, context: RunContext) -> None:
+    def __init__(
+        self,
+        context: RunContext,
+        stopper: RunStopper,
+        resume_parked: Callable[[str, str], Awaitable[RunHandle | None]] | None = None,
+    ) -> None:
         self._context = context
-        # resume a run no worker holds here, from its checkpoint (set by the run manager):
-        # its handle, or None if it cannot be (app.runs.resume)
-        self.resume_parked: Callable[[str, str], Awaitable[RunHandle | None]] | None = None
+        self._stopper = stopper
+        # resume a run no worker holds here, from its checkpoint (``LostRunSweep``): its
+        # handle, or None if it cannot be (app.runs.resume)
+        self.resume_parked = resume_parked
 
     # --- arriving here (CommandHandler) ------------------------------------------------------
 
     def cancel_local(self, run_id: str, reason: str) -> bool:
-        """Cancel a run held here; False if there is no such unfinished run (or it is past
-        its lease: this worker no longer speaks for it, see ``app.runs.fencing``)."""
-        context = self._context
-        handle = context.runs.get(run_id)
-        if handle is None or handle.done or context.lapsed(handle):
-            return False
-        if handle.cancel_reason == HANDOVER:
-            return False  # parked for another worker: the cancel is for whoever takes it
-        return self.stop(handle, reason)
+        """Cancel a run held here (``RunStopper.cancel_local``)."""
+        return self._stopper.cancel_local(run_id, reason)
 
     def stop(self, handle: RunHandle, reason: str) -> bool:
-        """Stop a run held here, for ``reason`` (the first one given wins). False if its
-        outcome was already decided otherwise: it ends as it was going to (so a cancel
-        answered 202 ``cancelling`` does end ``run.cancelled``)."""
-        run_id = handle.run_id
-        if handle.finalizing:  # its terminal event is being written: too late to change it
-            return False
-        if handle.in_runtime:
-            agent = self._context.agent_for(handle)
-            run = agent.active_runs.get(run_id)
-            if run is None or run.phase in _DECIDED:
-                return False  # the runtime's run has ended: its terminal event is on its way
-            if handle.cancel_reason is None:
-                handle.cancel_reason = reason
-            return agent.cancel_run(run_id, handle.cancel_reason)
-        if handle.cancel_reason is None:
-            handle.cancel_reason = reason
-        task = handle.task
-        if task is None:  # still in start(): queued, or storing its record
-            handle.ticket.abort()
-            return True
-        if not handle.task_cancelled:
-            handle.task_cancelled = True
-            task.cancel()
-        return True
+        """Stop a run held here (``RunStopper.stop``)."""
+        return self._stopper.stop(handle, reason)
 
     def deliver_local(
         self, session_id: str, run_id: str | None, event: ExternalEvent

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from agent_runtime.errors import ConfigurationError, OutputSchemaError
 from agent_runtime.structured import aoutput_spec
@@ -41,18 +42,14 @@ from app.runs.final_write import FinalWrites
 from app.runs.finalize import Finalizer
 from app.runs.handle import RunHandle, RunRequestOptions, new_run_id, now
 from app.runs.records import RunRecords
-from app.runs.routing import Routing
+from app.runs.stopping import RunStopper
 from app.runs.turns import remove_replaced_turn
 from app.storage import SessionOwnedByOther, SessionRecord
 
-__all__ = ["BusyHook", "Starter"]
+if TYPE_CHECKING:
+    from app.runs.multitask import StartFn
 
-BusyHook = Callable[
-    [str, str, str, "str | None", RunRequestOptions], Awaitable[tuple[Lease | None, str | None]]
-]
-"""What a start does when the session's lock is held (``app.runs.multitask``): given the
-principal, session, new run id, the lock's holder and the options, the lease it got after
-all and the run it superseded; no lease means busy (409)."""
+__all__ = ["BusyPolicy", "Starter"]
 
 logger = logging.getLogger("app.runs")
 
@@ -62,8 +59,36 @@ _RETRY_AFTER_DRAINING = 5.0
 _RETRY_AFTER_UNAVAILABLE = 5.0
 
 
-class Starter:
-    """Admits and starts this worker's runs."""
+class BusyPolicy(Protocol):
+    """What a start does when the session is busy (``app.runs.multitask``)."""
+
+    async def on_busy(
+        self,
+        principal: str,
+        session_id: str,
+        run_id: str,
+        active: str | None,
+        options: RunRequestOptions,
+    ) -> tuple[Lease | None, str | None]:
+        """Given the principal, session, new run id, the lock's holder and the options: the
+        lease it got after all and the run it superseded; no lease means busy (409)."""
+        ...
+
+    def lease_sent(self, run_id: str) -> float:
+        """When the request that took a lease given to ``start`` (a queued run's) was sent:
+        its deadline counts from then."""
+        ...
+
+
+BusyT = TypeVar("BusyT", bound=BusyPolicy)
+
+
+class Starter(Generic[BusyT]):
+    """Admits and starts this worker's runs.
+
+    ``busy`` builds the busy policy from this starter's ``start`` (the policy starts the runs it
+    queued): the two need each other, so the starter makes it and offers it as ``busy``.
+    """
 
     def __init__(
         self,
@@ -71,9 +96,11 @@ class Starter:
         records: RunRecords,
         driver: Driver,
         finalizer: Finalizer,
-        routing: Routing,
+        stopper: RunStopper,
         fencing: Fencing,
         writes: FinalWrites,
+        *,
+        busy: Callable[[StartFn], BusyT],
     ) -> None:
         self._fencing = fencing
         self._writes = writes
@@ -81,12 +108,8 @@ class Starter:
         self._records = records
         self._driver = driver
         self._finalizer = finalizer
-        self._routing = routing
-        # the multitask strategies (set by the run manager); None: every busy start is a 409
-        self.on_busy: BusyHook | None = None
-        # when the request that took a lease given to ``start`` (a queued run's) was sent:
-        # its deadline counts from then (set by the run manager with ``on_busy``)
-        self.lease_sent: Callable[[str], float] = lambda _: context.clock()
+        self._stopper = stopper
+        self.busy = busy(self.start)
 
     def profile(self, name: str) -> AgentProfile:
         """The configured agent ``name``; ``NotFound`` if there is none."""
@@ -177,12 +200,12 @@ class Starter:
             await asyncio.shield(recorded)
         except asyncio.CancelledError:
             # the request went away
-            self._routing.cancel_local(handle.run_id, "client_disconnected")
+            self._stopper.cancel_local(handle.run_id, "client_disconnected")
             raise
         except BaseException:
             # not stored (session deleted meanwhile, or the store failed): nobody will learn
             # this run's id, so end it; it stores nothing more (see RunRecords.stored)
-            self._routing.cancel_local(handle.run_id, "cancel_requested")
+            self._stopper.cancel_local(handle.run_id, "cancel_requested")
             raise
         logger.info(
             "run accepted",
@@ -281,7 +304,7 @@ class Starter:
             else:
                 lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
         else:
-            sent = self.lease_sent(run_id)
+            sent = self.busy.lease_sent(run_id)
         active = None if lease is not None else await context.bus.locks.holder(session_id)
         # held by a run that ended while the store was out, until its end is stored: store
         # it now (the store answered above), and the lock is free
@@ -300,9 +323,11 @@ class Starter:
             if lease is None:
                 active = await context.bus.locks.holder(session_id)
         superseded = None
-        if lease is None and self.on_busy is not None:
-            lease, superseded = await self.on_busy(principal, session_id, run_id, active, options)
-            sent = self.lease_sent(run_id)
+        if lease is None:
+            lease, superseded = await self.busy.on_busy(
+                principal, session_id, run_id, active, options
+            )
+            sent = self.busy.lease_sent(run_id)
         if lease is None:
             context.reject("session_busy")
             if active is not None and not active.startswith("run_"):
