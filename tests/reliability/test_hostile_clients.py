@@ -29,6 +29,7 @@ import pytest
 
 from tests.support.probes import rss
 from tests.support.server import Server, launch
+from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -113,12 +114,18 @@ async def _long_finished_run(client: httpx.AsyncClient, words: int) -> str:
     )
     assert started.status_code == 202, started.text
     run_id: str = started.json()["run_id"]
-    for _ in range(600):
-        status = (await client.get(f"/v1/runs/{run_id}")).json()["status"]
-        if status == "completed":
-            return run_id
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"run {run_id} did not complete: {status}")
+    status = ""
+
+    async def completed() -> bool:
+        nonlocal status
+        status = str((await client.get(f"/v1/runs/{run_id}")).json()["status"])
+        return status == "completed"
+
+    try:
+        await wait_for(completed, within=60)
+    except AssertionError:
+        raise AssertionError(f"run {run_id} did not complete: {status}") from None
+    return run_id
 
 
 async def test_non_reading_clients_hold_bounded_memory_and_are_let_go(server: Server) -> None:
@@ -333,7 +340,11 @@ async def test_connections_beyond_the_cap_are_refused_at_once(tmp_path: Path) ->
     try:
         socks = [_connect(running) for _ in range(1100)]
         try:
-            await asyncio.sleep(0.5)
+            # every connection was taken: held by the worker, or refused and closed
+            await wait_until(
+                lambda: _server_sockets(running) + sum(map(_closed_by_server, socks)) >= 1100,
+                within=30,
+            )
             refused = [sock for sock in socks if _closed_by_server(sock)]
             async with httpx.AsyncClient(base_url=running.base_url, timeout=5) as client:
                 started = time.monotonic()
@@ -342,14 +353,17 @@ async def test_connections_beyond_the_cap_are_refused_at_once(tmp_path: Path) ->
                 assert answer.status_code == 503, answer.text
                 assert answer.headers["retry-after"] == "1"
                 assert answer.json()["code"] == "overloaded"
+
                 # once the head timeout let the silent ones go, requests are served again
-                for _ in range(100):
+                async def served() -> bool:
                     with contextlib.suppress(httpx.TransportError):
-                        if (await client.get("/healthz")).status_code == 200:
-                            break
-                    await asyncio.sleep(0.1)
-                else:
-                    raise AssertionError("never served again")
+                        return (await client.get("/healthz")).status_code == 200
+                    return False
+
+                try:
+                    await wait_for(served, within=10)
+                except AssertionError:
+                    raise AssertionError("never served again") from None
                 text = (await client.get("/metrics")).text
             counted = _metric(text, "agent_http_connections_closed", "max_connections")
             print(

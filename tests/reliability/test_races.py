@@ -22,7 +22,7 @@ from tests.support.probes import wait_idle
 from tests.support.problems import assert_problem
 from tests.support.server import Server, launch, stop
 from tests.support.sse import Event, assert_well_formed, open_stream, read_events
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_until
 
 # a run of some twenty events: long enough for a cancel to land inside it
 RACED = "a run that ends soon " + " ".join(f"w{index}" for index in range(12))
@@ -81,9 +81,12 @@ async def start(
     body: dict[str, Any],
     gate: asyncio.Event,
     release: asyncio.Event,
+    at_gate: list[None],
 ) -> tuple[int, str, dict[str, Any] | None]:
-    """Start a run once ``gate`` opens; a streamed run's answer is held open until
-    ``release``. The status, the run id and the problem of a refusal."""
+    """Start a run once ``gate`` opens (counted in ``at_gate`` while it waits there); a
+    streamed run's answer is held open until ``release``. The status, the run id and the
+    problem of a refusal."""
+    at_gate.append(None)
     await gate.wait()
     async with client.stream("POST", url, json=body) as response:
         if response.status_code == 200:
@@ -103,10 +106,16 @@ async def test_fifty_starts_on_one_session_admit_exactly_one(server: Server, mod
             body = {"input": "delete report.txt", "background": mode == "background"}
             gate = asyncio.Event()
             release = asyncio.Event()
+            at_gate: list[None] = []
             tasks = [
-                asyncio.ensure_future(start(client, url, body, gate, release)) for _ in range(50)
+                asyncio.ensure_future(start(client, url, body, gate, release, at_gate))
+                for _ in range(50)
             ]
-            await asyncio.sleep(0.05)
+
+            def all_at_gate(parked: list[None] = at_gate) -> bool:
+                return len(parked) == 50
+
+            await wait_until(all_at_gate)  # every start waits at the gate
             gate.set()
             pending = set(tasks)
             async with asyncio.timeout(20):
