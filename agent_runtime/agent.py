@@ -24,7 +24,8 @@ from collections.abc import (
 from typing import TYPE_CHECKING, Any, TypeAlias, Unpack
 
 from .bindings import ModelBinding, ModelBindings
-from .capabilities.agent_calls import CapabilityCalls
+from .capabilities.agent_calls import CapabilityCalls, CapabilityHost
+from .capabilities.jobs import MediaJob
 from .channel import Channel, ChannelClosed
 from .checkpoints import Checkpointer, CheckpointSink, RunCheckpoint
 from .compaction import DEFAULT_MAX_HISTORY_MESSAGES, ContextCompactor, prepare_context
@@ -47,7 +48,7 @@ from .extensions.events import RunCancelledEvent
 from .messages import AssistantMessage, Message, UserMessage
 from .model import Model, ModelRequest, Usage
 from .model_calls import ModelCalls
-from .run_calls import RunCalls
+from .run_calls import ChatHost, RunCalls
 from .run_context import (
     CANCELLED_CALL,
     HANDOVER,
@@ -99,7 +100,7 @@ DEFAULT_MAX_ITERATIONS = 50
 DEFAULT_TOOL_ERROR_LIMIT = 5
 
 
-class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
+class AgentCore(CapabilityCalls, RunCalls):
     """An agent: a model (or bindings), tools and extensions, serving concurrent runs.
 
     One instance belongs to one event loop. It claims the loop of its first use; use from another
@@ -145,7 +146,7 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         self.skills: SkillManager | None = _as_skills(skills)
         if not self.bindings.llm:
             raise ConfigurationError("an AgentCore needs an llm binding (ModelBindings(llm=...))")
-        self._media_jobs = set()
+        self._media_jobs: set[MediaJob[Any]] = set()
         self.registry = ToolRegistry()
         for built_in in builtin_tools:
             self.registry.register(built_in)
@@ -173,6 +174,8 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
         self.max_history_messages = max_history_messages
         self.state = AgentState()
         self._executor = ToolExecutor()
+        self._model_calls = ModelCalls(self.bindings, self.tracer)
+        self._tool_calls = ToolCalls(self._extensions, self._executor, self.tracer)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._close_task: asyncio.Future[None] | None = None
@@ -611,7 +614,7 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
                 params=options.params,
                 output_schema=output.schema if output is not None else None,
             )
-            response = await self._call_model(context, request)
+            response = await self._model_calls.call(context, request)
             message = response.message
             state.messages.append(message)
             if not message.tool_calls and output is not None:
@@ -632,7 +635,7 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
             # tools have side effects: run them only once the consumer has seen the calls
             # coming, so a consumer that already left cancels instead
             await channel.wait_consumer_idle()
-            results = await self._run_tools(context, message.tool_calls)
+            results = await self._tool_calls.run(context, message.tool_calls)
             state.messages.extend(results)
             new_messages.extend(results)
             if checkpoints is not None:
@@ -708,7 +711,7 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
     async def _finish_open_calls(self, context: AgentRunContext, resume: RunCheckpoint) -> None:
         """A resumed run's open calls: those of its last model response without a result."""
         state = context.state
-        results = await self._resume_tools(context, resume)
+        results = await self._tool_calls.resume(context, resume)
         state.messages.extend(results)
         state.added.extend(results)
         checkpoints = context._checkpoints
@@ -767,6 +770,12 @@ class AgentCore(CapabilityCalls, ModelCalls, RunCalls, ToolCalls):
                     extension.name,
                     extra={"run_id": context.run_id},
                 )
+
+
+if TYPE_CHECKING:
+    # AgentCore is the host its mixins name: a member it lacks is a type error here
+    def _hosts(agent: AgentCore) -> tuple[CapabilityHost, ChatHost]:
+        return agent, agent
 
 
 def _as_bindings(model: ModelLike) -> ModelBindings:

@@ -1,7 +1,7 @@
 """One model call of a run: streamed to the run's channel, retried on the same binding, failed
 over to the next one.
 
-``ModelCalls`` is a part of ``AgentCore`` (``agent_runtime.agent``). A retryable
+``ModelCalls`` is held by ``AgentCore`` (``agent_runtime.agent``), one per agent. A retryable
 ``ProviderError`` before any text of the call reached the consumer moves on (after the
 binding's own ``RetryOptions``); after the first delta, or a non-retryable error, the run fails.
 """
@@ -30,20 +30,22 @@ _DEFAULT_RETRY = RetryOptions()
 
 
 class ModelCalls:
-    """Model calls for ``AgentCore``."""
+    """The model calls of an agent's runs, on its bindings, told to its tracer."""
 
-    if TYPE_CHECKING:
-        bindings: ModelBindings
-        tracer: RunTracer
+    __slots__ = ("_bindings", "_tracer")
 
-    async def _call_model(self, context: AgentRunContext, request: ModelRequest) -> ModelResponse:
+    def __init__(self, bindings: ModelBindings, tracer: RunTracer) -> None:
+        self._bindings = bindings
+        self._tracer = tracer
+
+    async def call(self, context: AgentRunContext, request: ModelRequest) -> ModelResponse:
         """One model call, with retries on the same binding and failover to the next one."""
         gate = context._options.model_gate
         if gate is not None:
             await gate(context)  # its RunError fails the run before the call is made
         run_id = context.run_id
         last_error: ProviderError | None = None
-        for binding in self.bindings.llm:
+        for binding in self._bindings.llm:
             attempt = 0
             while True:
                 model_call_id = new_id("mcall")
@@ -82,7 +84,7 @@ class ModelCalls:
     ) -> ModelResponse:
         """One try on one binding: its text streamed to the run's channel as it comes."""
         response: ModelResponse | None = None
-        with self.tracer.model_call(context, binding, request) as trace:
+        with self._tracer.model_call(context, binding, request) as trace:
             async with binding.lease_provider() as provider:
                 progress.retry = getattr(provider, "retry", None) or _DEFAULT_RETRY
                 stream = provider.stream(request)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, Unpack, overload
 
 from .errors import RunError
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .run_context import AgentResponse, AgentRunConfig
     from .run_options import RunOptions, SkillRunOptions, StructuredRunOptions
 
-__all__ = ["RunCalls", "StructuredResponse"]
+__all__ = ["ChatHost", "RunCalls", "StructuredResponse"]
 
 T = TypeVar("T")
 
@@ -35,23 +35,28 @@ class StructuredResponse(Generic[T]):
         return self.response.run_id
 
 
+class ChatHost(Protocol):
+    """What ``RunCalls`` needs from the class it is mixed into (``AgentCore``)."""
+
+    async def chat(
+        self,
+        prompt: str,
+        *,
+        config: AgentRunConfig | None = None,
+        conversation: Sequence[Message] | None = None,
+        **options: Unpack[RunOptions],
+    ) -> AgentResponse:
+        """Run to completion and return the response."""
+        ...
+
+
 class RunCalls:
-    """The structured and skill entry points of ``AgentCore``."""
-
-    if TYPE_CHECKING:
-
-        async def chat(
-            self,
-            prompt: str,
-            *,
-            config: AgentRunConfig | None = None,
-            conversation: Sequence[Message] | None = None,
-            **options: Unpack[RunOptions],
-        ) -> AgentResponse: ...
+    """The structured and skill entry points of ``AgentCore``: each takes its host as a
+    ``ChatHost``, so a host without ``chat`` is a type error where they are used."""
 
     @overload
     async def chat_structured(
-        self,
+        self: ChatHost,
         prompt: str,
         *,
         output_type: type[T],
@@ -63,7 +68,7 @@ class RunCalls:
 
     @overload
     async def chat_structured(
-        self,
+        self: ChatHost,
         prompt: str,
         *,
         output_type: Any,
@@ -74,7 +79,7 @@ class RunCalls:
     ) -> StructuredResponse[Any]: ...
 
     async def chat_structured(
-        self,
+        self: ChatHost,
         prompt: str,
         *,
         output_type: Any,
@@ -103,7 +108,7 @@ class RunCalls:
         return StructuredResponse(response.structured.value, response)
 
     async def run_skill(
-        self,
+        self: ChatHost,
         name: str,
         prompt: str,
         *,

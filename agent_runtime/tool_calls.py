@@ -1,8 +1,8 @@
 """The tool calls of one model response: announced, checked (hooks, policy, approval),
 run (sequentially or overlapping), each result checkpointed before it is told.
 
-``ToolCalls`` is a part of ``AgentCore`` (``agent_runtime.agent``); a resumed run's open calls
-go on here from the state their checkpoint saved them in.
+``ToolCalls`` is held by ``AgentCore`` (``agent_runtime.agent``), one per agent; a resumed
+run's open calls go on here from the state their checkpoint saved them in.
 """
 
 from __future__ import annotations
@@ -30,14 +30,19 @@ logger = logging.getLogger("agent_runtime")
 
 
 class ToolCalls:
-    """Tool-call execution for ``AgentCore``."""
+    """The tool calls of an agent's runs: its extensions' hooks, its executor, its tracer."""
 
-    if TYPE_CHECKING:
-        _extensions: list[AgentExtension]
-        _executor: ToolExecutor
-        tracer: RunTracer
+    __slots__ = ("_executor", "_extensions", "_tracer")
 
-    async def _resume_tools(
+    def __init__(
+        self, extensions: Sequence[AgentExtension], executor: ToolExecutor, tracer: RunTracer
+    ) -> None:
+        # the agent's own list: an extension added later takes part in later calls
+        self._extensions = extensions
+        self._executor = executor
+        self._tracer = tracer
+
+    async def resume(
         self, context: AgentRunContext, checkpoint: RunCheckpoint
     ) -> list[ToolMessage]:
         """The open calls of a resumed run: each goes on from the state it was saved in."""
@@ -70,9 +75,9 @@ class ToolCalls:
             checkpoints.open(calls)
             for call, call_state in checkpoint.open_calls():
                 checkpoints.mark(call, call_state, expiries.get(call.id))
-        return await self._run_tools(context, calls, settled=settled, announced=True)
+        return await self.run(context, calls, settled=settled, announced=True)
 
-    async def _run_tools(
+    async def run(
         self,
         context: AgentRunContext,
         calls: list[ToolCall],
@@ -218,7 +223,7 @@ class ToolCalls:
         if gate is not None and not isinstance(ready, str):
             # asked here, with nothing awaited before the call starts: what it says holds
             ready = gate(call) or ready
-        with self.tracer.tool_call(context, call) as trace:
+        with self._tracer.tool_call(context, call) as trace:
             if isinstance(ready, str):
                 outcome_error: str | None = ready
                 result: Any = None

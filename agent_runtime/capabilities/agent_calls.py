@@ -11,31 +11,40 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..bindings import ModelBindings
 from . import calls, jobs
 from .results import Embeddings, Images, Ranking, Speech, Transcription, Video
 
-__all__ = ["CapabilityCalls"]
+__all__ = ["CapabilityCalls", "CapabilityHost"]
 
 
-class CapabilityCalls:
-    """Mixed into ``AgentCore``: capability calls and media jobs on ``self.bindings``."""
+class CapabilityHost(Protocol):
+    """What ``CapabilityCalls`` needs from the class it is mixed into (``AgentCore``)."""
 
     bindings: ModelBindings
     _media_jobs: set[jobs.MediaJob[Any]]
 
     def _check_usable(self) -> None:
-        raise NotImplementedError  # AgentCore's
+        """Raise if the agent is closed or used from another loop."""
+        ...
+
+
+class CapabilityCalls:
+    """Mixed into ``AgentCore``: capability calls and media jobs on ``self.bindings``.
+
+    Each method takes its host as a ``CapabilityHost``: a host without one of its members is a
+    type error where the method is used.
+    """
 
     @property
-    def media_jobs(self) -> tuple[jobs.MediaJob[Any], ...]:
+    def media_jobs(self: CapabilityHost) -> tuple[jobs.MediaJob[Any], ...]:
         """The media jobs this agent started that have not finished."""
         return tuple(self._media_jobs)
 
     async def embed(
-        self,
+        self: CapabilityHost,
         texts: str | Sequence[str],
         *,
         dimensions: int | None = None,
@@ -46,7 +55,7 @@ class CapabilityCalls:
         return await calls.embed(texts, binding=self.bindings, dimensions=dimensions, params=params)
 
     async def rerank(
-        self,
+        self: CapabilityHost,
         query: str,
         documents: Sequence[str],
         *,
@@ -60,7 +69,7 @@ class CapabilityCalls:
         )
 
     async def generate_image(
-        self,
+        self: CapabilityHost,
         prompt: str,
         *,
         n: int = 1,
@@ -74,7 +83,7 @@ class CapabilityCalls:
         )
 
     async def synthesize_speech(
-        self,
+        self: CapabilityHost,
         text: str,
         *,
         voice: str = "alloy",
@@ -92,7 +101,7 @@ class CapabilityCalls:
         )
 
     async def transcribe(
-        self,
+        self: CapabilityHost,
         audio: calls.AudioInput,
         *,
         filename: str | None = None,
@@ -112,7 +121,7 @@ class CapabilityCalls:
         )
 
     def submit_image(
-        self,
+        self: CapabilityHost,
         prompt: str,
         *,
         n: int = 1,
@@ -123,11 +132,11 @@ class CapabilityCalls:
         and awaits the job."""
         self._check_usable()
         job = jobs.submit_image(prompt, binding=self.bindings, n=n, size=size, params=params)
-        self._adopt(job)
+        _adopt(self._media_jobs, job)
         return job
 
     def submit_video(
-        self,
+        self: CapabilityHost,
         prompt: str,
         *,
         seconds: str | int | None = None,
@@ -146,14 +155,10 @@ class CapabilityCalls:
             params=params,
             poll_interval=poll_interval,
         )
-        self._adopt(job)
+        _adopt(self._media_jobs, job)
         return job
 
-    def _adopt(self, job: jobs.MediaJob[Any]) -> None:
-        self._media_jobs.add(job)
-        job.task.add_done_callback(lambda _task: self._media_jobs.discard(job))
-
-    async def _drain_media_jobs(self) -> None:
+    async def _drain_media_jobs(self: CapabilityHost) -> None:
         """Cancel every media job of this agent and wait until each has ended."""
         pending = [job.task for job in self._media_jobs if not job.done()]
         for task in pending:
@@ -161,3 +166,8 @@ class CapabilityCalls:
         if pending:
             # a job that ignores cancellation holds this up: a task cannot be killed
             await asyncio.wait(pending)
+
+
+def _adopt(media_jobs: set[jobs.MediaJob[Any]], job: jobs.MediaJob[Any]) -> None:
+    media_jobs.add(job)
+    job.task.add_done_callback(lambda _task: media_jobs.discard(job))
