@@ -27,7 +27,7 @@ async def test_replay_then_follow() -> None:
     assert [e.seq for e in await subscription.next()] == [2, 3]
     assert subscription.cursor == 3
     pending = asyncio.ensure_future(subscription.next())
-    await asyncio.sleep(0)
+    await wait_until(lambda: subscription._waiter is not None)
     assert not pending.done()
     await log.append("run_1", event(4), fence=1)
     await log.append("run_1", event(5, "run.completed"), fence=1)
@@ -74,7 +74,7 @@ async def test_interrupt_wakes_a_waiting_reader() -> None:
     await log.create("run_1", session_id="s", fence=1)
     subscription = await log.subscribe("run_1")
     pending = asyncio.ensure_future(subscription.next())
-    await asyncio.sleep(0)
+    await wait_until(lambda: subscription._waiter is not None)
     subscription.interrupt()
     assert await pending == ()
     assert not subscription.finished

@@ -14,7 +14,7 @@ import pytest
 from tests.support.server import Launch, Server, launch
 from tests.support.services import shared_backend
 from tests.support.sse import open_stream, read_events
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_until
 
 ALICE = {"Authorization": "Bearer key-a"}
 BOB = {"Authorization": "Bearer key-b"}
@@ -40,13 +40,16 @@ async def test_a_thousand_racing_repeats_start_one_run(start_server: Launch) -> 
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     async with httpx.AsyncClient(base_url=server.base_url, timeout=60.0, limits=limits) as client:
         gate = asyncio.Event()
+        at_gate = 0
 
         async def send() -> httpx.Response:
+            nonlocal at_gate
+            at_gate += 1
             await gate.wait()
             return await client.post(f"/v1/sessions/{session_id}/runs", json=body, headers=headers)
 
         tasks = [asyncio.ensure_future(send()) for _ in range(1000)]
-        await asyncio.sleep(0)
+        await wait_until(lambda: at_gate == 1000)  # every request waits at the gate
         gate.set()
         answers = await asyncio.gather(*tasks)
         statuses = collections.Counter(a.status_code for a in answers)

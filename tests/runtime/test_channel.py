@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from agent_runtime.channel import Channel, ChannelClosed
+from tests.support.waiting import wait_until
 
 
 async def test_items_flow_in_order_and_close_ends_the_reader() -> None:
@@ -24,7 +25,7 @@ async def test_a_full_channel_holds_the_writer_until_the_reader_takes_one() -> N
     await channel.put(1)
     await channel.put(2)
     writer = asyncio.create_task(channel.put(3))
-    await asyncio.sleep(0)
+    await wait_until(lambda: bool(channel._put_waiters))
     assert not writer.done() and len(channel) == 2
     assert await channel.get() == 1
     await writer
@@ -57,7 +58,7 @@ async def test_a_cancelled_writer_leaves_no_waiter_behind() -> None:
     channel: Channel[int] = Channel(limit=1)
     await channel.put(1)
     writer = asyncio.create_task(channel.put(2))
-    await asyncio.sleep(0)
+    await wait_until(lambda: bool(channel._put_waiters))
     writer.cancel()
     with pytest.raises(asyncio.CancelledError):
         await writer
