@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.support.server import Server, backend_env, launch
+from tests.support.waiting import wait_for
 
 # three servers on the shared backends: the scale-out set, in the slow run
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
@@ -40,13 +41,14 @@ async def _until_started(
     client: httpx.AsyncClient, schedule_id: str, count: int, within: float = 60.0
 ) -> dict[str, Any]:
     """The schedule once ``count`` of its firings started (polled, not slept on)."""
-    async with asyncio.timeout(within):
-        while True:
-            view = await _view(client, schedule_id)
-            started = [f for f in view["firings"] if f["status"] == "started"]
-            if len(started) >= count:
-                return view
-            await asyncio.sleep(0.05)
+
+    async def started() -> dict[str, Any] | None:
+        view = await _view(client, schedule_id)
+        firings = [f for f in view["firings"] if f["status"] == "started"]
+        return view if len(firings) >= count else None
+
+    found: dict[str, Any] = await wait_for(started, within=within)
+    return found
 
 
 async def _runs_per_due_time(database_url: str, schedule_id: str) -> dict[str, int]:

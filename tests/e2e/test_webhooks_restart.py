@@ -35,12 +35,11 @@ def _outbox(database: Path, run_id: str) -> tuple[str | None, int]:
 
 
 async def _wait_outbox(database: Path, run_id: str, state: str, attempts: int) -> None:
-    async with asyncio.timeout(30):
-        while True:
-            found, made = await asyncio.to_thread(_outbox, database, run_id)
-            if found == state and made >= attempts:
-                return
-            await asyncio.sleep(0.05)
+    async def reached() -> bool:
+        found, made = await asyncio.to_thread(_outbox, database, run_id)
+        return found == state and made >= attempts
+
+    await wait_for(reached, within=30)
 
 
 async def test_outbox_survives_a_kill_and_delivers_once(

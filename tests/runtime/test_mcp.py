@@ -26,6 +26,7 @@ from agent_runtime.mcp.client import _render
 from agent_runtime.messages import AssistantMessage, ToolMessage
 from agent_runtime.testing import ScriptedModel, tool_call_turn
 from tests.fakes.mcp_servers import HttpServerProcess, stdio_command
+from tests.support.waiting import wait_for
 
 FAKE_TOOLS = ["add", "die", "echo_text", "fail", "hang", "open_gate", "pieces", "stats", "work"]
 
@@ -68,12 +69,13 @@ async def wait_for_stats(
     client: MCPClient, tool: str, predicate: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any]:
     """Poll the server's own counters until they show the state the test waits for."""
-    async with asyncio.timeout(20):
-        while True:
-            stats = await server_stats(client, tool)
-            if predicate(stats):
-                return stats
-            await asyncio.sleep(0.02)
+
+    async def shown() -> dict[str, Any] | None:
+        stats = await server_stats(client, tool)
+        return stats if predicate(stats) else None
+
+    found: dict[str, Any] = await wait_for(shown, within=20)
+    return found
 
 
 # configuration ----------------------------------------------------------------------------------
