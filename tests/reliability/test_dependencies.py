@@ -4,7 +4,7 @@ The server reaches both through loopback proxies (``tests.fakes.tcp_proxy``) tha
 (a stopped server), black-hole (a dead network path: nothing answers, nothing is refused) and
 restore. Through each outage: ``/readyz`` turns 503 ``unavailable`` within a few probe
 rounds and back to 200 once the dependency answers again (the hysteresis itself is pinned
-in ``tests/app/test_readiness.py``); requests that need the dependency answer 503 within
+in ``tests/app/server/test_readiness.py``); requests that need the dependency answer 503 within
 ``AGENT_BACKEND_TIMEOUT`` plus a margin, never after the 30 to 60 s of unbounded waits;
 ``/healthz`` keeps answering; afterwards runs work again.
 """

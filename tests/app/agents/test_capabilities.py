@@ -14,7 +14,7 @@ from app.errors import NotFound
 from tests.support.local_models import needs_local_models
 from tests.support.served import MakeSettings
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "agents.toml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "agents.toml"
 
 
 def write(tmp_path: Path, text: str) -> str:

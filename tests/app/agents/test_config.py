@@ -147,7 +147,7 @@ def test_json_logs() -> None:
 
 # --- AGENT_CONFIG -------------------------------------------------------------------------------
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "agents.toml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "agents.toml"
 TOOL_CALLER = "python:tests.fakes.config_models:tool_caller"
 
 

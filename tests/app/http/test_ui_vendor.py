@@ -8,7 +8,7 @@ from pathlib import Path
 from tests.support import npm as npm_clients
 from tests.support.npm import NODE_MODULES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VENDOR = ROOT / "app" / "http" / "ui" / "vendor"
 
 # vendored file → (package, file inside the package)

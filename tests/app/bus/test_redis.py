@@ -554,7 +554,7 @@ async def test_a_reader_that_joins_while_the_follower_waits_is_not_missed(buses:
     await writer.events.append("run_b", event(1, run_id="run_b"), fence=1)
     async with asyncio.timeout(2):
         assert [e.seq for e in await pending_b] == [1]
-    assert time.monotonic() - started < 1.0  # well before the XREAD's own 5 s timeout
+    assert time.monotonic() - started < 3.0  # well before the XREAD's own 5 s timeout
     assert not pending_a.done()
     await first.aclose()
     await second.aclose()
