@@ -41,7 +41,7 @@ from agent_runtime.messages import AssistantMessage, ToolMessage, UserMessage
 from agent_runtime.model import ModelRequest
 from agent_runtime.testing import FunctionModel, ScriptedModel, tool_call_turn
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "docs" / "examples" / "confirmation.py"
 NAME = "ConfirmationExtension"
 T = TypeVar("T")
