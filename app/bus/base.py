@@ -153,11 +153,13 @@ class EventLog(Protocol):
     the run's next append. Either way a reader sees an event only once the log holds it.
     """
 
-    async def create(self, run_id: str, *, session_id: str, fence: int, after: int = 0) -> None:
-        """Start an empty log for a run, writable with the lease token ``fence``, whose first
-        seq is ``after + 1``: a run resumed from its checkpoint once its log was lost (a
-        restarted process or Redis) keeps its seq rising; a new reader whose cursor is past
-        ``after`` reads such a log from its start."""
+    async def create(
+        self, run_id: str, *, session_id: str, fence: int, after: int | None = None
+    ) -> None:
+        """Start an empty log for a run, writable with the lease token ``fence``. ``after``
+        (None for a new run) begins the log again after that seq: a run resumed from its
+        checkpoint once its log was lost (a restarted process or Redis) keeps its seq rising,
+        and a new reader whose cursor is past ``after`` reads such a log from its start."""
         ...
 
     async def append(self, run_id: str, event: WireEvent, *, fence: int) -> None:

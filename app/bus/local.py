@@ -156,11 +156,13 @@ class LocalEventLog:
         self._logs: dict[str, _RunLog] = {}
         self._subscribers = 0
 
-    async def create(self, run_id: str, *, session_id: str, fence: int, after: int = 0) -> None:
+    async def create(
+        self, run_id: str, *, session_id: str, fence: int, after: int | None = None
+    ) -> None:
         if run_id in self._logs:
             raise BusError(f"run {run_id!r} already has an event log")
         self._logs[run_id] = _RunLog(run_id, session_id, fence)
-        if after > 0:
+        if after is not None:  # begun again, after 0 too (a checkpoint before any event)
             self.skip_to(run_id, after)
 
     async def append(self, run_id: str, event: WireEvent, *, fence: int) -> None:

@@ -480,15 +480,15 @@ class RedisEventLog:
         *,
         session_id: str,
         fence: int,
-        after: int = 0,
+        after: int | None = None,
         route: tuple[str, int] | None = None,
     ) -> None:
-        """Start the run's log, its first seq ``after + 1``; with ``route`` (worker id, ttl
-        in ms), route the run's commands to that worker in the same call
-        (``RedisBus.open_run``)."""
+        """Start the run's log (``EventLog.create``); with ``route`` (worker id, ttl in ms),
+        route the run's commands to that worker in the same call (``RedisBus.open_run``)."""
         keys = self._keys
         names = [keys.meta(run_id), keys.live]
-        args: list[str | int] = [session_id, fence, self._live_ttl_ms, run_id, max(0, after)]
+        goes_on = "new" if after is None else max(0, after)
+        args: list[str | int] = [session_id, fence, self._live_ttl_ms, run_id, goes_on]
         if route is not None:
             names.append(keys.route(run_id))
             args.extend(route)

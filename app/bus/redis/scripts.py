@@ -100,18 +100,22 @@ return 0
 UNREGISTER: Final = RELEASE
 
 # KEYS: meta, live set[, route]. ARGV: session id, fence, live ttl (ms), run id, the seq the
-# log goes on after (0 for a new run)[, worker id, route ttl (ms)]. 1 if created (and, given a
-# route, the run routed to that worker), 0 if the log exists already (and nothing changed).
-# A log that goes on after a seq (a run resumed from its checkpoint once Redis lost its log)
-# keeps it as ``restarted``: READ starts a reader whose cursor is past it from there.
+# log goes on after, or 'new' for a new run[, worker id, route ttl (ms)]. 1 if created (and,
+# given a route, the run routed to that worker), 0 if the log exists already (and nothing
+# changed). A log that goes on after a seq (a run resumed from its checkpoint once Redis lost
+# its log; 0 for a checkpoint taken before the run's first event) keeps it as ``restarted``:
+# READ starts a reader whose cursor is past it from there.
 CREATE: Final = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
-redis.call('HSET', KEYS[1], 'session', ARGV[1], 'fence', ARGV[2], 'last', ARGV[5], 'sealed', 0)
-if ARGV[5] ~= '0' then
-  redis.call('HSET', KEYS[1], 'restarted', ARGV[5])
+local last = ARGV[5]
+if last == 'new' then
+  last = '0'
+else
+  redis.call('HSET', KEYS[1], 'restarted', last)
 end
+redis.call('HSET', KEYS[1], 'session', ARGV[1], 'fence', ARGV[2], 'last', last, 'sealed', 0)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if KEYS[3] then
   redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[7])
