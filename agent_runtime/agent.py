@@ -21,15 +21,15 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, TypeAlias, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
-from .bindings import ModelBinding, ModelBindings
 from .capabilities.agent_calls import CapabilityCalls, CapabilityHost
 from .capabilities.jobs import MediaJob
 from .channel import Channel, ChannelClosed
 from .checkpoints import Checkpointer, CheckpointSink, RunCheckpoint
 from .compaction import DEFAULT_MAX_HISTORY_MESSAGES, ContextCompactor, prepare_context
 from .conversation import ConversationStore, InMemoryConversationStore
+from .core_arguments import ModelLike, as_bindings, as_skills, check_limits, policy_table
 from .errors import (
     AgentClosedError,
     ConfigurationError,
@@ -39,14 +39,13 @@ from .errors import (
     RunError,
     RunTimeoutError,
     SessionBusyError,
-    StructuredOutputError,
     ToolErrorLimitError,
 )
 from .events import AgentEvent, AgentEventType, AgentPhase
 from .extensions.base import AgentExtension
 from .extensions.events import RunCancelledEvent
 from .messages import AssistantMessage, Message, UserMessage
-from .model import Model, ModelRequest, Usage
+from .model import ModelRequest, Usage
 from .model_calls import ModelCalls
 from .run_calls import ChatHost, RunCalls
 from .run_context import (
@@ -61,12 +60,11 @@ from .run_context import (
     ToolGate,
     new_id,
 )
-from .run_context import RunOptions as ResolvedRunOptions
 from .run_options import RunOptions
-from .run_setup import build_run_options
+from .run_setup import build_run_options, system_prompt
 from .skills.activation import SkillState
 from .skills.catalogue import SkillManager
-from .structured import OutputSpec, StructuredOutput, aoutput_spec
+from .structured import StructuredOutput, aoutput_spec, check_answer
 from .tool_calls import ToolCalls
 from .tools.base import Tool, ToolPolicy, _run_state
 from .tools.execution import ToolExecutor
@@ -94,7 +92,6 @@ __all__ = [
 
 logger = logging.getLogger("agent_runtime")
 
-ModelLike: TypeAlias = "Model | ModelBinding | ModelBindings"
 
 DEFAULT_MAX_ITERATIONS = 50
 DEFAULT_TOOL_ERROR_LIMIT = 5
@@ -138,12 +135,12 @@ class AgentCore(CapabilityCalls, RunCalls):
         tracer: RunTracer | None = None,
         checkpoint_sink: CheckpointSink | None = None,
     ) -> None:
-        self.bindings = _as_bindings(model)
+        self.bindings = as_bindings(model)
         # every run's checkpoints go here unless the run names its own (agent_runtime.checkpoints)
         self.checkpoint_sink = checkpoint_sink
         # told of every run, model call and tool call (agent_runtime.tracing); off by default
         self.tracer = tracer if tracer is not None else NO_TRACER
-        self.skills: SkillManager | None = _as_skills(skills)
+        self.skills: SkillManager | None = as_skills(skills)
         if not self.bindings.llm:
             raise ConfigurationError("an AgentCore needs an llm binding (ModelBindings(llm=...))")
         self._media_jobs: set[MediaJob[Any]] = set()
@@ -155,7 +152,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         self._extensions: list[AgentExtension] = []
         for extension in extensions:
             self.add_extension(extension)
-        _check_limits(max_iterations, run_timeout, max_history_messages)
+        check_limits(max_iterations, run_timeout, max_history_messages)
         self.name = name
         self.config = config
         self.system_prompt = system_prompt
@@ -164,7 +161,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         self.tool_timeout = tool_timeout
         self.parallel_tool_calls = parallel_tool_calls
         self.default_policy = ToolPolicy(default_policy)
-        self._exact_policies, self._pattern_policies = _policy_table(tool_policies or {})
+        self._exact_policies, self._pattern_policies = policy_table(tool_policies or {})
         self.permission_callback = permission_callback
         self.conversation_store = conversation_store
         self.tool_error_limit = tool_error_limit
@@ -580,7 +577,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         skills = options.skill_state
         if skills is not None:
             await self._add_skill_tools(context, skills, prompt)
-        system = _system_prompt(options)
+        system = system_prompt(options)
         output = options.output
         structured: StructuredOutput | None = None
         resume = options.resume
@@ -619,7 +616,13 @@ class AgentCore(CapabilityCalls, RunCalls):
             state.messages.append(message)
             if not message.tool_calls and output is not None:
                 answers += 1
-                structured = await _check_answer(context, output, message, answers)
+                structured = await check_answer(
+                    output,
+                    message,
+                    answers,
+                    run_id=context.run_id,
+                    conversation=context.state.messages,
+                )
                 if structured is None:
                     if checkpoints is not None:
                         checkpoints.structured_answers = answers
@@ -778,51 +781,6 @@ if TYPE_CHECKING:
         return agent, agent
 
 
-def _as_bindings(model: ModelLike) -> ModelBindings:
-    if isinstance(model, ModelBindings):
-        return model
-    if isinstance(model, ModelBinding):
-        return ModelBindings(llm=[model])
-    if callable(getattr(model, "stream", None)):
-        return ModelBindings(llm=[ModelBinding(provider=model)])
-    raise ConfigurationError(
-        f"{model!r} is not a model: pass an object with stream(request), a ModelBinding or "
-        "ModelBindings"
-    )
-
-
-def _system_prompt(options: ResolvedRunOptions) -> str | None:
-    """The run's system prompt, with its skills' part and its output instructions."""
-    system = options.system_prompt
-    if options.skill_state is not None:
-        system = options.skill_state.system_prompt(system)
-    output = options.output
-    if output is not None:
-        system = f"{system}\n\n{output.instructions()}" if system else output.instructions()
-    return system
-
-
-async def _check_answer(
-    context: AgentRunContext, output: OutputSpec, message: AssistantMessage, answers: int
-) -> StructuredOutput | None:
-    """The validated answer, or None after asking the model again (the rejected answer and the
-    correction stay out of the stored turn); past the retries, StructuredOutputError."""
-    # off the loop and within a time limit that this run's end also reaches: a client's
-    # schema must not hold up the loop's other runs, nor outlive its run
-    verdict = await output.acheck(message.content or "")
-    if verdict.ok:
-        return StructuredOutput(verdict.value, verdict.json)
-    if answers > output.max_retries:
-        raise StructuredOutputError(
-            verdict.summary,
-            attempts=answers,
-            output=message.content or "",
-            run_id=context.run_id,
-        )
-    context.state.messages.append(UserMessage(output.retry_prompt(verdict.feedback)))
-    return None
-
-
 def _max_iterations(context: AgentRunContext) -> MaxIterationsError:
     limit = context._options.max_iterations
     return MaxIterationsError(
@@ -838,38 +796,3 @@ def _tool_error_limit(context: AgentRunContext) -> ToolErrorLimitError:
         "denied; the run was stopped",
         run_id=context.run_id,
     )
-
-
-def _as_skills(
-    skills: SkillManager | Iterable[str | os.PathLike[str]] | None,
-) -> SkillManager | None:
-    if skills is None or isinstance(skills, SkillManager):
-        return skills
-    if isinstance(skills, str | os.PathLike):
-        raise ConfigurationError("skills= takes a SkillManager or a list of paths")
-    return SkillManager(skills)
-
-
-def _check_limits(
-    max_iterations: int, run_timeout: float | None, max_history_messages: int | None
-) -> None:
-    if max_iterations < 1:
-        raise ConfigurationError("max_iterations must be at least 1")
-    if run_timeout is not None and run_timeout <= 0:
-        raise ConfigurationError("run_timeout must be positive or None")
-    if max_history_messages is not None and max_history_messages < 1:
-        raise ConfigurationError("max_history_messages must be at least 1 or None")
-
-
-def _policy_table(
-    tool_policies: Mapping[str, ToolPolicy | str],
-) -> tuple[dict[str, ToolPolicy], list[tuple[str, ToolPolicy]]]:
-    """Tool policies split into exact names and glob patterns (matched in their order)."""
-    exact: dict[str, ToolPolicy] = {}
-    patterns: list[tuple[str, ToolPolicy]] = []
-    for pattern, policy in tool_policies.items():
-        if any(ch in pattern for ch in "*?["):
-            patterns.append((pattern, ToolPolicy(policy)))
-        else:
-            exact[pattern] = ToolPolicy(policy)
-    return exact, patterns

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .messages import Message
     from .structured import OutputSpec
 
-__all__ = ["OPTION_NAMES", "build_run_options"]
+__all__ = ["OPTION_NAMES", "build_run_options", "system_prompt"]
 
 
 def build_run_options(
@@ -82,3 +82,14 @@ def build_run_options(
         tool_filter=tool_filter,
         checkpoint_sink=options.get("checkpoint_sink", agent.checkpoint_sink),
     )
+
+
+def system_prompt(options: RunOptions) -> str | None:
+    """The run's system prompt, with its skills' part and its output instructions."""
+    system = options.system_prompt
+    if options.skill_state is not None:
+        system = options.skill_state.system_prompt(system)
+    output = options.output
+    if output is not None:
+        system = f"{system}\n\n{output.instructions()}" if system else output.instructions()
+    return system

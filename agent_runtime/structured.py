@@ -43,7 +43,8 @@ from .answer_check import (
     safe_validator,
     validation_executor,
 )
-from .errors import ConfigurationError, OutputSchemaError
+from .errors import ConfigurationError, OutputSchemaError, StructuredOutputError
+from .messages import AssistantMessage, Message, UserMessage
 from .model import OutputSchema
 from .schema_check import check_bounds, check_schema_graph
 
@@ -55,6 +56,7 @@ __all__ = [
     "OutputSpec",
     "StructuredOutput",
     "aoutput_spec",
+    "check_answer",
     "output_spec",
 ]
 
@@ -346,3 +348,30 @@ def _compiled(key: str) -> tuple[dict[str, Any], Callable[[str], OutputCheck]]:
 
 def _name(label: str) -> str:
     return (_NAME.sub("_", label).strip("_") or "output")[:64]
+
+
+async def check_answer(
+    output: OutputSpec,
+    message: AssistantMessage,
+    answers: int,
+    *,
+    run_id: str,
+    conversation: list[Message],
+) -> StructuredOutput | None:
+    """The validated answer, or None after asking the model again (the correction goes on
+    ``conversation``; the rejected answer and it stay out of the stored turn); past the
+    retries, StructuredOutputError."""
+    # off the loop and within a time limit that this run's end also reaches: a client's
+    # schema must not hold up the loop's other runs, nor outlive its run
+    verdict = await output.acheck(message.content or "")
+    if verdict.ok:
+        return StructuredOutput(verdict.value, verdict.json)
+    if answers > output.max_retries:
+        raise StructuredOutputError(
+            verdict.summary,
+            attempts=answers,
+            output=message.content or "",
+            run_id=run_id,
+        )
+    conversation.append(UserMessage(output.retry_prompt(verdict.feedback)))
+    return None
