@@ -40,6 +40,9 @@ class LostRunSweep:
         self._context = context
         self._resumer = resumer
         self._retry: asyncio.Task[None] | None = None
+        # runs being resumed here now: the sweep and an answer or a cancel can reach the same
+        # run at once, and both would take the run's (re-entrant) lease and resume it twice
+        self._resuming: set[str] = set()
 
     async def recover(self) -> int:
         """Resume, or else fail, the runs a previous process left unfinished (one worker, no
@@ -177,7 +180,17 @@ class LostRunSweep:
 
     async def _resume(self, run_id: str, session_id: str) -> bool:
         """Resume the run here from its checkpoint if it can be (``app.runs.resume``): the
-        session's lock taken for the run itself; True if it now goes on here."""
+        session's lock taken for the run itself; True if it now goes on here (or is being
+        resumed here by another caller)."""
+        if run_id in self._resuming or run_id in self._context.runs:
+            return True
+        self._resuming.add(run_id)
+        try:
+            return await self._resume_once(run_id, session_id)
+        finally:
+            self._resuming.discard(run_id)
+
+    async def _resume_once(self, run_id: str, session_id: str) -> bool:
         resumer = self._resumer
         if resumer is None:
             return False
