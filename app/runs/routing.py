@@ -267,27 +267,24 @@ class Routing:
         that lost it (Redis lost its data, or it was taken over) may not have noticed yet,
         and an answer it took now would be lost with the run's hand-over. Always true on the
         in-process bus, where a lease cannot outlive its holder."""
-        context = self._context
-        if not context.bus.shared:
+        if not self._context.bus.shared:
             return True
-        try:
-            return await context.bus.locks.holder(session_id) == run_id
-        except BusError as exc:
-            raise Unavailable(
-                f"the session's lease cannot be read: {exc}", retry_after=_RETRY_HANDED_OVER
-            ) from exc
+        return await self._holder(session_id) == run_id
 
     async def _leased_run(self, session_id: str) -> str | None:
         """The run holding the session's lease (on any worker)."""
-        context = self._context
+        holder = await self._holder(session_id)
+        # a sweep or a queue claim holds the lease under a name of its own, not a run id
+        return holder if holder is not None and holder.startswith(_RUN_PREFIX) else None
+
+    async def _holder(self, session_id: str) -> str | None:
+        """The holder of the session's lease; 503 (post it again) if the bus cannot say."""
         try:
-            holder = await context.bus.locks.holder(session_id)
+            return await self._context.bus.locks.holder(session_id)
         except BusError as exc:
             raise Unavailable(
                 f"the session's lease cannot be read: {exc}", retry_after=_RETRY_HANDED_OVER
             ) from exc
-        # a sweep or a queue claim holds the lease under a name of its own, not a run id
-        return holder if holder is not None and holder.startswith(_RUN_PREFIX) else None
 
     async def _handed_over(self, run_id: str, session_id: str) -> bool:
         """True if this draining worker hands the run over (or has parked it) and no worker
