@@ -28,6 +28,14 @@ from .capabilities.jobs import MediaJob
 from .channel import Channel, ChannelClosed
 from .checkpoints import Checkpointer, CheckpointSink, RunCheckpoint
 from .compaction import DEFAULT_MAX_HISTORY_MESSAGES, ContextCompactor, prepare_context
+from .content import (
+    ContentStore,
+    MemoryContentStore,
+    Prompt,
+    check_prompt,
+    content_text,
+    store_parts,
+)
 from .conversation import ConversationStore, InMemoryConversationStore
 from .core_arguments import ModelLike, as_bindings, as_skills, check_limits, policy_table
 from .errors import (
@@ -134,8 +142,13 @@ class AgentCore(CapabilityCalls, RunCalls):
         builtin_tools: Iterable[Tool] = (),
         tracer: RunTracer | None = None,
         checkpoint_sink: CheckpointSink | None = None,
+        content_store: ContentStore | None = None,
     ) -> None:
         self.bindings = as_bindings(model)
+        # the bytes of images and documents: a run's parts are stored here, messages hold refs
+        self.content_store: ContentStore = (
+            content_store if content_store is not None else MemoryContentStore()
+        )
         # every run's checkpoints go here unless the run names its own (agent_runtime.checkpoints)
         self.checkpoint_sink = checkpoint_sink
         # told of every run, model call and tool call (agent_runtime.tracing); off by default
@@ -272,7 +285,7 @@ class AgentCore(CapabilityCalls, RunCalls):
 
     async def chat(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
@@ -298,13 +311,17 @@ class AgentCore(CapabilityCalls, RunCalls):
 
     def stream(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
         **options: Unpack[RunOptions],
     ) -> AsyncIterator[AgentEvent]:
         """Stream the run's events. The last one is terminal (``run.completed``/``run.failed``).
+
+        ``prompt`` is a string, or content parts (``agent_runtime.content``: text, images,
+        documents); parts given as bytes are stored in the agent's ``content_store`` when the
+        run starts, and the conversation keeps their references.
 
         A failed run yields ``run.failed`` and then raises its RunError. Closing the stream early
         cancels the run. Options (``RunOptions``, ``agent_runtime.run_options``) override the
@@ -410,7 +427,7 @@ class AgentCore(CapabilityCalls, RunCalls):
 
     async def _stream(
         self,
-        prompt: str,
+        prompt: Prompt,
         config: AgentRunConfig | None,
         conversation: Sequence[Message] | None,
         options: RunOptions,
@@ -420,8 +437,8 @@ class AgentCore(CapabilityCalls, RunCalls):
     ) -> AsyncIterator[AgentEvent]:  # an async generator: aclose() cancels the run
         self._check_usable()
         self._claim_loop()
-        if not isinstance(prompt, str):
-            raise ConfigurationError("prompt must be a string")
+        prompt = check_prompt(prompt)
+        prompt_text = content_text(prompt)
         # a client's schema is checked off the loop: that takes ~50 µs a JSON value
         output = await aoutput_spec(
             output_type=options.get("output_type"),
@@ -446,7 +463,7 @@ class AgentCore(CapabilityCalls, RunCalls):
                 sink,
                 run_id,
                 session_id,
-                prompt,
+                prompt_text,
                 step=resume.step if resume is not None else 0,
                 structured_answers=resume.structured_answers if resume is not None else 0,
                 skill=resume.skill if resume is not None else options.get("skill"),
@@ -508,14 +525,14 @@ class AgentCore(CapabilityCalls, RunCalls):
         if self._sessions.get(context.session_id) == context.run_id:
             del self._sessions[context.session_id]
 
-    async def _execute(self, context: AgentRunContext, prompt: str) -> None:
+    async def _execute(self, context: AgentRunContext, prompt: Prompt) -> None:
         state = context.state
         options = context._options
         channel = context._channel
         # the run's task has its own context: tools of this run see this dict, no other run does
         _run_state.set({})
         try:
-            with self.tracer.run(context, prompt):
+            with self.tracer.run(context, content_text(prompt)):
                 try:
                     async with asyncio.timeout(options.run_timeout) as deadline:
                         await self._run_loop(context, prompt)
@@ -569,14 +586,14 @@ class AgentCore(CapabilityCalls, RunCalls):
             if self._sessions.get(context.session_id) == context.run_id:
                 del self._sessions[context.session_id]
 
-    async def _run_loop(self, context: AgentRunContext, prompt: str) -> None:
+    async def _run_loop(self, context: AgentRunContext, prompt: Prompt) -> None:
         state = context.state
         options = context._options
         channel = context._channel
         await self._start_run(context, prompt)
         skills = options.skill_state
         if skills is not None:
-            await self._add_skill_tools(context, skills, prompt)
+            await self._add_skill_tools(context, skills, content_text(prompt))
         system = system_prompt(options)
         output = options.output
         structured: StructuredOutput | None = None
@@ -610,6 +627,7 @@ class AgentCore(CapabilityCalls, RunCalls):
                 session_id=context.session_id,
                 params=options.params,
                 output_schema=output.schema if output is not None else None,
+                content_store=self.content_store,
             )
             response = await self._model_calls.call(context, request)
             message = response.message
@@ -647,7 +665,7 @@ class AgentCore(CapabilityCalls, RunCalls):
                 raise _tool_error_limit(context)
         await self._complete_run(context, message, structured)
 
-    async def _start_run(self, context: AgentRunContext, prompt: str) -> None:
+    async def _start_run(self, context: AgentRunContext, prompt: Prompt) -> None:
         """The run's hooks, its conversation so far, and its first event (started or resumed)."""
         state = context.state
         options = context._options
@@ -665,7 +683,11 @@ class AgentCore(CapabilityCalls, RunCalls):
         resume = options.resume
         primary = self.bindings.llm[0]
         if resume is None:
-            user = UserMessage(prompt)
+            user = UserMessage(
+                prompt
+                if isinstance(prompt, str)
+                else await store_parts(prompt, self.content_store, context.session_id)
+            )
             state.messages = [*history, user]
             state.added.append(user)
             await context._channel.put(

@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .bindings import ModelBinding, ModelBindings
+from .content import TextPart
 from .errors import ConfigurationError, ProviderError
 from .messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from .model import Model, ModelEventKind, ModelRequest, ModelResponse
@@ -90,9 +91,9 @@ def _units(messages: Sequence[Message]) -> list[list[Message]]:
 
 
 def _is_summary(message: Message) -> bool:
-    return isinstance(message, SystemMessage | UserMessage) and message.content.startswith(
-        SUMMARY_PREFIX
-    )
+    if isinstance(message, SystemMessage):
+        return message.content.startswith(SUMMARY_PREFIX)
+    return isinstance(message, UserMessage) and message.text.startswith(SUMMARY_PREFIX)
 
 
 def _split_pinned(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
@@ -164,7 +165,11 @@ def _transcript(messages: Sequence[Message], limit: int) -> str:
         if isinstance(message, SystemMessage):
             lines.append(f"System: {_clip(message.content, limit)}")
         elif isinstance(message, UserMessage):
-            lines.append(f"User: {_clip(message.content, limit)}")
+            # a summary keeps what was attached by name, never the bytes
+            attached = "".join(
+                f" [attached {p.describe()}]" for p in message.parts if not isinstance(p, TextPart)
+            )
+            lines.append(f"User: {_clip(message.text, limit)}{attached}")
         elif isinstance(message, AssistantMessage):
             if message.content:
                 lines.append(f"Assistant: {_clip(message.content, limit)}")
@@ -173,7 +178,10 @@ def _transcript(messages: Sequence[Message], limit: int) -> str:
                 lines.append(f"Assistant called tool {call.name} with {_clip(arguments, limit)}")
         else:
             outcome = "failed" if message.is_error else "returned"
-            lines.append(f"Tool {message.name} {outcome}: {_clip(message.content, limit)}")
+            attached = "".join(f" [attached {p.describe()}]" for p in message.parts)
+            lines.append(
+                f"Tool {message.name} {outcome}: {_clip(message.content, limit)}{attached}"
+            )
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ misuse of the API is kept apart from a run that failed::
     │                                           (bindings.binding): .index, .model, .purpose
     ├── InvalidInputError (also ValueError)     a capability call's input it cannot take
     ├── CheckpointError (also ValueError)       a run checkpoint with a bad shape or version
+    ├── ContentError (also ValueError)          a content part that cannot be used (content)
     ├── AgentClosedError (also RuntimeError)    an entry point called after aclose()
     ├── LoopAffinityError (also RuntimeError)   an agent or binding used from a second event loop
     ├── SessionBusyError                        a second run on a session that has one active
@@ -30,6 +31,7 @@ misuse of the API is kept apart from a run that failed::
         │                                       type, after the allowed retries
         └── ProviderError                       the model provider failed; .retryable says if
             │                                   another attempt or binding may succeed
+            ├── UnsupportedContentError         the model cannot take a kind of part (content)
             ├── ProviderStatusError             the upstream answered with an error status
             ├── ProviderTimeoutError            the upstream did not answer in time
             └── ProviderConnectionError         the connection failed or dropped
@@ -47,6 +49,7 @@ __all__ = [
     "AgentRuntimeError",
     "CheckpointError",
     "ConfigurationError",
+    "ContentError",
     "InvalidInputError",
     "LoopAffinityError",
     "MaxIterationsError",
@@ -63,6 +66,7 @@ __all__ = [
     "SkillResourceError",
     "StructuredOutputError",
     "ToolErrorLimitError",
+    "UnsupportedContentError",
 ]
 
 
@@ -280,3 +284,31 @@ class ProviderTimeoutError(ProviderError):
 
 class ProviderConnectionError(ProviderError):
     """The connection to the upstream failed or dropped."""
+
+
+class ContentError(AgentRuntimeError, ValueError):
+    """A content part that cannot be used: no source or two, a media type of the wrong kind,
+    bytes that are not what their media type says, inline bytes where a reference must be."""
+
+
+class UnsupportedContentError(ProviderError):
+    """The model (or its binding) cannot take a kind of part the conversation holds.
+
+    Raised before any request is sent; not retryable. ``kind`` is the part's kind
+    (``"image"``, ``"document"``), ``media_type`` its media type.
+    """
+
+    code = "unsupported_content"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        media_type: str | None = None,
+        provider: str | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(message, retryable=False, provider=provider, run_id=run_id)
+        self.kind = kind
+        self.media_type = media_type

@@ -26,6 +26,7 @@ class AgentEventType(enum.StrEnum):
     RUN_STARTED = "run.started"
     RUN_RESUMED = "run.resumed"
     TEXT_DELTA = "text.delta"
+    REASONING_DELTA = "reasoning.delta"
     TOOL_CALL_STARTED = "tool.call.started"
     TOOL_CALL_COMPLETED = "tool.call.completed"
     CUSTOM = "custom"
@@ -65,8 +66,9 @@ _TERMINAL_PHASES = frozenset({AgentPhase.COMPLETED, AgentPhase.FAILED, AgentPhas
 class AgentEvent:
     """One event of a run.
 
-    Only the fields of the event's type are set: ``delta`` for text deltas; ``tool_call_id``,
-    ``name``, ``arguments``, ``result``, ``error`` and ``is_error`` for tool calls; ``name``
+    Only the fields of the event's type are set: ``delta`` for text and reasoning deltas;
+    ``tool_call_id``, ``name``, ``arguments``, ``result``, ``error`` and ``is_error`` for tool
+    calls; ``name``
     and ``payload`` for custom events; ``usage`` for usage and terminal events; ``message`` for
     ``run.completed`` (with ``messages``, every message the run added to the conversation, and
     ``structured``, the validated answer of a run asked for structured output);
@@ -106,7 +108,7 @@ class AgentEvent:
     def data(self) -> dict[str, Any]:
         """The event's ``data`` object as the SSE contract defines it for its type."""
         t = self.type
-        if t is AgentEventType.TEXT_DELTA:
+        if t is AgentEventType.TEXT_DELTA or t is AgentEventType.REASONING_DELTA:
             return {"delta": self.delta}
         if t is AgentEventType.TOOL_CALL_STARTED:
             return {

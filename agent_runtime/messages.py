@@ -1,4 +1,14 @@
-"""Conversation messages exchanged with models, and their JSON form."""
+"""Conversation messages exchanged with models, and their JSON form.
+
+A user message's content is a string or a list of content parts (``agent_runtime.content``:
+text, images, documents); a tool result may carry images beside its text. Serialised messages
+hold media parts by reference, never their bytes.
+
+An assistant message may keep the model's reasoning: ``reasoning`` is its visible text (shown,
+stored), ``reasoning_state`` the provider's opaque, signed blocks that must go back to the same
+provider within a run. ``message_to_dict`` leaves the state out unless asked (``private=True``,
+for checkpoints), so it never reaches a client or the stored conversation.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +16,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from .content import (
+    ContentPart,
+    MediaPart,
+    TextPart,
+    content_text,
+    part_from_dict,
+    part_to_dict,
+)
+
 __all__ = [
     "AssistantMessage",
     "Message",
+    "ReasoningState",
     "SystemMessage",
     "ToolCall",
     "ToolMessage",
@@ -38,19 +58,46 @@ class SystemMessage:
 
 @dataclass(slots=True)
 class UserMessage:
-    """What the user said."""
+    """What the user said: a string, or content parts (text, images, documents)."""
 
-    content: str
+    content: str | list[ContentPart]
     role: Literal["user"] = "user"
+
+    @property
+    def text(self) -> str:
+        """The message's text: the string, or its text parts joined."""
+        return content_text(self.content)
+
+    @property
+    def parts(self) -> list[ContentPart]:
+        """The content as parts (a string is one text part)."""
+        if isinstance(self.content, str):
+            return [TextPart(self.content)]
+        return list(self.content)
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningState:
+    """A provider's opaque reasoning blocks, to be sent back to the same provider as they are.
+
+    ``provider`` names the wire they belong to (``"anthropic"``, ``"openai-responses"``);
+    ``blocks`` are that wire's own JSON objects (Anthropic ``thinking`` with its ``signature``
+    and ``redacted_thinking``; Responses ``reasoning`` items with ``encrypted_content``).
+    """
+
+    provider: str
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(slots=True)
 class AssistantMessage:
-    """The model's answer: text, tool calls, or both."""
+    """The model's answer: text, tool calls, or both; and its reasoning, where it gave some."""
 
     content: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     role: Literal["assistant"] = "assistant"
+    reasoning: str | None = None
+    reasoning_state: ReasoningState | None = None
 
 
 @dataclass(slots=True)
@@ -58,7 +105,8 @@ class ToolMessage:
     """The result of one tool call, as the model will read it.
 
     ``approval`` is ``"approved"`` or ``"denied"`` for a call that needed a person's approval
-    (policy ``ask``), else None. Models never see it; front ends show it.
+    (policy ``ask``), else None. Models never see it; front ends show it. ``parts``: images
+    (or documents) the tool returned beside its text, such as an MCP tool's image content.
     """
 
     tool_call_id: str
@@ -67,19 +115,32 @@ class ToolMessage:
     is_error: bool = False
     role: Literal["tool"] = "tool"
     approval: Literal["approved", "denied"] | None = None
+    parts: list[MediaPart] = field(default_factory=list)
 
 
 Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolMessage
 
 
-def message_to_dict(message: Message) -> dict[str, Any]:
-    """The JSON-ready form of a message, as stored and served over HTTP."""
+def message_to_dict(message: Message, *, private: bool = False) -> dict[str, Any]:
+    """The JSON-ready form of a message, as stored and served over HTTP.
+
+    Media parts appear by reference (a part still holding bytes raises ContentError).
+    ``private`` keeps an assistant message's ``reasoning_state`` (checkpoints need it to go on;
+    nothing a client reads may hold it).
+    """
     if isinstance(message, AssistantMessage):
         data: dict[str, Any] = {"role": "assistant", "content": message.content}
         if message.tool_calls:
             data["tool_calls"] = [
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
             ]
+        if message.reasoning:
+            data["reasoning"] = message.reasoning
+        if private and message.reasoning_state is not None:
+            data["reasoning_state"] = {
+                "provider": message.reasoning_state.provider,
+                "blocks": list(message.reasoning_state.blocks),
+            }
         return data
     if isinstance(message, ToolMessage):
         data = {
@@ -91,7 +152,11 @@ def message_to_dict(message: Message) -> dict[str, Any]:
         }
         if message.approval is not None:
             data["approval"] = message.approval
+        if message.parts:
+            data["parts"] = [part_to_dict(p) for p in message.parts]
         return data
+    if isinstance(message, UserMessage) and not isinstance(message.content, str):
+        return {"role": "user", "content": [part_to_dict(p) for p in message.content]}
     return {"role": message.role, "content": message.content}
 
 
@@ -99,7 +164,10 @@ def message_from_dict(data: dict[str, Any]) -> Message:
     """Rebuild a message from ``message_to_dict``'s form; raises ValueError on a bad shape."""
     role = data.get("role")
     if role == "user":
-        return UserMessage(str(data.get("content") or ""))
+        content = data.get("content")
+        if isinstance(content, list):
+            return UserMessage([part_from_dict(dict(p)) for p in content])
+        return UserMessage(str(content or ""))
     if role == "system":
         return SystemMessage(str(data.get("content") or ""))
     if role == "assistant":
@@ -108,7 +176,19 @@ def message_from_dict(data: dict[str, Any]) -> Message:
             for c in data.get("tool_calls") or []
         ]
         content = data.get("content")
-        return AssistantMessage(None if content is None else str(content), calls)
+        state = data.get("reasoning_state")
+        reasoning_state = (
+            ReasoningState(str(state["provider"]), tuple(dict(b) for b in state["blocks"]))
+            if isinstance(state, dict)
+            else None
+        )
+        reasoning = data.get("reasoning")
+        return AssistantMessage(
+            None if content is None else str(content),
+            calls,
+            reasoning=None if reasoning is None else str(reasoning),
+            reasoning_state=reasoning_state,
+        )
     if role == "tool":
         approval = data.get("approval")
         return ToolMessage(
@@ -117,6 +197,11 @@ def message_from_dict(data: dict[str, Any]) -> Message:
             str(data.get("content") or ""),
             bool(data.get("is_error", False)),
             approval=approval if approval in ("approved", "denied") else None,
+            parts=[
+                p
+                for p in (part_from_dict(dict(x)) for x in data.get("parts") or [])
+                if not isinstance(p, TextPart)
+            ],
         )
     raise ValueError(f"unknown message role: {role!r}")
 

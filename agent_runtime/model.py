@@ -1,10 +1,10 @@
 """The model protocol: what the runtime asks of a model, and what a model streams back.
 
 A model is any object with ``stream(request) -> AsyncIterator[ModelEvent]``. It yields text
-deltas and tool calls as they arrive and ends with exactly one ``completed`` event carrying the
-whole ``ModelResponse``. An optional ``retry`` attribute (``RetryOptions``) says how often the
-runtime may repeat a call that failed with a retryable ``ProviderError`` before anything of it
-reached the consumer.
+deltas, reasoning deltas and tool calls as they arrive and ends with exactly one ``completed``
+event carrying the whole ``ModelResponse``. An optional ``retry`` attribute (``RetryOptions``)
+says how often the runtime may repeat a call that failed with a retryable ``ProviderError``
+before anything of it reached the consumer.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .content import ContentError, ContentStore, MediaPart
 from .messages import AssistantMessage, Message, ToolCall
 
 __all__ = [
@@ -86,29 +87,48 @@ class Usage:
 
     ``model`` names the model that answered the call (a fallback binding's when the primary
     failed over); in a run's total it is the model of the latest call.
+
+    ``input_tokens`` counts every input token, cached or not; ``cached_input_tokens`` (read from
+    a prompt cache) and ``cache_write_tokens`` (written to one) are the parts of it the provider
+    reports. ``reasoning_tokens`` is the part of ``output_tokens`` spent reasoning. Each of the
+    three is None where the provider reports nothing.
     """
 
     input_tokens: int = 0
     output_tokens: int = 0
     model: str | None = None
+    cached_input_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
     def add(self, other: Usage | None) -> None:
         """Add another call's counts to these (and take its model, when it names one)."""
         if other is not None:
             self.input_tokens += other.input_tokens
             self.output_tokens += other.output_tokens
+            for name in _DETAILS:
+                theirs = getattr(other, name)
+                if theirs is not None:
+                    setattr(self, name, (getattr(self, name) or 0) + theirs)
             if other.model is not None:
                 self.model = other.model
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form used on the wire; ``model`` only when known."""
+        """The JSON form used on the wire; ``model`` and the details only when known."""
         data: dict[str, Any] = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
         }
+        for name in _DETAILS:
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
         if self.model is not None:
             data["model"] = self.model
         return data
+
+
+_DETAILS = ("cached_input_tokens", "cache_write_tokens", "reasoning_tokens")
 
 
 @dataclass(slots=True)
@@ -123,6 +143,18 @@ class ModelRequest:
     model_call_id: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     output_schema: OutputSchema | None = None
+    #: where the bytes of the conversation's media parts are (``ContentStore.get(ref)``)
+    content_store: ContentStore | None = None
+
+    async def media_bytes(self, part: MediaPart) -> bytes:
+        """The bytes of a media part: its own, or its ref's from ``content_store``."""
+        if part.data is not None:
+            return part.data
+        if part.ref is None:
+            raise ContentError(f"a {part.kind} part given by URL has no bytes here")
+        if self.content_store is None:
+            raise ContentError(f"no content store to read {part.ref!r} from")
+        return await self.content_store.get(part.ref)
 
 
 @dataclass(slots=True)
@@ -138,13 +170,15 @@ class ModelEventKind(enum.Enum):
     """What a ModelEvent carries."""
 
     TEXT = "text"
+    REASONING = "reasoning"
     TOOL_CALL = "tool_call"
     COMPLETED = "completed"
 
 
 @dataclass(slots=True)
 class ModelEvent:
-    """One item of a model's stream. Build it with ``text``, ``tool_call`` or ``completed``."""
+    """One item of a model's stream. Build it with ``text``, ``reasoning``, ``tool_call`` or
+    ``completed``."""
 
     kind: ModelEventKind
     delta: str = ""
@@ -155,6 +189,11 @@ class ModelEvent:
     def text(cls, delta: str) -> ModelEvent:
         """A piece of the answer's text."""
         return cls(ModelEventKind.TEXT, delta)
+
+    @classmethod
+    def reasoning(cls, delta: str) -> ModelEvent:
+        """A piece of the model's visible reasoning (thinking, a reasoning summary)."""
+        return cls(ModelEventKind.REASONING, delta)
 
     @classmethod
     def tool_call(cls, call: ToolCall) -> ModelEvent:

@@ -104,6 +104,18 @@ class ModelCalls:
                                         delta=item.delta,
                                     )
                                 )
+                        elif kind is ModelEventKind.REASONING:
+                            if item.delta:
+                                progress.emitted = True
+                                await context._channel.put(
+                                    AgentEvent(
+                                        AgentEventType.REASONING_DELTA,
+                                        context.run_id,
+                                        context.session_id,
+                                        progress.model_call_id,
+                                        delta=item.delta,
+                                    )
+                                )
                         elif kind is ModelEventKind.COMPLETED:
                             response = item.response
                 finally:

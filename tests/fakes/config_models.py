@@ -53,7 +53,7 @@ def _answer(request: ModelRequest) -> AssistantMessage:
         return AssistantMessage(request.system or "none")
     if command == "history":
         first = messages[0] if messages else None
-        summary = isinstance(first, UserMessage) and first.content.startswith(SUMMARY_PREFIX)
+        summary = isinstance(first, UserMessage) and first.text.startswith(SUMMARY_PREFIX)
         return AssistantMessage(f"history {len(messages)}" + (" summary" if summary else ""))
     return AssistantMessage("OK")
 

@@ -275,7 +275,7 @@ async def test_an_llm_compactor_summarises_once_and_the_store_keeps_everything()
     assert stored[: len(history)] == history
     assert stored[len(history)] == UserMessage("next")
     assert all(
-        not (isinstance(m, UserMessage) and m.content.startswith(SUMMARY_PREFIX)) for m in stored
+        not (isinstance(m, UserMessage) and m.text.startswith(SUMMARY_PREFIX)) for m in stored
     )
 
 

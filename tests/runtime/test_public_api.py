@@ -113,6 +113,7 @@ def test_event_type_names_are_the_wire_names() -> None:
         "run.started",
         "run.resumed",
         "text.delta",
+        "reasoning.delta",
         "tool.call.started",
         "tool.call.completed",
         "custom",

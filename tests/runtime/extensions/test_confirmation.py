@@ -585,7 +585,7 @@ def per_trial_model(gate: asyncio.Event | None = None) -> FunctionModel:
     async def answer(request: ModelRequest) -> Any:
         last = request.messages[-1]
         if isinstance(last, UserMessage):
-            n = last.content.split()[-1]
+            n = last.text.split()[-1]
             return tool_call_turn("delete_file", {"path": f"file-{n}"}, call_id=f"call-{n}")
         if gate is not None:
             await gate.wait()
