@@ -28,7 +28,7 @@ from app.http.api.errors import CatchAllMiddleware, install_error_handlers
 from app.http.api.openapi import install_openapi
 from app.http.api.start_path import RunStartMiddleware
 from app.http.middleware import BodyLimitMiddleware, LoadShedMiddleware
-from app.http.protocols import agui, ai_sdk
+from app.http.protocols import agui, ai_sdk, langgraph
 from app.http.protocols import openai as openai_protocol
 from app.http.protocols.a2a import install_a2a
 from app.http.protocols.loading import DeferredEndpoint
@@ -129,6 +129,7 @@ def _install_routes(app: FastAPI, settings: Settings, mcp: DeferredEndpoint[McpE
     app.router.routes.append(Route("/mcp", mcp, methods=["GET", "POST", "DELETE"], name="mcp"))
     app.include_router(agui.router)
     app.include_router(ai_sdk.router)
+    app.include_router(langgraph.router)
     app.include_router(capabilities.router)
     if settings.debug_endpoints:
         app.include_router(health.debug_router)

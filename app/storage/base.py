@@ -52,6 +52,7 @@ from typing import (
 if TYPE_CHECKING:
     from app.storage.checkpoints import CheckpointRecord
     from app.storage.schedules import FiringFence, FiringRecord, FiringStatus, ScheduleRecord
+    from app.storage.threads import ThreadQuery
 
 from app.storage.common import JSONObject, StorageError, require_aware, utcnow
 from app.storage.outbox import (
@@ -689,4 +690,20 @@ class Store(Protocol):
 
     async def list_firings(self, schedule_id: str, limit: int = 20) -> list[FiringRecord]:
         """The schedule's latest firings, newest due time first."""
+        ...
+
+    # --- thread metadata (see app.storage.threads) -------------------------------------
+
+    async def set_thread_metadata(self, session_id: str, metadata: Mapping[str, Any]) -> None:
+        """Replace the session's metadata object (the session must exist)."""
+        ...
+
+    async def thread_metadata(self, session_id: str) -> dict[str, Any]:
+        """The session's metadata object ({} when it has none)."""
+        ...
+
+    async def search_threads(
+        self, query: ThreadQuery
+    ) -> list[tuple[SessionRecord, dict[str, Any]]]:
+        """The principal's listed sessions the query matches, with their metadata."""
         ...

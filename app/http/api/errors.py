@@ -104,8 +104,13 @@ _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="agent-server"'}
 
 
 def status_of(exc: ServiceError) -> int:
-    """The HTTP status that answers a domain error."""
-    return _STATUS_BY_CODE.get(exc.code, 500)
+    """The HTTP status that answers a domain error: its code's, else its class's (a finer
+    code, such as ``InvalidRequest(..., code="answer_not_allowed")``, keeps the status of
+    its kind of error)."""
+    status = _STATUS_BY_CODE.get(exc.code)
+    if status is None:
+        status = _STATUS_BY_CODE.get(type(exc).code, 500)
+    return status
 
 
 def retry_after_header(seconds: float) -> str:
@@ -183,9 +188,14 @@ def problem_response(
     extra: Mapping[str, Any] | None = None,
     path: str | None = None,
 ) -> Response:
-    """A problem+json response; under ``/openai/``, the OpenAI error shape instead."""
+    """A problem+json response; under ``/openai/``, the OpenAI error shape instead, and
+    under ``/langgraph/`` LangGraph's (``{"detail"}``, with our ``code`` beside it)."""
     if path is not None and path.startswith(OPENAI_PREFIX):
         return openai_error_response(status, code, detail, headers=headers)
+    if path is not None and path.startswith(LANGGRAPH_PREFIX):
+        return JSONResponse(
+            {"detail": detail, "code": code}, status_code=status, headers=dict(headers or {})
+        )
     return JSONResponse(
         problem_body(status, code, detail, extra),
         status_code=status,
@@ -195,6 +205,7 @@ def problem_response(
 
 
 OPENAI_PREFIX = "/openai/"
+LANGGRAPH_PREFIX = "/langgraph/"
 
 # the OpenAI error ``type`` of each status, as the OpenAI API itself answers them
 _OPENAI_TYPES: dict[int, str] = {

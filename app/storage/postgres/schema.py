@@ -9,6 +9,7 @@ from app.storage import outbox
 from app.storage.base import StorageError
 from app.storage.postgres.checkpoints import CHECKPOINTS_MIGRATION
 from app.storage.postgres.schedules import SCHEDULES_MIGRATION
+from app.storage.postgres.threads import THREADS_MIGRATION
 
 __all__ = ["BOOK_USAGE_COLUMNS", "BOOK_USAGE_VALUES", "MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
@@ -111,6 +112,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             WHERE NOT stateless""",
         "CREATE INDEX IF NOT EXISTS sessions_stateless ON sessions (updated_at) WHERE stateless",
     ),
+    # the metadata of a thread (a session, as the LangGraph-compatible API names it)
+    THREADS_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -56,6 +56,7 @@ from app.storage.postgres.schema import (
     SCHEMA_VERSION,
     migrate,
 )
+from app.storage.postgres.threads import PostgresThreads
 from app.storage.rows import POSTGRES, run_record, session_record, stored_message
 from app.storage.schedules import FiringFence
 
@@ -131,7 +132,7 @@ def _scrub(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-class PostgresStore(PostgresCheckpoints, PostgresSchedules):
+class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads):
     """A `Store` in PostgreSQL. Open it with `await PostgresStore.connect(url)`."""
 
     def __init__(self, pool: asyncpg.Pool, safe_url: str, *, timeout: float) -> None:

@@ -11,6 +11,7 @@ from app.storage import outbox
 from app.storage.base import StorageError, utcnow
 from app.storage.sqlite.checkpoints import CHECKPOINTS_MIGRATION
 from app.storage.sqlite.schedules import SCHEDULES_MIGRATION
+from app.storage.sqlite.threads import THREADS_MIGRATION
 
 __all__ = ["BOOK_USAGE_SELECT", "MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
@@ -109,6 +110,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         """CREATE INDEX IF NOT EXISTS sessions_stateless ON sessions (updated_at)
             WHERE stateless = 1""",
     ),
+    # the metadata of a thread (a session, as the LangGraph-compatible API names it)
+    THREADS_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -49,6 +49,7 @@ from app.storage.schedules import FiringFence
 from app.storage.sqlite.checkpoints import SQLiteCheckpoints
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
 from app.storage.sqlite.schema import BOOK_USAGE_SELECT, SCHEMA_VERSION, migrate
+from app.storage.sqlite.threads import SQLiteThreads
 
 logger = logging.getLogger("app.storage")
 
@@ -84,7 +85,7 @@ def _make_parent_dirs(path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules):
+class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads):
     """A `Store` in one SQLite file (or in memory). Open it with `await SQLiteStore.connect()`."""
 
     def __init__(self, path: str) -> None:

@@ -1,0 +1,166 @@
+"""Our messages in LangChain's message format, as LangGraph clients read a thread's state.
+
+A stored message (``message_to_dict``'s form) becomes a ``human``, ``ai`` (with
+``tool_calls``) or ``tool`` message. A message's id is ``<run id>-<index within its run>``:
+the same id whether the message is read back from the store or built from the run's log as
+it streams, so a client merges a streamed chunk into the stored message it becomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["ai_message", "human_message", "input_text", "lc_messages", "message_id", "tool_message"]
+
+
+def message_id(run_id: str, index: int) -> str:
+    """The id of the ``index``-th message a run added to its thread."""
+    return f"{run_id}-{index}"
+
+
+def human_message(content: Any, id_: str) -> dict[str, Any]:
+    """A ``human`` message."""
+    return {
+        "type": "human",
+        "content": content,
+        "id": id_,
+        "name": None,
+        "additional_kwargs": {},
+        "response_metadata": {},
+    }
+
+
+def ai_message(
+    content: str, id_: str, tool_calls: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """An ``ai`` message; ``tool_calls`` as ``{"id", "name", "args"}``."""
+    return {
+        "type": "ai",
+        "content": content,
+        "id": id_,
+        "name": None,
+        "tool_calls": [
+            {"id": c["id"], "name": c["name"], "args": c["args"], "type": "tool_call"}
+            for c in tool_calls
+        ],
+        "invalid_tool_calls": [],
+        "additional_kwargs": {},
+        "response_metadata": {},
+        "usage_metadata": None,
+    }
+
+
+def tool_message(
+    content: Any, id_: str, *, tool_call_id: str, name: str, is_error: bool
+) -> dict[str, Any]:
+    """A ``tool`` message."""
+    return {
+        "type": "tool",
+        "content": content if isinstance(content, str) else _text_of(content),
+        "id": id_,
+        "name": name,
+        "tool_call_id": tool_call_id,
+        "status": "error" if is_error else "success",
+        "artifact": None,
+        "additional_kwargs": {},
+        "response_metadata": {},
+    }
+
+
+def _text_of(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _user_content(content: Any) -> Any:
+    if isinstance(content, str):
+        return content
+    blocks: list[dict[str, Any]] = []
+    for part in content if isinstance(content, list) else []:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            blocks.append({"type": "text", "text": str(part.get("text") or "")})
+        elif kind in ("image", "document"):
+            ref = part.get("ref") or part.get("file_id")
+            url = part.get("url") or (f"/v1/files/{ref}/content" if ref else None)
+            block: dict[str, Any] = {
+                "type": "image" if kind == "image" else "file",
+                "source_type": "url",
+                "url": url,
+                "mime_type": part.get("media_type"),
+            }
+            if part.get("filename"):
+                block["metadata"] = {"filename": part["filename"]}
+            blocks.append(block)
+    return blocks
+
+
+def lc_messages(stored: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """``(run_id, message_to_dict form)`` pairs, in order, as LangChain messages."""
+    out: list[dict[str, Any]] = []
+    index_in_run: dict[str, int] = {}
+    for run_id, message in stored:
+        index = index_in_run.get(run_id, 0)
+        index_in_run[run_id] = index + 1
+        id_ = message_id(run_id, index)
+        role = message.get("role")
+        if role == "user":
+            out.append(human_message(_user_content(message.get("content")), id_))
+        elif role == "assistant":
+            calls = [
+                {"id": c.get("id"), "name": c.get("name"), "args": c.get("arguments") or {}}
+                for c in message.get("tool_calls") or []
+                if isinstance(c, dict)
+            ]
+            out.append(ai_message(str(message.get("content") or ""), id_, calls))
+        elif role == "tool":
+            out.append(
+                tool_message(
+                    message.get("content") or "",
+                    id_,
+                    tool_call_id=str(message.get("tool_call_id") or ""),
+                    name=str(message.get("name") or ""),
+                    is_error=bool(message.get("is_error")),
+                )
+            )
+    return out
+
+
+def input_text(value: Any) -> str | None:
+    """The text of the last human message of a LangGraph ``input`` (``{"messages": [...]}``),
+    None when it has none. A message is ``{"role": "user"|"human", "content"}`` or
+    ``{"type": "human", "content"}``; content is a string or text blocks."""
+    if not isinstance(value, Mapping):
+        return None
+    messages = value.get("messages")
+    if isinstance(messages, Mapping | str):
+        messages = [messages]
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if isinstance(message, str):
+            return message
+        if not isinstance(message, Mapping):
+            continue
+        if (message.get("role") or message.get("type")) not in ("user", "human"):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            texts = []
+            for block in content:
+                if isinstance(block, str):
+                    texts.append(block)
+                elif isinstance(block, Mapping) and block.get("type") == "text":
+                    texts.append(str(block.get("text") or ""))
+                else:
+                    raise ValueError(
+                        "only text content blocks are taken in a LangGraph input message"
+                    )
+            return "\n".join(texts)
+    return None
