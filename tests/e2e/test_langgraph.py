@@ -7,6 +7,8 @@ the demo's ``delete NAME`` confirmation is an interrupt answered with ``command.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -16,6 +18,8 @@ from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import NotFoundError, UnprocessableEntityError
 
+from tests.support import npm as npm_clients
+from tests.support.npm import JS
 from tests.support.server import Server, launch
 
 KEY = "sk-langgraph-alice"
@@ -201,3 +205,37 @@ async def test_unoffered_routes_say_so(lg_server: Server) -> None:
         answer = await http.post("/runs/crons", json={}, headers={"Authorization": f"Bearer {KEY}"})
     assert answer.status_code == 404
     assert "not offered" in answer.json()["detail"]
+
+
+# --- the JS client: @langchain/langgraph-sdk ------------------------------------------------
+
+
+def _node(server: Server, scenario: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [npm_clients.node(), str(JS / "langgraph_scenarios.mjs"), server.base_url, scenario],
+        cwd=JS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"{scenario} failed:\n{done.stderr}\n{done.stdout}"
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_js_client_streams_searches_and_reads_history(server: Server) -> None:
+    result = _node(server, "stream")
+    assert result == {
+        "text": "You said: hello from js",
+        "last": "You said: hello from js",
+        "found": True,
+        "checkpoints": 1,
+    }
+
+
+def test_js_client_answers_an_interrupt(server: Server) -> None:
+    result = _node(server, "interrupt")
+    assert result["action"] == {"action": "delete_file", "args": {"path": "draft.md"}}
+    assert "Deleted draft.md" in result["answer"]
+    assert result["status"] == "idle"
