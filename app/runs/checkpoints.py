@@ -83,8 +83,9 @@ def first_checkpoint(handle: RunHandle) -> RunCheckpoint:
     )
 
 
-STORED_OPTIONS = (*REQUEST_OPTIONS, "webhook_url")
-"""The options of a run request a checkpoint keeps: the runtime's and the webhook's."""
+STORED_OPTIONS = (*REQUEST_OPTIONS, "webhook_url", "branch_from")
+"""The options of a run request a checkpoint keeps: the runtime's, the webhook's and the
+turn it branches from."""
 
 
 def request_options(options: RunRequestOptions) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from app.admission.budgets import BudgetHold, BudgetUsedUp
 from app.admission.slots import AdmissionRejected, QueueTimeout
 from app.bus.base import BusError, WireEvent
 from app.bus.wire import delta_json, encode_data
+from app.runs.branches import branch_path, turns_of
 from app.runs.checkpoints import RunCheckpointSink, first_checkpoint
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
@@ -124,7 +125,8 @@ class Driver:
         if not handle.history_size:
             return []
         stored = await self._context.store.list_messages(handle.session_id)
-        return [message_from_dict(item.message) for item in stored]
+        path = branch_path(turns_of(stored), handle.options.branch_from)
+        return [message_from_dict(item.message) for turn in path for item in turn.messages]
 
     async def stream(self, handle: RunHandle, history: Sequence[Message]) -> Outcome:
         """Run the agent on ``history`` and forward its events to the run's log."""

@@ -29,6 +29,7 @@ from typing import Any
 
 from agent_runtime.messages import message_to_dict
 from app.bus.base import BusError
+from app.runs.branches import mark_branch
 from app.runs.context import RunContext
 from app.runs.handle import Outcome, RunHandle, lost_outcome
 from app.runs.turns import stopped_turn
@@ -68,6 +69,8 @@ class FinalWrite:
             turn = [message_to_dict(m) for m in outcome.messages]
         elif outcome.status == "cancelled":
             turn = stopped_turn(handle.input, outcome.messages, outcome.data["reason"])
+        if turn is not None:
+            turn = mark_branch(turn, handle.options.branch_from)
         return cls(handle, outcome, turn)
 
 

@@ -80,6 +80,9 @@ class RunRequestOptions:
     firing: FiringFence | None = None
     """The schedule's firing this run is started for: the run is created only while its
     starter still holds the firing with that token (``app.schedules``)."""
+    branch_from: str | None = None
+    """The run whose turn this run continues (a fork, ``app.runs.branches``); None: the
+    session's latest turn. Checked by whoever sets it to be a turn of the session."""
     stateless: bool = False
     """A stateless protocol call's run: a session it creates is not listed and is deleted
     once idle for ``AGENT_STATELESS_RETENTION`` (``app.runs.stateless``)."""

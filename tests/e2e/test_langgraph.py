@@ -8,6 +8,7 @@ the demo's ``delete NAME`` confirmation is an interrupt answered with ``command.
 from __future__ import annotations
 
 import json
+import uuid
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -239,3 +240,38 @@ def test_js_client_answers_an_interrupt(server: Server) -> None:
     assert result["action"] == {"action": "delete_file", "args": {"path": "draft.md"}}
     assert "Deleted draft.md" in result["answer"]
     assert result["status"] == "idle"
+
+
+async def test_a_fork_from_an_earlier_checkpoint(client: LangGraphClient) -> None:
+    thread: Any = await client.threads.create()
+    tid = thread["thread_id"]
+    await client.runs.wait(tid, "default", input=_human("first"))
+    await client.runs.wait(tid, "default", input=_human("second"))
+    history: Any = await client.threads.get_history(tid)
+    first = history[-1]["checkpoint"]["checkpoint_id"]
+    forked: Any = await client.runs.wait(
+        tid, "default", input=_human("instead"), checkpoint_id=first
+    )
+    # the branch holds the first turn and the new one, never the second
+    assert _texts(forked) == [
+        ("human", "first"),
+        ("ai", "You said: first"),
+        ("human", "instead"),
+        ("ai", "You said: instead"),
+    ]
+    history = await client.threads.get_history(tid)
+    assert len(history) == 3
+    newest = history[0]
+    assert newest["parent_checkpoint"]["checkpoint_id"] == first
+    # the other branch stays readable
+    second = [h for h in history if h["values"]["messages"][-1]["content"] == "You said: second"]
+    assert len(second) == 1 and second[0]["parent_checkpoint"]["checkpoint_id"] == first
+    # the thread goes on from the fork: the model sees the branch only
+    after: Any = await client.runs.wait(tid, "default", input=_human("then"))
+    assert [m["content"] for m in after["messages"] if m["type"] == "human"] == [
+        "first",
+        "instead",
+        "then",
+    ]
+    with pytest.raises((NotFoundError, httpx.HTTPStatusError)):
+        await client.runs.wait(tid, "default", input=_human("x"), checkpoint_id=str(uuid.uuid4()))

@@ -198,8 +198,9 @@ async def _fold(
 ) -> RunFold:
     """A fold of the run's log up to ``after`` (what a stream from ``after`` starts on)."""
     view = await read_thread(services, session)
-    base = view.stored_messages()
-    fold = RunFold(run_id, session.id, base, prompt)
+    found = services.manager.local(run_id)
+    branch = found.options.branch_from if found is not None else None
+    fold = RunFold(run_id, session.id, view.stored_messages(branch), prompt)
     if after > 0:
         for document in await snapshot(services.bus.events, run_id) or []:
             if int(document.get("seq") or 0) > after:
@@ -229,15 +230,16 @@ async def _start(
     _refuse_unoffered(body)
     agent = assistant_of(services, body.assistant_id)
     checkpoint = body.checkpoint_id or (body.checkpoint or {}).get("checkpoint_id")
+    branch_from: str | None = None
     if checkpoint:
-        history = (await read_thread(services, session)).history()
-        latest = history[0]["checkpoint"]["checkpoint_id"] if history else None
-        if checkpoint != latest:
-            raise InvalidRequest(
-                "a run from an earlier checkpoint (a fork) is not offered yet: start it from "
-                "the thread's latest checkpoint",
-                code="fork_not_offered",
-            )
+        view = await read_thread(services, session)
+        branch_from = view.checkpoint_run(str(checkpoint))
+        if branch_from is None:
+            raise NotFound(f"checkpoint {checkpoint!r} not found in thread {session.id!r}")
+        if body.command is not None:
+            raise InvalidRequest("command and checkpoint_id cannot be combined")
+        if branch_from == view.turns[-1][0]:
+            branch_from = None  # the latest turn: no fork, the thread goes on
     if body.command is not None:
         if "resume" not in body.command:
             raise InvalidRequest("command: only resume is offered")
@@ -258,6 +260,7 @@ async def _start(
         metadata={**(body.metadata or {}), "langgraph": {"assistant_id": agent}},
         multitask_strategy=body.multitask_strategy,
         webhook_url=body.webhook,
+        branch_from=branch_from,
     )
     try:
         handle = await services.manager.submit(principal, session.id, options)

@@ -1,9 +1,11 @@
 """A thread's state, status and history of checkpoints, read from the store and the log.
 
 A thread is a session. Its checkpoints are not kept apart: each completed turn (a run whose
-messages are stored) is one checkpoint, and a run waiting for an answer adds one on top,
-with the interrupt as its task. A checkpoint's id is derived from the thread and the turn's
-run (a UUID, version 5), so it is the same on every worker and after a restart.
+messages are stored) is one checkpoint, whose values are the conversation up to that turn
+on its branch (``app.runs.branches``), and a run waiting for an answer adds one on top, with
+the interrupt as its task. A checkpoint's id is derived from the thread and the turn's run (a
+UUID, version 5), so it is the same on every worker and after a restart; its parent is the
+checkpoint of the turn it continues.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from app.http.protocols.common import snapshot
 from app.http.protocols.langgraph.fold import RunFold
 from app.http.protocols.langgraph.messages import lc_messages
 from app.runs import RunHandle
+from app.runs.branches import parents, turns_of
 from app.server.services import Services
 from app.storage import RunRecord, SessionRecord
 
@@ -49,6 +52,7 @@ class ThreadView:
     session: SessionRecord
     metadata: dict[str, Any]
     turns: list[tuple[str, list[dict[str, Any]]]]  # (run id, LangChain messages) in order
+    parents: dict[str, str | None]  # each turn's parent turn (app.runs.branches)
     active: RunFold | None
     active_status: str | None
     last_status: str | None
@@ -64,8 +68,29 @@ class ThreadView:
             return "interrupted" if self.active.interrupts else "busy"
         return "error" if self.last_status == "failed" else "idle"
 
-    def stored_messages(self) -> list[dict[str, Any]]:
-        return [m for _, messages in self.turns for m in messages]
+    def path(self, head: str | None = None) -> list[str]:
+        """The run ids of the turns from the first to ``head`` (default: the latest)."""
+        if not self.turns:
+            return []
+        current: str | None = head if head in self.parents else self.turns[-1][0]
+        path: list[str] = []
+        while current is not None and current not in path:
+            path.append(current)
+            current = self.parents.get(current)
+        path.reverse()
+        return path
+
+    def checkpoint_run(self, checkpoint: str) -> str | None:
+        """The run whose turn made ``checkpoint``, if one did."""
+        for run_id, _ in self.turns:
+            if checkpoint_id(self.thread_id, run_id) == checkpoint:
+                return run_id
+        return None
+
+    def stored_messages(self, head: str | None = None) -> list[dict[str, Any]]:
+        """The messages of the branch ending at ``head`` (default: the latest turn)."""
+        by_run = dict(self.turns)
+        return [m for run_id in self.path(head) for m in by_run[run_id]]
 
     def values(self) -> dict[str, Any]:
         if self.active is not None:
@@ -92,13 +117,21 @@ class ThreadView:
     def history(self) -> list[dict[str, Any]]:
         """Every checkpoint, newest first (``ThreadState`` objects)."""
         states: list[dict[str, Any]] = []
-        messages: list[dict[str, Any]] = []
         parent: str | None = None
-        for run_id, turn in self.turns:
-            messages = [*messages, *turn]
+        for run_id, _ in self.turns:
+            up = self.parents.get(run_id)
             id_ = checkpoint_id(self.thread_id, run_id)
-            states.append(self._state(messages, id_, parent, run_id, []))
-            parent = id_
+            states.append(
+                self._state(
+                    self.stored_messages(run_id),
+                    id_,
+                    checkpoint_id(self.thread_id, up) if up is not None else None,
+                    run_id,
+                    [],
+                )
+            )
+        if self.turns:
+            parent = checkpoint_id(self.thread_id, self.turns[-1][0])
         if self.active is not None and self.active.interrupts:
             id_ = checkpoint_id(self.thread_id, self.active.run_id, "interrupt")
             tasks = self.interrupts()
@@ -160,21 +193,20 @@ async def read_thread(
     store = services.store
     if metadata is None:
         metadata = await store.thread_metadata(session.id)
-    stored = await store.list_messages(session.id)
-    by_run: list[tuple[str, list[tuple[str, Mapping[str, Any]]]]] = []
-    for item in stored:
-        if not by_run or by_run[-1][0] != item.run_id:
-            by_run.append((item.run_id, []))
-        by_run[-1][1].append((item.run_id, item.message))
-    turns = [(run_id, lc_messages(pairs)) for run_id, pairs in by_run]
+    stored = turns_of(await store.list_messages(session.id))
+    turns = [
+        (turn.run_id, lc_messages([(m.run_id, m.message) for m in turn.messages]))
+        for turn in stored
+    ]
     active: RunFold | None = None
     active_status: str | None = None
     holder = await services.bus.locks.holder(session.id)
     if holder is not None and holder.startswith("run_"):
         found = await services.manager.find(holder, session.principal, session.id)
         if found is not None and not _finished(found):
-            base = [m for _, messages in turns for m in messages]
-            active = RunFold(holder, session.id, base, found.input)
+            branch = found.options.branch_from if isinstance(found, RunHandle) else None
+            view = ThreadView(session, dict(metadata), turns, parents(stored), None, None, None)
+            active = RunFold(holder, session.id, view.stored_messages(branch), found.input)
             for document in await snapshot(services.bus.events, holder) or []:
                 active.feed(document)
             if active.ended:
@@ -185,7 +217,9 @@ async def read_thread(
     if session.last_run_id is not None and active is None:
         last = await store.get_run(session.last_run_id)
         last_status = last.status if last is not None else None
-    return ThreadView(session, dict(metadata), turns, active, active_status, last_status)
+    return ThreadView(
+        session, dict(metadata), turns, parents(stored), active, active_status, last_status
+    )
 
 
 def _finished(found: RunHandle | RunRecord) -> bool:
