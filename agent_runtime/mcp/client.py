@@ -68,7 +68,8 @@ async def _value(result: mcp_types.CallToolResult) -> str | list[str | MediaPart
         part_type, media_type, encoded, filename = media
         data = await _decoded(encoded)
         if data is None:
-            items.append(f"[{part_type.__name__}: {media_type}, not valid base64]")
+            kind = "image" if part_type is ImagePart else "document"
+            items.append(f"[{kind}: {media_type}, not valid base64]")
             continue
         items.append(part_type(media_type=media_type, data=data, filename=filename))
     return items
