@@ -52,13 +52,23 @@ async def _off_loop(size: int, work: Callable[[], T]) -> T:
     return await asyncio.to_thread(work)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MediaReader:
-    """The media parts of one call, as the provider ``provider`` sends them to ``model``."""
+    """The media parts of one call, as the provider ``provider`` sends them to ``model``.
+
+    ``carried`` counts the characters of media put on the wire so far: a body carrying more
+    than ``OFF_LOOP_BYTES`` is worth encoding as JSON off the loop too.
+    """
 
     request: ModelRequest
     model: str
     provider: str
+    carried: int = 0
+
+    @property
+    def heavy(self) -> bool:
+        """True once the call carries enough media to encode its body off the loop."""
+        return self.carried > OFF_LOOP_BYTES
 
     def media_type(self, part: MediaPart) -> str | None:
         """The part's media type: declared, or named by its ``data:`` URL."""
@@ -101,17 +111,22 @@ class MediaReader:
 
     async def base64(self, part: MediaPart) -> str:
         """The part's bytes in base64 (a ``data:`` URL's payload as it is)."""
+        encoded: str | None = None
         if part.url is not None:
             with contextlib.suppress(ContentError):  # malformed: data() says so
                 split = split_data_url(part.url)
                 if split is not None and split[1]:
-                    return split[2]
-        data = await self.data(part)
-        return await _off_loop(len(data), lambda: base64.b64encode(data).decode("ascii"))
+                    encoded = split[2]
+        if encoded is None:
+            data = await self.data(part)
+            encoded = await _off_loop(len(data), lambda: base64.b64encode(data).decode("ascii"))
+        self.carried += len(encoded)
+        return encoded
 
     async def data_url(self, part: MediaPart) -> str:
         """The part as a ``data:<media type>;base64,...`` URL."""
         if part.url is not None and part.url.startswith("data:"):
+            self.carried += len(part.url)
             return part.url
         encoded = await self.base64(part)
         return f"data:{self.media_type(part) or 'application/octet-stream'};base64,{encoded}"
@@ -119,6 +134,7 @@ class MediaReader:
     async def text(self, part: MediaPart) -> str:
         """A text document's content (UTF-8; a byte that is not becomes U+FFFD)."""
         data = await self.data(part)
+        self.carried += len(data)
         return await _off_loop(len(data), lambda: data.decode("utf-8", errors="replace"))
 
     def refuse(self, part: MediaPart, why: str | None = None) -> UnsupportedContentError:

@@ -14,6 +14,7 @@ which was most of a run's time before its first token.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import json
@@ -174,9 +175,10 @@ class OpenAIModel:
         params = {**self.params, **request.params}
         options = {key: params.pop(key) for key in list(params) if key in _SDK_OPTIONS}
         stream_options = params.pop("stream_options", {"include_usage": True})
+        reader = MediaReader(request, self._model, self.provider_name)
         body: dict[str, Any] = {
             "model": self._model,
-            "messages": await self._messages(request),
+            "messages": await self._messages(request, reader),
             "stream": True,
         }
         if stream_options is not None:
@@ -195,22 +197,26 @@ class OpenAIModel:
             sent["params"] = options["extra_query"]
         if "timeout" in options:
             sent["timeout"] = options["timeout"]
+        encoded: bytes | None = None
+        if reader.heavy:
+            # the SDK would encode it on the loop: a 20 MB image is a 27 MB JSON string
+            encoded = await asyncio.to_thread(_json_bytes, body)
         # cast_to=object: the SDK hands each chunk over as its decoded JSON, unconverted
         return await self._client.post(
             "/chat/completions",
-            body=body,
+            body=None if encoded is not None else body,
+            content=encoded,
             cast_to=object,
             options=cast(Any, sent),
             stream=True,
             stream_cls=AsyncStream[object],
         )
 
-    async def _messages(self, request: ModelRequest) -> list[dict[str, Any]]:
+    async def _messages(self, request: ModelRequest, reader: MediaReader) -> list[dict[str, Any]]:
         """The conversation on the wire; UnsupportedContentError for a part it cannot carry."""
         messages = fit_messages(
             request.messages, self.input_kinds, model=self._model, provider=self.provider_name
         )
-        reader = MediaReader(request, self._model, self.provider_name)
         return await _messages(request.system, messages, reader)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
@@ -419,6 +425,11 @@ async def _flush(
     if carried is not None:
         wire.append(carried)
     results.clear()
+
+
+def _json_bytes(body: dict[str, Any]) -> bytes:
+    """The body as the SDK itself would encode it (httpx's JSON defaults)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _response_format(output: OutputSchema) -> dict[str, Any]:

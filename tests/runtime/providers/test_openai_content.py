@@ -118,6 +118,8 @@ async def test_a_data_url_goes_as_given_and_a_large_image_is_encoded_whole(
 
     await send(model, [UserMessage(parts)], store)
 
+    # the body was encoded off the loop, as the SDK would have encoded it
+    assert upstream.requests[0].headers["content-type"] == "application/json"
     content = upstream.requests[0].messages[0]["content"]
     assert content[0] == {"type": "image_url", "image_url": {"url": data_url}}
     assert content[1]["image_url"]["url"] == f"data:image/png;base64,{b64(big)}"
