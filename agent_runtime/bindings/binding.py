@@ -304,7 +304,6 @@ class ModelBinding:
         a text-only model behind a wire that carries images (``agent_runtime.input_kinds``).
         """
         return cls(
-            input_kinds=input_kinds,
             provider=provider,
             model=model,
             protocol=protocol,
@@ -318,6 +317,7 @@ class ModelBinding:
             provider_name=provider_name,
             api_key_env=api_key_env,
             default_headers=default_headers,
+            input_kinds=input_kinds,
         )
 
     @classmethod

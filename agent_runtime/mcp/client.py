@@ -32,6 +32,8 @@ __all__ = ["MCPClient"]
 logger = logging.getLogger("agent_runtime.mcp")
 
 _MAX_PAGES = 100
+# base64 longer than this is decoded in a worker thread
+_OFF_LOOP_CHARS = 256 * 1024
 
 
 def _render(result: mcp_types.CallToolResult) -> str:
@@ -103,9 +105,6 @@ async def _decoded(encoded: str) -> bytes | None:
 
     # a server's screenshot may be megabytes: decoded off the loop
     return decode() if len(encoded) <= _OFF_LOOP_CHARS else await asyncio.to_thread(decode)
-
-
-_OFF_LOOP_CHARS = 256 * 1024
 
 
 def _object_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
