@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from agent_runtime import AgentCore, AgentEvent, AgentEventType, ModelBinding, ModelBindings, tool
+from agent_runtime import (
+    AgentCore,
+    AgentEvent,
+    AgentEventType,
+    ModelBinding,
+    ModelBindings,
+    presets,
+    tool,
+)
 from agent_runtime.content import ContentPart, DocumentPart, ImagePart, TextPart
 from agent_runtime.errors import ConfigurationError, UnsupportedContentError
 from agent_runtime.input_kinds import (
@@ -46,6 +54,16 @@ def test_input_kinds_are_checked() -> None:
         as_input_kinds({"image"})
     with pytest.raises(ConfigurationError, match="chat bindings"):
         ModelBinding.embed(model="e", api_key="k", input_kinds={"text"})
+
+
+def test_a_bindings_narrowing_survives_a_new_loop_and_presets_narrow_text_only_hosts() -> None:
+    narrowed = ModelBinding.llm(model="m", api_key="k", input_kinds=["text"])
+    assert narrowed.for_current_loop().input_kinds == TEXT_ONLY
+    assert ModelBinding.llm(model="m", api_key="k").input_kinds is None
+    supplied = ModelBinding.llm(provider=ScriptedModel([]), input_kinds={"text", "image"})
+    assert supplied.input_kinds == SEEING
+    assert presets.deepseek(api_key="k").input_kinds == TEXT_ONLY
+    assert presets.deepseek(api_key="k", input_kinds=ALL_INPUT_KINDS).input_kinds == ALL_INPUT_KINDS
 
 
 def test_a_model_that_declares_nothing_takes_text_only() -> None:
