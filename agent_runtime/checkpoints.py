@@ -10,6 +10,10 @@ started and whose result was not saved is not run again unless its tool is idemp
 one run never overlap, and each carries a higher ``step`` than the one before.
 
 Without a sink nothing of this happens: no snapshot is built, nothing is awaited.
+
+A checkpoint holds images and documents by reference (the run stored their bytes in its
+agent's ``ContentStore`` when it started), and an answer's ``reasoning_state``, which only its
+provider reads: a checkpoint is the run's own record, never shown to a client.
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ class RunCheckpoint:
             "session_id": self.session_id,
             "step": self.step,
             "prompt": self.prompt,
-            "added": [message_to_dict(message) for message in self.added],
+            # private: an answer's reasoning state goes back to its provider after a resume
+            "added": [message_to_dict(message, private=True) for message in self.added],
             "iteration": self.iteration,
             "usage": self.usage.to_dict(),
             "calls": [c.to_dict() for c in self.calls],

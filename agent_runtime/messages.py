@@ -34,6 +34,7 @@ __all__ = [
     "ToolMessage",
     "UserMessage",
     "message_from_dict",
+    "message_text",
     "message_to_dict",
     "messages_from_dicts",
 ]
@@ -119,6 +120,14 @@ class ToolMessage:
 
 
 Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+def message_text(message: Message) -> str:
+    """A message's text: a user message's text parts, any other message's content ("" for an
+    assistant message without text). Never the bytes or references of its media parts."""
+    if isinstance(message, UserMessage):
+        return message.text
+    return message.content or ""
 
 
 def message_to_dict(message: Message, *, private: bool = False) -> dict[str, Any]:

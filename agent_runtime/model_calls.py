@@ -4,18 +4,26 @@ over to the next one.
 ``ModelCalls`` is held by ``AgentCore`` (``agent_runtime.agent``), one per agent. A retryable
 ``ProviderError`` before any text of the call reached the consumer moves on (after the
 binding's own ``RetryOptions``); after the first delta, or a non-retryable error, the run fails.
+
+Before each try the conversation is fitted to what the binding's model takes
+(``agent_runtime.input_kinds``). A binding that cannot take an image or a document of a user
+message is passed over, nothing sent to it, for the next one that can (a vision model as the
+fallback of a text-only one answers such a call); when no binding can, the call fails with the
+first binding's ``UnsupportedContentError``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import ProviderError
+from .errors import ProviderError, UnsupportedContentError
 from .events import AgentEvent, AgentEventType
-from .model import ModelEventKind, ModelRequest, ModelResponse, RetryOptions, Usage
+from .input_kinds import declared_input_kinds, fit_messages
+from .model import Model, ModelEventKind, ModelRequest, ModelResponse, RetryOptions, Usage
 from .run_context import AgentRunContext, new_id
 
 if TYPE_CHECKING:
@@ -45,6 +53,7 @@ class ModelCalls:
             await gate(context)  # its RunError fails the run before the call is made
         run_id = context.run_id
         last_error: ProviderError | None = None
+        refused: UnsupportedContentError | None = None
         for binding in self._bindings.llm:
             attempt = 0
             while True:
@@ -53,6 +62,17 @@ class ModelCalls:
                 progress = _Attempt(model_call_id)
                 try:
                     response = await self._attempt(context, binding, request, progress)
+                except UnsupportedContentError as exc:
+                    exc.run_id = run_id
+                    if progress.emitted:
+                        raise
+                    # nothing was sent: the next binding may take what this one cannot
+                    refused = refused or exc
+                    logger.info(
+                        "model binding cannot take the conversation's content, trying the next",
+                        extra={"run_id": run_id, "model": binding.model, "kind": exc.kind},
+                    )
+                    break
                 except ProviderError as exc:
                     exc.run_id = run_id
                     if progress.emitted or not exc.retryable:
@@ -72,8 +92,10 @@ class ModelCalls:
                 if response.usage is not None:
                     await _report_usage(context, binding, response.usage, model_call_id)
                 return response
-        assert last_error is not None
-        raise last_error
+        if last_error is not None:
+            raise last_error
+        assert refused is not None
+        raise refused
 
     async def _attempt(
         self,
@@ -87,7 +109,7 @@ class ModelCalls:
         with self._tracer.model_call(context, binding, request) as trace:
             async with binding.lease_provider() as provider:
                 progress.retry = getattr(provider, "retry", None) or _DEFAULT_RETRY
-                stream = provider.stream(request)
+                stream = provider.stream(_fitted(request, binding, provider))
                 try:
                     async for item in stream:
                         kind = item.kind
@@ -128,6 +150,19 @@ class ModelCalls:
                 )
             trace.response(response)
         return response
+
+
+def _fitted(request: ModelRequest, binding: ModelBinding, provider: Model) -> ModelRequest:
+    """``request`` as this binding's model can take it; UnsupportedContentError if it cannot."""
+    kinds = declared_input_kinds(provider)
+    if binding.input_kinds is not None:
+        kinds &= binding.input_kinds
+    messages = fit_messages(
+        request.messages, kinds, model=binding.model, provider=binding.provider_name
+    )
+    if messages is request.messages:
+        return request
+    return dataclasses.replace(request, messages=list(messages))
 
 
 @dataclass

@@ -121,7 +121,9 @@ def deepseek(
     base_url: str = DEEPSEEK_URL,
     **options: Any,
 ) -> ModelBinding:
-    """DeepSeek (key: ``DEEPSEEK_API_KEY``)."""
+    """DeepSeek (key: ``DEEPSEEK_API_KEY``). Its API takes text only: a call with an image or
+    a document fails before it is sent (``input_kinds``), unless you widen it."""
+    options.setdefault("input_kinds", {"text"})
     return _hosted(
         name="deepseek",
         protocol="openai",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast
 from .channel import Channel
 from .checkpoints import Checkpointer, CheckpointSink, RunCheckpoint
 from .compaction import ContextCompactor
+from .content import ContentStore
 from .errors import ConfigurationError
 from .events import AgentEvent, AgentEventType, AgentPhase
 from .messages import AssistantMessage, Message, ToolCall, ToolMessage
@@ -193,8 +194,8 @@ class _EventTracer(Protocol):
 
 class RunHost(Protocol):
     """The agent a run belongs to, as the run sees it (``AgentCore`` is one): its defaults,
-    tools, extensions and tracer. A protocol, because ``agent_runtime.agent`` imports this
-    module."""
+    tools, extensions, tracer and content store. A protocol, because ``agent_runtime.agent``
+    imports this module."""
 
     name: str
     bindings: ModelBindings
@@ -209,6 +210,7 @@ class RunHost(Protocol):
     model_params: dict[str, Any]
     context_compactor: ContextCompactor | None
     checkpoint_sink: CheckpointSink | None
+    content_store: ContentStore
 
     @property
     def tracer(self) -> _EventTracer: ...

@@ -21,7 +21,8 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeAlias, cast
 
-from .messages import AssistantMessage, ToolCall
+from .input_kinds import ALL_INPUT_KINDS, as_input_kinds
+from .messages import AssistantMessage, ToolCall, message_text
 from .model import ModelEvent, ModelEventKind, ModelRequest, ModelResponse, RetryOptions, Usage
 
 __all__ = ["FunctionModel", "ScriptedModel", "Turn", "tool_call_turn", "words"]
@@ -48,7 +49,7 @@ def tool_call_turn(
 
 
 def _usage_for(request: ModelRequest, message: AssistantMessage) -> Usage:
-    prompt_words = sum(len(str(getattr(m, "content", "") or "").split()) for m in request.messages)
+    prompt_words = sum(len(message_text(m).split()) for m in request.messages)
     return Usage(prompt_words, len((message.content or "").split()) + len(message.tool_calls))
 
 
@@ -81,7 +82,11 @@ async def _replay(turn: Turn, request: ModelRequest, delay: float) -> AsyncItera
 
 
 class ScriptedModel:
-    """Replays ``turns`` in order, one per model call; a call past the script fails the test."""
+    """Replays ``turns`` in order, one per model call; a call past the script fails the test.
+
+    It takes text, images and documents (``input_kinds``; narrow it to play a text-only
+    model): a test reads what reached it in ``requests``.
+    """
 
     def __init__(
         self,
@@ -90,12 +95,14 @@ class ScriptedModel:
         delay: float = 0.0,
         retry: RetryOptions | None = None,
         model_name: str = "scripted",
+        input_kinds: Iterable[str] = ALL_INPUT_KINDS,
     ) -> None:
         self._turns = list(turns)
         self._next = 0
         self.delay = delay
         self.retry = retry or RetryOptions(max_retries=0)
         self.model_name = model_name
+        self.input_kinds = as_input_kinds(input_kinds)
         self.requests: list[ModelRequest] = []
 
     @property
@@ -129,6 +136,7 @@ class FunctionModel:
     """Answers each request with ``function(request)``.
 
     The function may be an async generator of ModelEvents, or return (or await to) a turn.
+    Like ``ScriptedModel`` it takes every kind of input unless ``input_kinds`` narrows it.
     """
 
     def __init__(
@@ -138,11 +146,13 @@ class FunctionModel:
         delay: float = 0.0,
         retry: RetryOptions | None = None,
         model_name: str = "function",
+        input_kinds: Iterable[str] = ALL_INPUT_KINDS,
     ) -> None:
         self.function = function
         self.delay = delay
         self.retry = retry or RetryOptions(max_retries=0)
         self.model_name = model_name
+        self.input_kinds = as_input_kinds(input_kinds)
         self.requests: list[ModelRequest] = []
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:

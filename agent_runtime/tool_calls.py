@@ -20,6 +20,7 @@ from .messages import ToolCall, ToolMessage
 from .run_context import AgentRunContext
 from .tools.base import Tool, ToolPolicy
 from .tools.execution import ToolExecutor
+from .tools.results import MediaResult, media_result
 
 if TYPE_CHECKING:
     from .tracing import RunTracer
@@ -232,14 +233,27 @@ class ToolCalls:
                     ready.timeout if ready.timeout is not None else context._options.tool_timeout
                 )
                 result, outcome_error = await self._executor.execute(ready, call, timeout)
+            media, outcome_error = await _stored_media(context, result, outcome_error)
+            if media is not None:
+                result = media.described
             outcome = ToolOutcome(result, outcome_error)
             trace.outcome(outcome, refused=isinstance(ready, str))
             for extension in self._extensions:
                 await extension.after_tool(context, call, outcome)
         is_error = outcome_error is not None
-        content = f"Error: {outcome_error}" if is_error else self._executor.render(result)
+        if is_error:
+            content = f"Error: {outcome_error}"
+        else:
+            content = media.text if media is not None else self._executor.render(result)
         approval = context.state.approvals.get(call.id)
-        message = ToolMessage(call.id, call.name, content, is_error, approval=approval)
+        message = ToolMessage(
+            call.id,
+            call.name,
+            content,
+            is_error,
+            approval=approval,
+            parts=media.parts if media is not None else [],
+        )
         if checkpoints is not None:
             # saved before it is told: a reader never sees a result a resume would not know
             checkpoints.finished(message)
@@ -257,3 +271,20 @@ class ToolCalls:
             )
         )
         return message
+
+
+async def _stored_media(
+    context: AgentRunContext, result: Any, error: str | None
+) -> tuple[MediaResult | None, str | None]:
+    """The images and documents of a result, stored before anything holds the result (from
+    here on it carries their references, never their bytes); an error if they cannot be."""
+    if error is not None:
+        return None, error
+    try:
+        return await media_result(result, context.agent.content_store, context.session_id), None
+    except Exception as exc:  # the content store failed: the model is told, the run goes on
+        logger.warning(
+            "a tool result's media could not be stored",
+            extra={"run_id": context.run_id, "error": type(exc).__name__},
+        )
+        return None, f"the tool's result could not be stored ({type(exc).__name__}: {exc})"

@@ -68,6 +68,15 @@ def test_structured_output_example_output() -> None:
     assert "gave up after 3 attempts: invalid_output" in out
 
 
+def test_content_parts_example_output() -> None:
+    out = _output("content_parts")
+    assert "You said: What are these? I received an image (image/png, 69 bytes, sha256 " in out
+    assert "I received a document (application/pdf, 69 bytes, sha256 " in out
+    assert 'stored as: {"type": "image", "ref": "sha256:' in out and "base64" not in out
+    assert "bytes kept: 69" in out
+    assert "text-only binding: unsupported_content: model 'demo' cannot take an image" in out
+
+
 JS_EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "docs" / "examples").glob("*.mjs"))
 
 

@@ -37,6 +37,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar, cast
 
 from ..errors import ConfigurationError, LoopAffinityError
+from ..input_kinds import as_input_kinds
 from ..model import Model, RetryOptions
 from .purposes import (
     PURPOSES,
@@ -85,6 +86,7 @@ class BindingOptions(TypedDict, total=False):
     provider_name: str | None
     api_key_env: str | None
     default_headers: Mapping[str, str] | None
+    input_kinds: Iterable[str] | None  # chat bindings only (llm, system_one)
 
 
 class PreflightError(ConfigurationError):
@@ -154,6 +156,18 @@ def _check_supplied(provider: Any, spec: Purpose, given: Mapping[str, Any]) -> N
         )
 
 
+def _chat_input_kinds(purpose: str, kinds: Iterable[str] | None) -> frozenset[str] | None:
+    """A chat binding's narrowing of what its model takes; no other purpose has one."""
+    if kinds is None:
+        return None
+    if purpose not in _CHAT_PURPOSES:
+        raise ConfigurationError(f"input_kinds is an option of chat bindings, not of {purpose}")
+    return as_input_kinds(kinds)
+
+
+_CHAT_PURPOSES = frozenset({"llm", "system_one"})
+
+
 def _check_credentials(
     definition: Definition, api_key: str | None, credential_provider: CredentialProvider | None
 ) -> None:
@@ -195,9 +209,11 @@ class ModelBinding:
         api_key_env: str | None = None,
         default_headers: Mapping[str, str] | None = None,
         purpose: str = "llm",
+        input_kinds: Iterable[str] | None = None,
     ) -> None:
         spec = purpose_of(purpose)
         self.purpose = purpose
+        self._input_kinds = _chat_input_kinds(purpose, input_kinds)
         self._definition: Definition | None
         self._supplied: Any
         if provider is not None:
@@ -268,6 +284,7 @@ class ModelBinding:
         provider_name: str | None = None,
         api_key_env: str | None = None,
         default_headers: Mapping[str, str] | None = None,
+        input_kinds: Iterable[str] | None = None,
     ) -> ModelBinding:
         """A chat model binding.
 
@@ -282,6 +299,9 @@ class ModelBinding:
 
         Or a supplied provider: ``provider=`` (with an optional ``model`` label). It is never
         closed or rebuilt by the binding and takes none of the definition's options.
+
+        ``input_kinds`` (either way) narrows what the model is sent, such as ``{"text"}`` for
+        a text-only model behind a wire that carries images (``agent_runtime.input_kinds``).
         """
         return cls(
             provider=provider,
@@ -297,6 +317,7 @@ class ModelBinding:
             provider_name=provider_name,
             api_key_env=api_key_env,
             default_headers=default_headers,
+            input_kinds=input_kinds,
         )
 
     @classmethod
@@ -358,7 +379,12 @@ class ModelBinding:
                     f"the provider of binding {self.model!r} was supplied by the caller and is "
                     "bound to its loop; build a new provider inside the target loop instead"
                 )
-            return ModelBinding(provider=self._supplied, model=self.model, purpose=self.purpose)
+            return ModelBinding(
+                provider=self._supplied,
+                model=self.model,
+                purpose=self.purpose,
+                input_kinds=self._input_kinds,
+            )
         definition = self._definition
         assert definition is not None
         clone = ModelBinding.__new__(ModelBinding)
@@ -377,6 +403,7 @@ class ModelBinding:
             api_key_env=definition.api_key_env,
             default_headers=definition.default_headers,
             purpose=self.purpose,
+            input_kinds=self._input_kinds,
         )
         return clone
 
@@ -402,6 +429,12 @@ class ModelBinding:
         """The definition's wire protocol (``"openai"``, ``"anthropic"``, ``"local"``); None
         for a supplied provider."""
         return self._definition.protocol if self._definition is not None else None
+
+    @property
+    def input_kinds(self) -> frozenset[str] | None:
+        """What this binding lets its model be sent (``ModelBinding.llm(input_kinds=...)``), or
+        None: what the model itself declares."""
+        return self._input_kinds
 
     @property
     def provider_name(self) -> str:

@@ -15,7 +15,8 @@ context where the run was started, so a host that attached an incoming ``tracepa
 run in the caller's trace.
 
 Prompts, answers, system instructions and tool arguments and results are recorded only with
-``capture_content=True``: they are what users typed and what tools returned.
+``capture_content=True``: they are what users typed and what tools returned. Even then an image
+or a document is recorded by its reference (or URL) and media type, never its bytes.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..content import MediaPart, TextPart
 from ..errors import ConfigurationError
 from ..events import AgentEvent
 from ..extensions.base import ToolOutcome
-from ..messages import AssistantMessage, Message, ToolCall, ToolMessage
+from ..messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ..model import ModelRequest, ModelResponse
 from ..tracing import ModelCallTrace, RunTracer, ToolCallTrace
 
@@ -58,6 +60,18 @@ _EVENT_FIELDS = {
 }
 
 
+def _media(part: MediaPart) -> dict[str, Any]:
+    """An image or a document by its reference or URL and its type, never its bytes."""
+    described: dict[str, Any] = {"modality": part.kind, "mime_type": part.media_type}
+    if part.ref is not None:
+        return {"type": "file", "file_id": part.ref, **described}
+    if part.url is not None and not part.url.startswith("data:"):
+        return {"type": "uri", "uri": part.url, **described}
+    # bytes not stored yet, or a data: URL: their size at most
+    size = part.size if part.size is not None else len(part.data or b"") or None
+    return {"type": "blob", "size": size, **described}
+
+
 def _parts(message: Message) -> dict[str, Any]:
     """A message in the conventions' shape: a role and a list of typed parts."""
     parts: list[dict[str, Any]] = []
@@ -65,7 +79,16 @@ def _parts(message: Message) -> dict[str, Any]:
         parts.append(
             {"type": "tool_call_response", "id": message.tool_call_id, "response": message.content}
         )
+        parts.extend(_media(p) for p in message.parts)
         return {"role": "tool", "parts": parts}
+    if isinstance(message, UserMessage):
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                if part.text:
+                    parts.append({"type": "text", "content": part.text})
+            else:
+                parts.append(_media(part))
+        return {"role": "user", "parts": parts}
     if message.content:
         parts.append({"type": "text", "content": message.content})
     if isinstance(message, AssistantMessage):

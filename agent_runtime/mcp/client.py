@@ -1,8 +1,15 @@
-"""MCPClient: the tools of MCP servers, as ordinary runtime tools."""
+"""MCPClient: the tools of MCP servers, as ordinary runtime tools.
+
+A tool's image content (and an embedded resource holding an image or a PDF) reaches the model
+as an image or a document part of the tool's result, not as a line of text: see
+``agent_runtime.tools.results``. ``call_tool`` answers the text alone.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -13,6 +20,7 @@ import mcp_types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from ..content import DOCUMENT_MEDIA_TYPES, IMAGE_MEDIA_TYPES, DocumentPart, ImagePart, MediaPart
 from ..errors import ConfigurationError, LoopAffinityError
 from ..tools.base import Tool
 from .config import MCPServerConfig, mcp_tool_name
@@ -24,6 +32,8 @@ __all__ = ["MCPClient"]
 logger = logging.getLogger("agent_runtime.mcp")
 
 _MAX_PAGES = 100
+# base64 longer than this is decoded in a worker thread
+_OFF_LOOP_CHARS = 256 * 1024
 
 
 def _render(result: mcp_types.CallToolResult) -> str:
@@ -45,6 +55,56 @@ def _render(result: mcp_types.CallToolResult) -> str:
     if not parts and result.structured_content is not None:
         return json.dumps(result.structured_content, ensure_ascii=False, default=str)
     return "\n".join(parts)
+
+
+async def _value(result: mcp_types.CallToolResult) -> str | list[str | MediaPart]:
+    """What the tool function returns: its text, or its text and media parts in order."""
+    if not any(_media_block(block) for block in result.content):
+        return _render(result)
+    items: list[str | MediaPart] = []
+    for block in result.content:
+        media = _media_block(block)
+        if media is None:
+            items.append(_render(mcp_types.CallToolResult(content=[block])))
+            continue
+        part_type, media_type, encoded, filename = media
+        data = await _decoded(encoded)
+        if data is None:
+            kind = "image" if part_type is ImagePart else "document"
+            items.append(f"[{kind}: {media_type}, not valid base64]")
+            continue
+        items.append(part_type(media_type=media_type, data=data, filename=filename))
+    return items
+
+
+def _media_block(
+    block: mcp_types.ContentBlock,
+) -> tuple[type[ImagePart] | type[DocumentPart], str, str, str | None] | None:
+    """(part type, media type, base64 data, filename) of a block a model can be sent."""
+    if isinstance(block, mcp_types.ImageContent):
+        return ImagePart, block.mime_type.lower(), block.data, None
+    if isinstance(block, mcp_types.EmbeddedResource) and isinstance(
+        block.resource, mcp_types.BlobResourceContents
+    ):
+        resource = block.resource
+        media_type = (resource.mime_type or "").lower()
+        name = str(resource.uri).rsplit("/", 1)[-1] or None
+        if media_type in IMAGE_MEDIA_TYPES:
+            return ImagePart, media_type, resource.blob, name
+        if media_type in DOCUMENT_MEDIA_TYPES:
+            return DocumentPart, media_type, resource.blob, name
+    return None
+
+
+async def _decoded(encoded: str) -> bytes | None:
+    def decode() -> bytes | None:
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+
+    # a server's screenshot may be megabytes: decoded off the loop
+    return decode() if len(encoded) <= _OFF_LOOP_CHARS else await asyncio.to_thread(decode)
 
 
 def _object_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,7 +234,7 @@ class MCPClient:
                 f"no MCP tool named {name!r}"
                 + ("" if self.started else ": the client has not started")
             )
-        return await self._call(route, dict(arguments or {}))
+        return _render(await self._call(route, dict(arguments or {})))
 
     async def close(self) -> None:
         """Close every pooled session (a call still using one fails). Idempotent."""
@@ -280,11 +340,11 @@ class MCPClient:
             return None
         route = _Route(server.config.name, spec.name)
 
-        async def call(**arguments: Any) -> str:
+        async def call(**arguments: Any) -> str | list[str | MediaPart]:
             self._claim_loop()
             if self.closed:
                 raise MCPClientStateError("the MCP client is closed")
-            return await self._call(route, arguments)
+            return await _value(await self._call(route, arguments))
 
         call.__name__ = name
         return Tool(
@@ -296,7 +356,7 @@ class MCPClient:
             idempotent=spec.name in server.config.idempotent_tools,
         )
 
-    async def _call(self, route: _Route, arguments: dict[str, Any]) -> str:
+    async def _call(self, route: _Route, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         server = self._servers[route.server]
         label = f"MCP server {route.server!r}"
 
@@ -320,10 +380,9 @@ class MCPClient:
                     f"{label} closed the connection during {route.tool!r}; it may have crashed"
                 ) from exc
             raise MCPServerError(f"{label} failed during {route.tool!r}: {describe(exc)}") from exc
-        text = _render(result)
         if result.is_error:
-            raise MCPToolError(text or f"MCP tool {route.tool!r} reported an error")
-        return text
+            raise MCPToolError(_render(result) or f"MCP tool {route.tool!r} reported an error")
+        return result
 
     async def _close(self) -> None:
         await asyncio.gather(*(server.close() for server in self._servers.values()))

@@ -9,8 +9,9 @@ Structured output (``request.output_schema``) is a tool of the schema's name tha
 made to call (``tool_choice``); its input, as JSON text, becomes the answer's text. A schema that
 is not an object is wrapped as the tool's ``value`` property, since a tool's input is an object.
 
-Tool results travel back as ``tool_result`` blocks of a user turn. The Messages API wants user
-and assistant turns to alternate, so consecutive messages of one role are merged into one turn.
+Images and documents go as the blocks ``anthropic_content`` describes. Tool results travel
+back as ``tool_result`` blocks of a user turn. The Messages API wants user and assistant turns
+to alternate, so consecutive messages of one role are merged into one turn.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -33,6 +34,7 @@ from anthropic.types import (
 )
 
 from ..errors import ProviderError
+from ..input_kinds import ALL_INPUT_KINDS, as_input_kinds, fit_messages
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ..model import (
     ModelEvent,
@@ -43,7 +45,9 @@ from ..model import (
     ToolSpec,
     Usage,
 )
+from .anthropic_content import tool_result_content, user_blocks
 from .errors import configuration_error, redact, stream_ended_early, translate_errors
+from .media import MediaReader
 from .openai import parse_arguments
 
 __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicModel"]
@@ -74,10 +78,12 @@ class AnthropicModel:
 
     Options mirror ``OpenAIModel``: ``timeout``/``max_retries`` configure the SDK client,
     ``params`` go into every request (``max_tokens`` defaults to ``max_tokens``), ``retry`` is
-    the runtime's own retry on top of the SDK's (none by default).
+    the runtime's own retry on top of the SDK's (none by default). ``input_kinds`` is what
+    the model takes: text, images and documents unless narrowed.
     """
 
     retry: RetryOptions
+    input_kinds: frozenset[str]
 
     def __init__(
         self,
@@ -93,6 +99,7 @@ class AnthropicModel:
         provider_name: str = "anthropic",
         default_headers: Mapping[str, str] | None = None,
         client: AsyncAnthropic | None = None,
+        input_kinds: Iterable[str] | None = None,
     ) -> None:
         if not model:
             raise ValueError("model must be a non-empty string")
@@ -100,6 +107,7 @@ class AnthropicModel:
             raise ValueError("max_tokens must be at least 1")
         self._model = model
         self.provider_name = provider_name
+        self.input_kinds = ALL_INPUT_KINDS if input_kinds is None else as_input_kinds(input_kinds)
         self.params = dict(params or {})
         self.max_tokens = max_tokens
         self.retry = retry if retry is not None else RetryOptions(max_retries=0)
@@ -176,7 +184,7 @@ class AnthropicModel:
         extra_body: dict[str, Any] = dict(options.get("extra_body") or {})
         max_tokens = int(params.pop("max_tokens", self.max_tokens))
         extra_body.update(params)
-        system, messages = _messages(request.system, request.messages)
+        system, messages = await self._messages(request)
         tools = _tools(request.tools)
         tool_choice: Any = omit
         output = request.output_schema
@@ -197,6 +205,15 @@ class AnthropicModel:
             extra_query=options.get("extra_query"),
             timeout=options.get("timeout", NOT_GIVEN),
         )
+
+    async def _messages(self, request: ModelRequest) -> tuple[str, list[dict[str, Any]]]:
+        """The system prompt and the turns on the wire; UnsupportedContentError for a part
+        they cannot carry."""
+        messages = fit_messages(
+            request.messages, self.input_kinds, model=self._model, provider=self.provider_name
+        )
+        reader = MediaReader(request, self._model, self.provider_name)
+        return await _messages(request.system, messages, reader)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream one Messages call as ModelEvents."""
@@ -286,7 +303,9 @@ class AnthropicModel:
         return ToolCall(partial.id, partial.name, arguments)
 
 
-def _messages(system: str | None, messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+async def _messages(
+    system: str | None, messages: Sequence[Message], reader: MediaReader
+) -> tuple[str, list[dict[str, Any]]]:
     """The system prompt and the alternating turns of the Messages API."""
     system_parts = [system] if system else []
     turns: list[dict[str, Any]] = []
@@ -304,7 +323,11 @@ def _messages(system: str | None, messages: Sequence[Message]) -> tuple[str, lis
             if message.content:
                 system_parts.append(message.content)
         elif isinstance(message, UserMessage):
-            add("user", [{"type": "text", "text": message.content}] if message.content else [])
+            content = message.content
+            if isinstance(content, str):
+                add("user", [{"type": "text", "text": content}] if content else [])
+            else:
+                add("user", await user_blocks(content, reader))
         elif isinstance(message, AssistantMessage):
             blocks: list[dict[str, Any]] = []
             if message.content:
@@ -318,7 +341,7 @@ def _messages(system: str | None, messages: Sequence[Message]) -> tuple[str, lis
             result: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": message.tool_call_id,
-                "content": message.content,
+                "content": await tool_result_content(message, reader),
             }
             if message.is_error:
                 result["is_error"] = True

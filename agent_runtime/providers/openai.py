@@ -14,17 +14,19 @@ which was most of a run's time before its first token.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from openai import AsyncOpenAI, AsyncStream, OpenAIError
 
 from ..errors import ProviderError
+from ..input_kinds import ALL_INPUT_KINDS, as_input_kinds, fit_messages
 from ..messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ..model import (
     ModelEvent,
@@ -42,6 +44,8 @@ from .errors import (
     stream_ended_early,
     translate_errors,
 )
+from .media import MediaReader
+from .openai_content import content_array, tool_media_message
 
 __all__ = ["OpenAIModel"]
 
@@ -78,10 +82,12 @@ class OpenAIModel:
     ``max_tokens``, ...); a request's own params win. ``retry`` is how often the runtime repeats
     a failed call on top of the SDK's retries: none by default, because the SDK already retried
     and the next binding is the better next step. Pass ``client`` to use a client you own; it is
-    then yours to close.
+    then yours to close. ``input_kinds`` is what the model takes (text, images and documents
+    unless narrowed: ``{"text"}`` for a text-only model behind this wire).
     """
 
     retry: RetryOptions
+    input_kinds: frozenset[str]
 
     def __init__(
         self,
@@ -96,11 +102,13 @@ class OpenAIModel:
         provider_name: str = "openai",
         default_headers: Mapping[str, str] | None = None,
         client: AsyncOpenAI | None = None,
+        input_kinds: Iterable[str] | None = None,
     ) -> None:
         if not model:
             raise ValueError("model must be a non-empty string")
         self._model = model
         self.provider_name = provider_name
+        self.input_kinds = ALL_INPUT_KINDS if input_kinds is None else as_input_kinds(input_kinds)
         self.params = dict(params or {})
         self.retry = retry if retry is not None else RetryOptions(max_retries=0)
         self._owns_client = client is None
@@ -167,9 +175,10 @@ class OpenAIModel:
         params = {**self.params, **request.params}
         options = {key: params.pop(key) for key in list(params) if key in _SDK_OPTIONS}
         stream_options = params.pop("stream_options", {"include_usage": True})
+        reader = MediaReader(request, self._model, self.provider_name)
         body: dict[str, Any] = {
             "model": self._model,
-            "messages": _messages(request.system, request.messages),
+            "messages": await self._messages(request, reader),
             "stream": True,
         }
         if stream_options is not None:
@@ -188,15 +197,27 @@ class OpenAIModel:
             sent["params"] = options["extra_query"]
         if "timeout" in options:
             sent["timeout"] = options["timeout"]
+        encoded: bytes | None = None
+        if reader.heavy:
+            # the SDK would encode it on the loop: a 20 MB image is a 27 MB JSON string
+            encoded = await asyncio.to_thread(_json_bytes, body)
         # cast_to=object: the SDK hands each chunk over as its decoded JSON, unconverted
         return await self._client.post(
             "/chat/completions",
-            body=body,
+            body=None if encoded is not None else body,
+            content=encoded,
             cast_to=object,
             options=cast(Any, sent),
             stream=True,
             stream_cls=AsyncStream[object],
         )
+
+    async def _messages(self, request: ModelRequest, reader: MediaReader) -> list[dict[str, Any]]:
+        """The conversation on the wire; UnsupportedContentError for a part it cannot carry."""
+        messages = fit_messages(
+            request.messages, self.input_kinds, model=self._model, provider=self.provider_name
+        )
+        return await _messages(request.system, messages, reader)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream one Chat Completions call as ModelEvents."""
@@ -341,15 +362,29 @@ def parse_arguments(raw: str, name: str, model: str, provider: str = "openai") -
     return cast(dict[str, Any], decoded)
 
 
-def _messages(system: str | None, messages: Sequence[Message]) -> list[dict[str, Any]]:
+async def _messages(
+    system: str | None, messages: Sequence[Message], reader: MediaReader
+) -> list[dict[str, Any]]:
     wire: list[dict[str, Any]] = []
     if system:
         wire.append({"role": "system", "content": system})
+    # this turn's tool results that came with images or documents (see _flush)
+    results: list[ToolMessage] = []
     for message in messages:
+        if results and not isinstance(message, ToolMessage):
+            await _flush(wire, results, reader)
         if isinstance(message, SystemMessage):
             wire.append({"role": "system", "content": message.content})
         elif isinstance(message, UserMessage):
-            wire.append({"role": "user", "content": message.content})
+            content = message.content
+            wire.append(
+                {
+                    "role": "user",
+                    "content": content
+                    if isinstance(content, str)
+                    else await content_array(content, reader),
+                }
+            )
         elif isinstance(message, AssistantMessage):
             item: dict[str, Any] = {"role": "assistant", "content": message.content}
             if message.tool_calls:
@@ -371,7 +406,30 @@ def _messages(system: str | None, messages: Sequence[Message]) -> list[dict[str,
             wire.append(
                 {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
             )
+            if message.parts:
+                results.append(message)
+    if results:
+        await _flush(wire, results, reader)
     return wire
+
+
+async def _flush(
+    wire: list[dict[str, Any]], results: list[ToolMessage], reader: MediaReader
+) -> None:
+    """The images and documents of a turn's tool results, as one user message after them.
+
+    A tool message takes text only on this wire, and every tool result of a turn must follow
+    its assistant message before any other message: so they come after the turn's last one.
+    """
+    carried = await tool_media_message(results, reader)
+    if carried is not None:
+        wire.append(carried)
+    results.clear()
+
+
+def _json_bytes(body: dict[str, Any]) -> bytes:
+    """The body as the SDK itself would encode it (httpx's JSON defaults)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _response_format(output: OutputSchema) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import os
 import socket
 import subprocess
@@ -24,7 +25,9 @@ from typing import Any
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import TextContent
+from mcp_types import ImageContent, TextContent
+
+from tests.support.content_samples import PNG
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_NAME = "fake"
@@ -107,6 +110,14 @@ def build_server() -> MCPServer:
     def pieces() -> list[TextContent]:
         """Answer with two text blocks."""
         return [TextContent(text="first"), TextContent(text="second")]
+
+    @server.tool(structured_output=False)
+    def picture() -> list[TextContent | ImageContent]:
+        """Answer with a caption and a 1x1 PNG."""
+        return [
+            TextContent(text="a black pixel"),
+            ImageContent(data=base64.b64encode(PNG).decode("ascii"), mime_type="image/png"),
+        ]
 
     @server.tool()
     def fail(reason: str) -> str:

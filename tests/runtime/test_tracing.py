@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 from collections.abc import Iterator
 
@@ -25,12 +27,14 @@ from agent_runtime import (
     ToolPolicy,
     tool,
 )
+from agent_runtime.content import ContentPart, ImagePart, TextPart
 from agent_runtime.extensions.confirmation import CONFIRMATION_RESPONSE, ConfirmationExtension
 from agent_runtime.extensions.external import ExternalEvent
 from agent_runtime.integrations.otel import OTelTracer
 from agent_runtime.messages import AssistantMessage
 from agent_runtime.model import ModelResponse, Usage
 from agent_runtime.testing import ScriptedModel, tool_call_turn
+from tests.support.content_samples import big_png
 
 SECRET_PROMPT = "my card is 4111-1111"
 SECRET_ARG = "hunter2-argument"
@@ -168,6 +172,35 @@ async def test_content_is_recorded_only_when_asked(exporter: InMemorySpanExporte
     call_attrs = dict(call.attributes or {})
     assert json.loads(str(call_attrs["gen_ai.tool.call.arguments"])) == {"key": SECRET_ARG}
     assert call_attrs["gen_ai.tool.call.result"] == f"value of {SECRET_ARG}"
+
+
+async def test_media_parts_are_recorded_by_reference_never_their_bytes(
+    exporter: InMemorySpanExporter,
+) -> None:
+    image = big_png(200_000)
+
+    @tool
+    def screenshot() -> ImagePart:
+        """Take a screenshot."""
+        return ImagePart(media_type="image/png", data=image)
+
+    model = ScriptedModel([tool_call_turn("screenshot", call_id="c1"), "seen"])
+    agent = AgentCore(model, tools=[screenshot], tracer=tracer_for(exporter, content=True))
+    prompt: list[ContentPart] = [TextPart("look"), ImagePart(media_type="image/png", data=image)]
+    async for _ in agent.stream(prompt, config=AgentRunConfig(session_id="s1")):
+        pass
+    spans = exporter.get_finished_spans()
+    text = all_attribute_text(spans)
+    assert len(text) < 10_000
+    assert base64.b64encode(image[:3000]).decode("ascii")[:100] not in text
+    second = max(by_name(spans, "chat "), key=lambda s: s.start_time or 0)
+    sent = json.loads(str((second.attributes or {})["gen_ai.input.messages"]))
+    ref = "sha256:" + hashlib.sha256(image).hexdigest()
+    described = {"type": "file", "file_id": ref, "modality": "image", "mime_type": "image/png"}
+    assert sent[0] == {"role": "user", "parts": [{"type": "text", "content": "look"}, described]}
+    assert sent[-1]["parts"][1:] == [described]
+    [call] = by_name(spans, "execute_tool ")
+    assert ref in str((call.attributes or {})["gen_ai.tool.call.result"])
 
 
 async def test_a_failed_model_call_marks_its_span_and_the_run(

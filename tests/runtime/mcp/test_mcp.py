@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import mcp_types
 import pytest
 
 from agent_runtime import AgentCore, AgentRunContext, LoopAffinityError, ToolCall
+from agent_runtime.content import DocumentPart, MemoryContentStore, part_to_dict
 from agent_runtime.errors import ConfigurationError
 from agent_runtime.mcp import (
     MCPClient,
@@ -22,13 +24,25 @@ from agent_runtime.mcp import (
     MCPToolError,
     mcp_tool_name,
 )
-from agent_runtime.mcp.client import _render
+from agent_runtime.mcp.client import _render, _value
 from agent_runtime.messages import AssistantMessage, ToolMessage
 from agent_runtime.testing import ScriptedModel, tool_call_turn
 from tests.fakes.mcp_servers import HttpServerProcess, stdio_command
+from tests.support.content_samples import PDF, PNG
 from tests.support.waiting import wait_for
 
-FAKE_TOOLS = ["add", "die", "echo_text", "fail", "hang", "open_gate", "pieces", "stats", "work"]
+FAKE_TOOLS = [
+    "add",
+    "die",
+    "echo_text",
+    "fail",
+    "hang",
+    "open_gate",
+    "picture",
+    "pieces",
+    "stats",
+    "work",
+]
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +263,59 @@ async def test_a_run_calls_an_mcp_tool_through_the_agent(http_server: HttpServer
     completed = [e for e in events if e.type == "tool.call.completed"]
     assert (completed[0].name, completed[0].result) == ("web__add", "5")
     assert events[-1].type == "run.completed"
+
+
+async def test_an_image_a_tool_returns_reaches_the_model_as_an_image(
+    http_server: HttpServerProcess,
+) -> None:
+    store = MemoryContentStore()
+    model = ScriptedModel([tool_call_turn("web__picture", call_id="c1"), "A pixel."])
+    async with MCPClient([MCPServerConfig.streamable_http("web", http_server.url)]) as client:
+        agent = await AgentCore.create(model, mcp_client=client, content_store=store)
+        try:
+            events = [event async for event in agent.stream("show me")]
+        finally:
+            await agent.aclose()
+        # the client's own call answers text, as it always did
+        assert await client.call_tool("web__picture") == "a black pixel\n[image: image/png]"
+    [result] = tool_results(model)
+    assert result.content == "a black pixel"
+    [image] = result.parts
+    assert (image.kind, image.media_type, image.size, image.data) == (
+        "image",
+        "image/png",
+        len(PNG),
+        None,
+    )
+    assert await store.get(image.ref or "") == PNG
+    completed = next(e for e in events if e.type == "tool.call.completed")
+    assert completed.result == ["a black pixel", part_to_dict(image)]
+    assert base64.b64encode(PNG).decode("ascii") not in json.dumps(completed.data())
+
+
+async def test_an_embedded_pdf_is_a_document_and_an_unknown_blob_a_line() -> None:
+    blob = base64.b64encode(PDF).decode("ascii")
+    result = mcp_types.CallToolResult(
+        content=[
+            mcp_types.EmbeddedResource(
+                resource=mcp_types.BlobResourceContents(
+                    uri="file:///docs/paper.pdf", mime_type="application/pdf", blob=blob
+                )
+            ),
+            mcp_types.EmbeddedResource(
+                resource=mcp_types.BlobResourceContents(
+                    uri="file:///x.bin", mime_type="application/zip", blob="AAAA"
+                )
+            ),
+            mcp_types.ImageContent(data="not base64!", mime_type="image/png"),
+        ]
+    )
+    value = await _value(result)
+    assert value == [
+        DocumentPart(media_type="application/pdf", data=PDF, filename="paper.pdf"),
+        "[resource: file:///x.bin]",
+        "[image: image/png, not valid base64]",
+    ]
 
 
 async def test_allowed_tools_limit_what_is_offered(http_server: HttpServerProcess) -> None:
