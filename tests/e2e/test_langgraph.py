@@ -8,8 +8,8 @@ the demo's ``delete NAME`` confirmation is an interrupt answered with ``command.
 from __future__ import annotations
 
 import json
-import uuid
 import subprocess
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
