@@ -37,6 +37,7 @@ from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
 from app.runs.handle import CANCEL_REASONS, HANDOVER, Outcome, RunHandle, lost_outcome, now
 from app.runs.records import RunRecords
+from app.runs.turns import model_history
 from app.storage import StorageUnavailable, WebhookMessage
 
 __all__ = ["Driver"]
@@ -124,7 +125,7 @@ class Driver:
         if not handle.history_size:
             return []
         stored = await self._context.store.list_messages(handle.session_id)
-        return [message_from_dict(item.message) for item in stored]
+        return model_history([message_from_dict(item.message) for item in stored])
 
     async def stream(self, handle: RunHandle, history: Sequence[Message]) -> Outcome:
         """Run the agent on ``history`` and forward its events to the run's log."""
@@ -139,6 +140,7 @@ class Driver:
         terminal: AgentEvent | None = None
         encode = handle.encoder.encode_json
         text_delta = AgentEventType.TEXT_DELTA
+        reasoning_delta = AgentEventType.REASONING_DELTA
         append_nowait = context.append_nowait
         fence = handle.lease.token
         usage = handle.usage
@@ -152,6 +154,8 @@ class Driver:
                     seq = handle.seq + 1
                     if event_type is text_delta:
                         wire = encode(seq, "text.delta", event.ts, delta_json(event.delta))
+                    elif event_type is reasoning_delta:  # as frequent as text while it thinks
+                        wire = encode(seq, "reasoning.delta", event.ts, delta_json(event.delta))
                     elif event_type in _TERMINAL_TYPES:
                         terminal = event
                         continue
