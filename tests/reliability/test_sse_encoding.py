@@ -72,9 +72,7 @@ def wire_events(draw: st.DrawFn) -> tuple[str, str, list[tuple[str, float, Any]]
         kind = draw(st.sampled_from(EVENT_TYPES))
         ts = draw(st.floats(min_value=0, max_value=4e9))
         payload: Any = (
-            draw(text)
-            if kind in _DELTAS
-            else draw(st.dictionaries(text, json_values, max_size=5))
+            draw(text) if kind in _DELTAS else draw(st.dictionaries(text, json_values, max_size=5))
         )
         events.append((kind, ts, payload))
     return run_id, session_id, events
