@@ -19,6 +19,7 @@ from .behaviours import Behaviour, Respond
 from .gates import Gate, resolve
 from .openai_wire import OpenAIWire
 from .recording import RecordedRequest
+from .responses_wire import ResponsesWire
 
 __all__ = ["FakeUpstream"]
 
@@ -277,6 +278,8 @@ class FakeUpstream:
             wire = OpenAIWire(request)
         elif request.method == "POST" and request.protocol == "anthropic":
             wire = AnthropicWire(request)
+        elif request.method == "POST" and request.protocol == "responses":
+            wire = ResponsesWire(request)
         else:
             request.outcome = "not found"
             await http_wire.send_json(writer, 404, {"error": {"message": "no such endpoint"}})
