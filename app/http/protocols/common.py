@@ -64,6 +64,7 @@ __all__ = [
     "check_fields",
     "check_session_id",
     "check_text",
+    "delta_string",
     "disconnect_policy",
     "dumps",
     "event_data",
@@ -107,6 +108,15 @@ def event_document(event: WireEvent) -> dict[str, Any]:
     value = json.loads(frame[start + len(_DATA) :])
     assert isinstance(value, dict)
     return value
+
+
+def delta_string(event: WireEvent) -> bytes:
+    """The ``delta`` of a ``text.delta`` or ``reasoning.delta`` as its frame holds it: a JSON
+    string (or ``null``), for an encoder to re-frame without decoding it."""
+    frame = event.frame
+    # the frame ends with "data":{"delta":<JSON string>}}\n\n (see _DELTA_DATA)
+    start = frame.rfind(_DELTA_DATA)
+    return frame[start + len(_DELTA_DATA) + len(b'{"delta":') : -4]
 
 
 class Translator(Protocol):
