@@ -55,6 +55,7 @@ from app.webhooks.targets import TargetRefused, check_url
 __all__ = [
     "BUILTIN_TOOLS",
     "DEFAULT_AGENT",
+    "PROMPT_CACHING",
     "PYTHON_MODEL_PREFIX",
     "AgentProfile",
     "CompactionSpec",
@@ -70,6 +71,9 @@ __all__ = [
 
 DEFAULT_AGENT = "default"
 PYTHON_MODEL_PREFIX = "python:"
+PROMPT_CACHING = "prompt_caching"
+"""The model param that turns a provider's prompt caching off when false (on by default):
+``prompt_caching = false`` in an agent's table sets it."""
 BUILTIN_TOOLS: Mapping[str, Tool] = {"current_time": current_time, "delete_file": delete_file}
 """Tools a configuration names by their bare name; anything else is ``module:function``."""
 
@@ -89,6 +93,7 @@ _AGENT_KEYS = (
     "policies",
     "default_policy",
     "model_params",
+    "prompt_caching",
     "compaction",
     "max_history_messages",
     "description",
@@ -421,6 +426,13 @@ def _agent(
     own = _policies(table.child("policies", None))
     policies = {**own, **{k: v for k, v in top_policies.items() if k not in own}}
     params = table.child("model_params", None)
+    model_params = dict(params.data) if params is not None else {}
+    caching = table.boolean("prompt_caching")
+    if caching is not None and PROMPT_CACHING in model_params:
+        raise table.error("prompt_caching", "set it here or in model_params, not in both")
+    if caching is False:
+        # the providers' own switch (on unless false), as a key of the agent's own
+        model_params[PROMPT_CACHING] = False
     history = table.integer("max_history_messages")
     return AgentProfile(
         name=name,
@@ -444,7 +456,7 @@ def _agent(
         mcp_servers=tuple(server_names),
         policies=policies,
         default_policy=table.policy("default_policy") or "allow",
-        model_params=dict(params.data) if params is not None else {},
+        model_params=model_params,
         compaction=_compaction(table.child("compaction", _COMPACTION_KEYS)),
         max_history_messages=history,
         capabilities=agent_capabilities(table, sections or {}),
