@@ -9,6 +9,7 @@ binding's own ``RetryOptions``); after the first delta, or a non-retryable error
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -142,8 +143,9 @@ class _Attempt:
 async def _report_usage(
     context: AgentRunContext, binding: ModelBinding, reported: Usage, model_call_id: str
 ) -> None:
-    # the binding that answered, which after a failover is not the primary
-    usage = Usage(reported.input_tokens, reported.output_tokens, reported.model or binding.model)
+    # the binding that answered, which after a failover is not the primary; the cache and
+    # reasoning counts go on as reported
+    usage = dataclasses.replace(reported, model=reported.model or binding.model)
     context.state.usage.add(usage)
     await context._channel.put(
         AgentEvent(
