@@ -10,8 +10,9 @@ and the run is cancelled; the Responses endpoint carries confirmations.
 Chat Completions has no field for a model's reasoning. The service sends it as
 ``reasoning_content`` (in the deltas, and in the message), the field DeepSeek's API introduced
 and many clients and servers of this API read (vLLM, LiteLLM, Open WebUI, LangChain); a client
-that does not know it ignores it. The usage's ``prompt_tokens_details.cached_tokens`` and
-``completion_tokens_details.reasoning_tokens`` are there where the provider reported them.
+that does not know it ignores it. The usage's ``prompt_tokens_details`` (``cached_tokens``,
+``cache_write_tokens``) and ``completion_tokens_details.reasoning_tokens`` are there where the
+provider reported them.
 """
 
 from __future__ import annotations
@@ -128,8 +129,16 @@ class ChatBuilder:
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
-        if "cached_input_tokens" in counts:
-            usage["prompt_tokens_details"] = {"cached_tokens": counts["cached_input_tokens"]}
+        cached = {
+            theirs: counts[ours]
+            for ours, theirs in (
+                ("cached_input_tokens", "cached_tokens"),
+                ("cache_write_tokens", "cache_write_tokens"),
+            )
+            if ours in counts
+        }
+        if cached:
+            usage["prompt_tokens_details"] = cached
         if "reasoning_tokens" in counts:
             usage["completion_tokens_details"] = {"reasoning_tokens": counts["reasoning_tokens"]}
         return usage
@@ -211,7 +220,13 @@ class ChatBuilder:
         }
 
 
-_USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:

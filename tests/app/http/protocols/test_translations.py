@@ -255,7 +255,7 @@ def test_chat_carries_reasoning_as_reasoning_content_and_the_usage_details() -> 
         "prompt_tokens": 200,
         "completion_tokens": 60,
         "total_tokens": 260,
-        "prompt_tokens_details": {"cached_tokens": 160},
+        "prompt_tokens_details": {"cached_tokens": 160, "cache_write_tokens": 30},
         "completion_tokens_details": {"reasoning_tokens": 40},
     }
     whole = ChatBuilder(completion_id="c", model="default")
