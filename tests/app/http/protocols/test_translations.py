@@ -286,3 +286,14 @@ def test_a2a_task_stops_at_the_question_and_resumes() -> None:
     snapshot = task.task()
     assert [a.parts[0].text for a in snapshot.artifacts] == ["Let me check.", "Deleted a."]
     assert [m.role for m in snapshot.history] == [pb.ROLE_USER, pb.ROLE_AGENT]
+
+
+def test_a2a_leaves_reasoning_out() -> None:
+    task = TaskBuilder(run_id=RUN, session_id="s", input_text="a")
+    events = [e for d in REASONED_RUN for e in task.feed(d)]
+    assert task.state == pb.TASK_STATE_COMPLETED
+    snapshot = task.task()
+    assert [a.parts[0].text for a in snapshot.artifacts] == ["Here it is."]
+    # no event, artifact or message says any of it
+    said = "".join(str(e) for e in events) + str(snapshot)
+    assert "The user" not in said and "Done." not in said
