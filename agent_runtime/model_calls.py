@@ -70,6 +70,7 @@ class ModelCalls:
                     break
                 # the answer is whole: it joins the conversation, its text is no longer partial
                 context.state.partial.clear()
+                context.state.partial_reasoning.clear()
                 if response.usage is not None:
                     await _report_usage(context, binding, response.usage, model_call_id)
                 return response
@@ -108,6 +109,7 @@ class ModelCalls:
                         elif kind is ModelEventKind.REASONING:
                             if item.delta:
                                 progress.emitted = True
+                                context.state.partial_reasoning.append(item.delta)
                                 await context._channel.put(
                                     AgentEvent(
                                         AgentEventType.REASONING_DELTA,

@@ -37,6 +37,7 @@ The modules::
     openai_wire     an answer on the OpenAI Chat Completions wire
     anthropic_wire  an answer on the Anthropic Messages wire
     responses_wire  an answer on the OpenAI Responses wire
+    cache_accounting  usage as a prompt cache would count it (``FakeUpstream(prompt_cache=True)``)
     answers         a behaviour rendered on a wire (streamed, whole, or a failure)
     http_wire       HTTP/1.1 on an asyncio stream: requests, responses, chunked streams
     server          FakeUpstream: scripting, observation, lifecycle, one answer per request

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -58,11 +59,15 @@ async def perform(
     if isinstance(behaviour, Malformed):
         await _malformed(behaviour, wire, request, writer)
         return True
+    if isinstance(behaviour, (Text, ToolCalls)):
+        behaviour = _accounted(upstream, behaviour, request)
     if not request.stream:
         return await _whole(behaviour, wire, request, writer)
     await http_wire.start_stream(writer)
     if isinstance(wire, AnthropicWire) and isinstance(behaviour, (Text, ToolCalls)):
-        wire.set_usage(behaviour.usage, behaviour.details)
+        wire.set_usage(
+            usage_or_default(behaviour.usage, 0, request.counted_input), behaviour.details
+        )
     await http_wire.write_frames(writer, wire.preamble())
     if isinstance(behaviour, Text):
         await _stream_text(upstream, behaviour, wire, request, reader, writer)
@@ -77,6 +82,21 @@ async def perform(
         await _endless(upstream, behaviour, wire, request, reader, writer)
         return False
     raise TypeError(f"not a behaviour: {behaviour!r}")  # pragma: no cover
+
+
+def _accounted(
+    upstream: FakeUpstream, behaviour: Text | ToolCalls, request: RecordedRequest
+) -> Text | ToolCalls:
+    """The behaviour with the server's prompt cache accounting, where it scripts no usage."""
+    cache = upstream.prompt_cache
+    body = request.json
+    protocol = request.protocol
+    if cache is None or behaviour.usage is not None or behaviour.details is not None:
+        return behaviour
+    if protocol is None or not isinstance(body, dict):
+        return behaviour
+    request.counted_input, details = cache.account(protocol, body)
+    return dataclasses.replace(behaviour, details=details)
 
 
 async def _malformed(
@@ -113,7 +133,7 @@ async def _stream_text(
             request.outcome = "held"
             upstream._changed()
             await upstream._hold(behaviour.hold, reader)
-    usage = usage_or_default(behaviour.usage, len(pieces))
+    usage = usage_or_default(behaviour.usage, len(pieces), request.counted_input)
     finish = wire.finish(_stop(wire, tools=False), usage, behaviour.details)
     await http_wire.write_frames(writer, finish)
     await http_wire.end_stream(writer)
@@ -146,7 +166,7 @@ async def _stream_tool_calls(
             request.outcome = "held"
             upstream._changed()
             await upstream._hold(behaviour.hold, reader)
-    usage = usage_or_default(behaviour.usage, produced)
+    usage = usage_or_default(behaviour.usage, produced, request.counted_input)
     finish = wire.finish(_stop(wire, tools=True), usage, behaviour.details)
     await http_wire.write_frames(writer, finish)
     await http_wire.end_stream(writer)
@@ -208,11 +228,11 @@ async def _whole(
     behaviour: Behaviour, wire: Wire, request: RecordedRequest, writer: asyncio.StreamWriter
 ) -> bool:
     if isinstance(behaviour, Text):
-        usage = usage_or_default(behaviour.usage, 1)
+        usage = usage_or_default(behaviour.usage, 1, request.counted_input)
         payload = wire.whole(behaviour.text, [], usage, behaviour.reasoning, behaviour.details)
     elif isinstance(behaviour, ToolCalls):
         calls = [(call, call.id or _call_id(wire)) for call in behaviour.calls]
-        usage = usage_or_default(behaviour.usage, 1)
+        usage = usage_or_default(behaviour.usage, 1, request.counted_input)
         payload = wire.whole(behaviour.text, calls, usage, behaviour.reasoning, behaviour.details)
     else:
         request.outcome = "unsupported"

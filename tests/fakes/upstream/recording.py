@@ -22,6 +22,8 @@ class RecordedRequest:
     headers: dict[str, str]
     body: bytes
     outcome: str = "pending"
+    #: the input tokens the server's prompt cache accounting counted (None without one)
+    counted_input: int | None = None
 
     @property
     def json(self) -> Any:

@@ -182,9 +182,7 @@ async def test_tool_round_trip_through_the_agent(upstream: FakeUpstream) -> None
         {
             "role": "user",
             # the previous call's end: its cache entry is read back
-            "content": [
-                {"type": "text", "text": "Weather in Bergen?", "cache_control": EPHEMERAL}
-            ],
+            "content": [{"type": "text", "text": "Weather in Bergen?", "cache_control": EPHEMERAL}],
         },
         {
             "role": "assistant",
