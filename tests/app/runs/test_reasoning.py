@@ -4,6 +4,7 @@ in the server's checkpoints), and the cache and reasoning token counts in every 
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -11,17 +12,25 @@ from typing import Any
 from agent_runtime import AgentCore
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.extensions.external import ExternalEvent
-from agent_runtime.messages import AssistantMessage, ReasoningState, ToolCall, UserMessage
+from agent_runtime.messages import (
+    AssistantMessage,
+    Message,
+    ReasoningState,
+    ToolCall,
+    UserMessage,
+)
 from agent_runtime.providers.demo import demo_tools
 from app.bus import LocalBus
 from app.runs import RunRequestOptions
 from app.runs.turns import model_history, stopped_turn
 from app.storage import open_store
 from tests.fakes.reasoning_models import CACHED_TOKENS, SIGNATURE_PREFIX, Thinker
+from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support.managers import run_manager
 from tests.support.served import Serve, Served, replay, run_blocking
 from tests.support.waiting import wait_until
 
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
 THINKER = """
 [agents.thinker]
 model = "python:tests.fakes.reasoning_models:thinker"
@@ -108,6 +117,33 @@ async def test_reasoning_streams_before_its_text_and_is_stored_without_its_signe
         for answer in (json.dumps(done), record, usage):
             assert SIGNATURE_PREFIX not in json.dumps(answer)
         assert all(SIGNATURE_PREFIX not in json.dumps(e.data) for e in events)
+
+
+async def test_the_webhook_of_a_run_s_end_carries_its_usage_details(
+    serve: Serve, tmp_path: Path
+) -> None:
+    receiver = await WebhookReceiver(WEBHOOK_SECRET).start()
+    try:
+        path = tmp_path / "agents.toml"
+        hooked = f'[agents.thinker]\nwebhook_url = "{receiver.url}"\n'
+        path.write_text(THINKER.replace("[agents.thinker]\n", hooked), encoding="utf-8")
+        settings = {
+            "webhook_secret": WEBHOOK_SECRET,
+            "webhook_allow_private": True,
+            "webhook_poll_interval": 0.05,
+        }
+        async with serve(config=str(path), **settings) as served:
+            done = await run_thinker(served, "r3", "hello")
+            await receiver.wait_for(lambda r: len(r.deliveries) == 1)
+            (body,) = receiver.deliveries.values()
+            assert body["type"] == "run.completed"
+            assert body["data"]["usage"] == done["usage"]
+            assert body["data"]["usage"]["cached_input_tokens"] == CACHED_TOKENS
+            assert body["data"]["usage"]["reasoning_tokens"] == 5  # 'Thinking about "hello", ...'
+            assert all(SIGNATURE_PREFIX not in r.body.decode() for r in receiver.requests)
+            await served.wait_idle()
+    finally:
+        await receiver.aclose()
 
 
 async def test_a_reasoning_model_goes_on_from_the_stored_conversation(
@@ -209,5 +245,5 @@ def test_a_stopped_turn_keeps_reasoning_the_model_is_not_given_again() -> None:
     assert "SIGNED-x" not in json.dumps(stored)
     # what goes back to the model: everything but the reasoning alone, which no provider takes
     signed = AssistantMessage(None, reasoning="r", reasoning_state=state)
-    history = [UserMessage("q"), called, cut, signed, AssistantMessage("text")]
+    history: list[Message] = [UserMessage("q"), called, cut, signed, AssistantMessage("text")]
     assert model_history(history) == [UserMessage("q"), called, signed, AssistantMessage("text")]
