@@ -533,6 +533,23 @@ def test_agent_server_refuses_a_bad_file(
     assert f"{path}: agents.research.max_iterations: expected a positive integer" in err
 
 
+async def test_openai_responses_specs_go_wherever_openai_specs_go(
+    tmp_path: Path, make_settings: MakeSettings
+) -> None:
+    spec = "openai-responses:o4-mini"
+    path = write(
+        tmp_path,
+        f'[agents.r]\nmodel = "{spec}"\nfallbacks = ["{spec}"]\nsystem_one = "{spec}"\n'
+        f'[agents.r.compaction]\nmodel = "{spec}"\n',
+    )
+    agent = load_config(path).agents["r"]
+    assert (agent.model, agent.fallbacks, agent.system_one) == (spec, (spec,), spec)
+    assert agent.compaction is not None and agent.compaction.model == spec
+    settings = make_settings(model=spec, fallback_models=spec)
+    bindings = [model_binding(s, settings) for s in (settings.model, *settings.fallback_model_list)]
+    assert {(b.model, b.protocol) for b in bindings} == {("o4-mini", "openai-responses")}
+
+
 def test_python_model_specs(make_settings: MakeSettings) -> None:
     settings = make_settings()
     binding = model_binding(TOOL_CALLER, settings)
