@@ -4,8 +4,10 @@ in the server's checkpoints), and the cache and reasoning token counts in every 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,9 @@ from agent_runtime.messages import (
     ToolCall,
     UserMessage,
 )
+from agent_runtime.model import ModelEvent, ModelRequest, ModelResponse, Usage
 from agent_runtime.providers.demo import demo_tools
+from agent_runtime.testing import FunctionModel
 from app.bus import LocalBus
 from app.runs import RunRequestOptions
 from app.runs.turns import model_history, stopped_turn
@@ -216,6 +220,47 @@ async def test_a_resumed_run_gives_its_model_back_the_signed_state_it_kept(
     finally:
         await second.drain(5)
         await second.aclose()
+        await agent.aclose()
+        await store.close()
+
+
+async def test_a_run_stopped_while_its_model_thinks_keeps_the_thought(tmp_path: Path) -> None:
+    thinking = asyncio.Event()
+    seen: list[list[Message]] = []
+
+    async def model(request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        seen.append(list(request.messages))
+        if len(seen) == 1:
+            yield ModelEvent.reasoning("Let me ")
+            yield ModelEvent.reasoning("think about")
+            thinking.set()
+            await asyncio.Event().wait()  # cut here, by the stop
+        yield ModelEvent.completed(ModelResponse(AssistantMessage("Sure."), Usage(1, 1)))
+
+    store = await open_store(f"sqlite:///{tmp_path}/a.db")
+    agent = AgentCore(FunctionModel(model))
+    manager = run_manager(agent, store, LocalBus())
+    try:
+        first = await manager.start("anonymous", "s1", RunRequestOptions(input="plan it"))
+        await thinking.wait()
+        assert manager.cancel_local(first.run_id, "cancel_requested")
+        await first.finished
+        stored = [m.message for m in await store.list_messages("s1")]
+        assert [
+            (m["role"], m.get("content"), m.get("reasoning"), m["stopped"]) for m in stored
+        ] == [
+            ("user", "plan it", None, "cancel_requested"),
+            ("assistant", None, "Let me think about", "cancel_requested"),
+        ]
+        # the next run's model gets the question, not the unsigned half-thought
+        second = await manager.start("anonymous", "s1", RunRequestOptions(input="go on"))
+        await second.finished
+        assert [(m.role, getattr(m, "content", None)) for m in seen[-1]] == [
+            ("user", "plan it"),
+            ("user", "go on"),
+        ]
+    finally:
+        await manager.aclose()
         await agent.aclose()
         await store.close()
 
