@@ -28,6 +28,7 @@ from typing import Any, Literal
 from agent_runtime.bindings import binding_from_spec
 from agent_runtime.errors import ConfigurationError
 from agent_runtime.mcp import MCPServerConfig
+from agent_runtime.providers.caching import PROMPT_CACHING
 from agent_runtime.providers.demo import current_time, delete_file
 from agent_runtime.run_options import RunOptions
 from agent_runtime.tools.base import Tool, tool
@@ -71,9 +72,6 @@ __all__ = [
 
 DEFAULT_AGENT = "default"
 PYTHON_MODEL_PREFIX = "python:"
-PROMPT_CACHING = "prompt_caching"
-"""The model param that turns a provider's prompt caching off when false (on by default):
-``prompt_caching = false`` in an agent's table sets it."""
 BUILTIN_TOOLS: Mapping[str, Tool] = {"current_time": current_time, "delete_file": delete_file}
 """Tools a configuration names by their bare name; anything else is ``module:function``."""
 
@@ -431,7 +429,8 @@ def _agent(
     if caching is not None and PROMPT_CACHING in model_params:
         raise table.error("prompt_caching", "set it here or in model_params, not in both")
     if caching is False:
-        # the providers' own switch (on unless false), as a key of the agent's own
+        # the providers' own switch (agent_runtime.providers.caching: on unless false), as a
+        # key of the agent's own
         model_params[PROMPT_CACHING] = False
     history = table.integer("max_history_messages")
     return AgentProfile(
