@@ -34,6 +34,10 @@ model_params = { thinking = { type = "enabled", budget_tokens = 1024 } }
 [agents.reasoner]
 model = "openai-responses:o-test"
 tools = ["current_time"]
+
+[agents.uncached]
+model = "anthropic:claude-uncached"
+prompt_caching = false
 """
 FIRST = Reasoning("I need the clock first.", signature="SIGNED-claude-1", encrypted="ENC-o-1")
 SECOND = Reasoning("The tool gave the time.", signature="SIGNED-claude-2", encrypted="ENC-o-2")
@@ -131,3 +135,22 @@ async def test_a_provider_s_reasoning_through_the_service(
         )
         assert again.json()["output"]["content"] == "You are welcome."
         assert all(secret not in _sent_back(upstream.requests[-1].json) for secret in SECRETS)
+
+
+async def test_an_agent_s_prompt_caching_switch_reaches_its_requests(
+    upstream: FakeUpstream, provider_server: Server
+) -> None:
+    upstream.script(Text("Cached."), model="claude-test")
+    upstream.script(Text("Not cached."), model="claude-uncached")
+    async with provider_server.client() as http:
+        for agent in ("claude", "uncached"):
+            done = await http.post(
+                f"/v1/sessions/caching-{agent}/runs",
+                json={"input": "hello", "agent": agent, "stream": False},
+            )
+            assert done.json()["status"] == "completed", done.text
+    bodies = {r.model: json.dumps(r.json) for r in upstream.requests[-2:]}
+    # on by default: cache_control breakpoints; off for the agent that says so
+    assert "cache_control" in bodies["claude-test"]
+    assert "cache_control" not in bodies["claude-uncached"]
+    assert "prompt_caching" not in bodies["claude-test"] + bodies["claude-uncached"]
