@@ -513,7 +513,7 @@ async def test_the_usage_ledger_sums_the_cache_and_reasoning_counts_that_were_re
     store: Store,
 ) -> None:
     await store.get_or_create_session("s1", "alice")
-    runs = [
+    runs: list[tuple[str, str, dict[str, Any]]] = [
         # Anthropic-like: cache reads and writes, no reasoning count
         (
             "r1",
