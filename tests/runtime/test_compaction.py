@@ -24,6 +24,7 @@ from agent_runtime.compaction import (
     SUMMARY_PREFIX,
     ContextCompactor,
     LlmCompactor,
+    prepare_context,
     trim_history,
     trim_step,
 )
@@ -228,6 +229,15 @@ def test_the_bound_drops_in_steps_so_the_start_of_the_history_stays() -> None:
     ]
     # without a step the start moves with every message over the bound
     assert trim_history(conversation(*[0] * 21), 30)[0] == UserMessage("question 6")
+
+
+async def test_the_run_bounds_its_history_in_steps() -> None:
+    # 40 and 42 messages over a bound of 30: 10 and 12 over, both rounded up to the step of 7
+    for turns in (20, 21):
+        kept = await prepare_context(
+            conversation(*[0] * turns), compactor=None, max_messages=30, run_id="r"
+        )
+        assert kept[0] == UserMessage("question 7")
 
 
 @settings(max_examples=100, deadline=None)
