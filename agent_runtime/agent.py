@@ -69,7 +69,7 @@ from .run_context import (
     new_id,
 )
 from .run_options import RunOptions
-from .run_setup import build_run_options, system_prompt
+from .run_setup import build_run_options, prompt_cache_key, system_prompt
 from .skills.activation import SkillState
 from .skills.catalogue import SkillManager
 from .structured import StructuredOutput, aoutput_spec, check_answer
@@ -601,6 +601,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         answers = resume.structured_answers if resume is not None else 0
         checkpoints = context._checkpoints
         new_messages = state.added
+        cache_key = prompt_cache_key(options, context.session_id)
         if resume is not None and resume.calls:
             await self._finish_open_calls(context, resume)
         while True:
@@ -628,6 +629,7 @@ class AgentCore(CapabilityCalls, RunCalls):
                 params=options.params,
                 output_schema=output.schema if output is not None else None,
                 content_store=self.content_store,
+                cache_key=cache_key,
             )
             response = await self._model_calls.call(context, request)
             message = response.message
@@ -704,9 +706,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         state.messages = [*history, *resume.added]
         state.added.extend(resume.added)
         state.iteration = resume.iteration
-        state.usage = Usage(
-            resume.usage.input_tokens, resume.usage.output_tokens, resume.usage.model
-        )
+        state.usage = dataclasses.replace(resume.usage)
         await context._channel.put(
             AgentEvent(
                 AgentEventType.RUN_RESUMED,

@@ -19,6 +19,7 @@ provider reads: a checkpoint is the run's own record, never shown to a client.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -109,7 +110,8 @@ class RunCheckpoint:
             "session_id": self.session_id,
             "step": self.step,
             "prompt": self.prompt,
-            # private: an answer's reasoning state goes back to its provider after a resume
+            # private: a signed reasoning state must go back to its provider when the run goes
+            # on (a checkpoint stays with the service, never reaches a client)
             "added": [message_to_dict(message, private=True) for message in self.added],
             "iteration": self.iteration,
             "usage": self.usage.to_dict(),
@@ -140,11 +142,7 @@ class RunCheckpoint:
                 prompt=_text(data["prompt"]),
                 added=tuple(message_from_dict(dict(m)) for m in data["added"]),
                 iteration=_count(data["iteration"]),
-                usage=Usage(
-                    int(usage.get("input_tokens", 0)),
-                    int(usage.get("output_tokens", 0)),
-                    usage.get("model"),
-                ),
+                usage=_usage(usage),
                 calls=calls,
                 skill=None if skill is None else _text(skill),
                 structured_answers=_count(data.get("structured_answers", 0)),
@@ -239,12 +237,29 @@ class Checkpointer:
                 prompt=self.prompt,
                 added=(*added, *self.results.values()),
                 iteration=iteration,
-                usage=Usage(usage.input_tokens, usage.output_tokens, usage.model),
+                usage=dataclasses.replace(usage),
                 calls=tuple(self.calls.values()),
                 skill=self.skill,
                 structured_answers=self.structured_answers,
             )
             await self.sink.save(checkpoint)
+
+
+def _usage(data: Mapping[str, Any]) -> Usage:
+    """``Usage.to_dict``'s form read back (the details only where they were written)."""
+
+    def detail(name: str) -> int | None:
+        value = data.get(name)
+        return None if value is None else int(value)
+
+    return Usage(
+        int(data.get("input_tokens", 0)),
+        int(data.get("output_tokens", 0)),
+        data.get("model"),
+        cached_input_tokens=detail("cached_input_tokens"),
+        cache_write_tokens=detail("cache_write_tokens"),
+        reasoning_tokens=detail("reasoning_tokens"),
+    )
 
 
 def _text(value: Any) -> str:

@@ -10,6 +10,14 @@ The result becomes the run's working history, so a summary made in one model cal
 again in the next. What the conversation store keeps is unchanged: it still receives every new
 message of the run, and the next run compacts its history afresh.
 
+Both steps keep the start of the history still for as long as they can, since a provider's
+prompt cache holds the conversation's prefix: a change near the start costs every later token
+a cache miss. The summary replaces the older part once, then stays until the history grows
+past ``trigger_messages`` again; the bound drops the oldest turns in steps of a quarter of
+``max_history_messages`` (``trim_step``), counted from the start of the history, so the kept
+part starts at the same turn for many calls and for the session's next runs, instead of
+moving with every new message.
+
 Both steps keep a tool exchange whole: an assistant message that calls tools and the tool
 messages answering it are kept or dropped together, so a provider never sees a tool result
 without its call.
@@ -37,6 +45,7 @@ __all__ = [
     "LlmCompactor",
     "prepare_context",
     "trim_history",
+    "trim_step",
 ]
 
 logger = logging.getLogger("agent_runtime.compaction")
@@ -106,12 +115,20 @@ def _split_pinned(messages: Sequence[Message]) -> tuple[list[Message], list[Mess
     return list(messages[:count]), list(messages[count:])
 
 
-def trim_history(messages: Sequence[Message], max_messages: int) -> list[Message]:
+def trim_step(max_messages: int) -> int:
+    """How many messages the bound drops at least, once it drops any: a quarter of it."""
+    return max(1, max_messages // 4)
+
+
+def trim_history(messages: Sequence[Message], max_messages: int, *, step: int = 1) -> list[Message]:
     """Drop the oldest whole turns until at most ``max_messages`` remain.
 
     A turn starts at a user message. Leading system messages stay. When the latest turn alone is
     too long, its oldest steps go, but its user message and its latest step always stay, so the
     result can exceed the bound only when those alone do. A tool exchange is never split.
+
+    ``step``: what is dropped is the excess rounded up to a multiple of it (then up to a turn's
+    end), so the history's start moves in steps, not with each new message.
     """
     if max_messages < 1:
         raise ConfigurationError("max_history_messages must be at least 1")
@@ -124,7 +141,9 @@ def trim_history(messages: Sequence[Message], max_messages: int) -> list[Message
             turns.append([])
         turns[-1].append(unit)
     total = len(messages)
-    while len(turns) > 1 and total > max_messages:
+    excess = total - max_messages
+    target = total - -(-excess // max(step, 1)) * max(step, 1)
+    while len(turns) > 1 and total > target:
         total -= sum(len(unit) for unit in turns.pop(0))
     if total > max_messages and turns:
         last = turns[-1]
@@ -148,7 +167,7 @@ async def prepare_context(
     if compactor is not None:
         result = list(await compactor.compact(list(messages), run_id=run_id))
     if max_messages is not None and len(result) > max_messages:
-        result = trim_history(result, max_messages)
+        result = trim_history(result, max_messages, step=trim_step(max_messages))
     return result
 
 

@@ -12,6 +12,7 @@ for checkpoints), so it never reaches a client or the stored conversation.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
@@ -99,6 +100,18 @@ class AssistantMessage:
     role: Literal["assistant"] = "assistant"
     reasoning: str | None = None
     reasoning_state: ReasoningState | None = None
+
+    def reasoning_blocks(self, provider: str) -> list[dict[str, Any]]:
+        """Copies of the reasoning state's blocks when ``provider`` made them, else none.
+
+        A provider building its request asks for its own wire's blocks only: another
+        provider's signed state (a fallback binding's conversation) is never sent, and the
+        visible ``reasoning`` text stays the record of it, not sent as reasoning either.
+        """
+        state = self.reasoning_state
+        if state is None or state.provider != provider:
+            return []
+        return [copy.deepcopy(block) for block in state.blocks]
 
 
 @dataclass(slots=True)

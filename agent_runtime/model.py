@@ -145,6 +145,9 @@ class ModelRequest:
     output_schema: OutputSchema | None = None
     #: where the bytes of the conversation's media parts are (``ContentStore.get(ref)``)
     content_store: ContentStore | None = None
+    #: an opaque key, the same for every call of one agent in one session: providers with a
+    #: prompt cache keyed by the caller (OpenAI's ``prompt_cache_key``) send it
+    cache_key: str | None = None
 
     async def media_bytes(self, part: MediaPart) -> bytes:
         """The bytes of a media part: its own, or its ref's from ``content_store``."""

@@ -89,6 +89,7 @@ class ModelCalls:
                     break
                 # the answer is whole: it joins the conversation, its text is no longer partial
                 context.state.partial.clear()
+                context.state.partial_reasoning.clear()
                 if response.usage is not None:
                     await _report_usage(context, binding, response.usage, model_call_id)
                 return response
@@ -129,6 +130,7 @@ class ModelCalls:
                         elif kind is ModelEventKind.REASONING:
                             if item.delta:
                                 progress.emitted = True
+                                context.state.partial_reasoning.append(item.delta)
                                 await context._channel.put(
                                     AgentEvent(
                                         AgentEventType.REASONING_DELTA,
@@ -177,8 +179,9 @@ class _Attempt:
 async def _report_usage(
     context: AgentRunContext, binding: ModelBinding, reported: Usage, model_call_id: str
 ) -> None:
-    # the binding that answered, which after a failover is not the primary
-    usage = Usage(reported.input_tokens, reported.output_tokens, reported.model or binding.model)
+    # the binding that answered, which after a failover is not the primary; the cache and
+    # reasoning counts go on as reported
+    usage = dataclasses.replace(reported, model=reported.model or binding.model)
     context.state.usage.add(usage)
     await context._channel.put(
         AgentEvent(

@@ -94,7 +94,8 @@ class AgentRunConfig:
 class AgentState:
     """The state of one run. ``messages`` is the conversation as the model last saw it;
     ``added`` what this run added to it so far (its prompt first); ``partial`` the text of the
-    model call in flight; ``approvals`` the decision on each ``ask`` call, by call id."""
+    model call in flight and ``partial_reasoning`` its reasoning; ``approvals`` the decision on
+    each ``ask`` call, by call id."""
 
     run_id: str = ""
     session_id: str = ""
@@ -106,18 +107,25 @@ class AgentState:
     error: BaseException | None = None
     added: list[Message] = field(default_factory=list)
     partial: list[str] = field(default_factory=list)
+    partial_reasoning: list[str] = field(default_factory=list)
     approvals: dict[str, Literal["approved", "denied"]] = field(default_factory=dict)
 
     def stopped_messages(self) -> list[Message]:
         """What the run added, as far as it got, as a conversation that can be carried on.
 
-        The text of a model call cut short becomes an assistant message of its own, and a tool
-        call that had not returned gets an error result (``CANCELLED_CALL``), so every call in
-        the list has its result, as every provider requires.
+        The text of a model call cut short (and its reasoning so far) becomes an assistant
+        message of its own, and a tool call that had not returned gets an error result
+        (``CANCELLED_CALL``), so every call in the list has its result, as every provider
+        requires. A cut call's message has no reasoning state: nothing was signed yet.
         """
         messages = list(self.added)
-        if self.partial:
-            messages.append(AssistantMessage("".join(self.partial)))
+        if self.partial or self.partial_reasoning:
+            messages.append(
+                AssistantMessage(
+                    "".join(self.partial) or None,
+                    reasoning="".join(self.partial_reasoning) or None,
+                )
+            )
         answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
         for message in list(messages):
             if isinstance(message, AssistantMessage):

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from .messages import Message
     from .structured import OutputSpec
 
-__all__ = ["OPTION_NAMES", "build_run_options", "system_prompt"]
+__all__ = ["OPTION_NAMES", "build_run_options", "prompt_cache_key", "system_prompt"]
 
 
 def build_run_options(
@@ -93,3 +94,15 @@ def system_prompt(options: RunOptions) -> str | None:
     if output is not None:
         system = f"{system}\n\n{output.instructions()}" if system else output.instructions()
     return system
+
+
+def prompt_cache_key(options: RunOptions, session_id: str) -> str:
+    """The run's ``ModelRequest.cache_key``: a hash of the agent's name and the session id.
+
+    The same for every run of one agent in one session, on any worker, so a provider routes
+    the session's calls to the same prompt cache; the session id itself never leaves. Runs
+    without a session have an anonymous one of their own, hence a key of their own.
+    """
+    agent = options.agent_name or ""
+    digest = hashlib.sha256(f"agent_runtime prompt cache\0{agent}\0{session_id}".encode())
+    return digest.hexdigest()[:32]

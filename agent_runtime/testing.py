@@ -7,7 +7,8 @@ request with a function of it.
 A turn is one of:
 
 - ``str``: the answer's text, streamed one word per delta;
-- ``AssistantMessage`` or ``ModelResponse``: its text streamed by word, then its tool calls;
+- ``AssistantMessage`` or ``ModelResponse``: its ``reasoning`` streamed by word (reasoning
+  events), then its text by word, then its tool calls;
 - a list of ``ModelEvent``: replayed as given (add the ``completed`` event yourself);
 - an exception instance: raised by the call (a ``ProviderError`` exercises retries/failover);
 - a callable taking the ``ModelRequest`` and returning any of the above.
@@ -72,6 +73,10 @@ async def _replay(turn: Turn, request: ModelRequest, delay: float) -> AsyncItera
         turn = ModelResponse(turn, _usage_for(request, turn))
     if not isinstance(turn, ModelResponse):
         raise TypeError(f"not a model turn: {turn!r}")
+    for delta in words(turn.message.reasoning or ""):
+        if delay:
+            await asyncio.sleep(delay)
+        yield ModelEvent.reasoning(delta)
     for delta in words(turn.message.content or ""):
         if delay:
             await asyncio.sleep(delay)

@@ -58,7 +58,8 @@ class Settings(BaseSettings):
 
     # --- the contract's table ---------------------------------------------------------------
     model: str = "demo"
-    """``demo``, ``openai:MODEL``, ``anthropic:MODEL`` or a preset name."""
+    """``demo``, ``openai:MODEL``, ``openai-responses:MODEL``, ``anthropic:MODEL`` or a preset
+    name."""
     fallback_models: str = ""
     """Comma-separated model specs tried in order on retryable provider errors."""
     max_concurrent_runs: Annotated[int, Field(ge=1)] = 64
@@ -213,7 +214,10 @@ class Settings(BaseSettings):
     def _model_not_empty(cls, value: str) -> str:
         value = value.strip()
         if not value:
-            raise ValueError("AGENT_MODEL is empty; use demo, openai:MODEL, anthropic:MODEL")
+            raise ValueError(
+                "AGENT_MODEL is empty; use demo, openai:MODEL, openai-responses:MODEL, "
+                "anthropic:MODEL"
+            )
         return value
 
     @field_validator("frame_ancestors")

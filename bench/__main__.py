@@ -33,6 +33,7 @@ from bench.handover import scenario_handover
 from bench.outcome import Config, Outcome
 from bench.peers import scenario_peers
 from bench.procs import ROOT
+from bench.prompt_caching import scenario_prompt_caching
 from bench.redis_latency import scenario_redis_latency, scenario_workers
 from bench.report import markdown_report, print_outcome, write_plots
 from bench.scenarios import SCENARIOS
@@ -47,6 +48,7 @@ ALL = {
     9: scenario_workers,
     10: scenario_handover,
     11: scenario_structured,
+    12: scenario_prompt_caching,
 }
 REDIS_SCENARIOS = (8, 9, 10)
 

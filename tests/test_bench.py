@@ -32,8 +32,9 @@ def test_quick_run_exercises_every_scenario(tmp_path: Path) -> None:
     assert report["quick"] is True
     assert report["errors"] == {}
     numbers = {scenario["number"] for scenario in report["scenarios"]}
-    # 7 (peers) is skipped in quick mode; 11 (the structured-output stall) is quick itself
-    assert numbers == {1, 2, 3, 4, 5, 6, 11}
+    # 7 (peers) is skipped in quick mode; 11 (the structured-output stall) and 12 (prompt
+    # caching, four turns) are quick themselves
+    assert numbers == {1, 2, 3, 4, 5, 6, 11, 12}
     for scenario in report["scenarios"]:
         assert scenario["rows"], scenario["title"]
     by_number = {scenario["number"]: scenario for scenario in report["scenarios"]}
@@ -44,6 +45,10 @@ def test_quick_run_exercises_every_scenario(tmp_path: Path) -> None:
     assert capacity["statuses"] == {"completed": capacity["runs"]}
     drain = by_number[6]["raw"]
     assert all(phase["lost"] == 0 for phase in drain.values())
+    # with caching on, every turn after the first read the one before it back
+    caching = by_number[12]["raw"]
+    assert all(turn["cached_input_tokens"] > 0 for turn in caching["per_turn"]["cached"][1:])
+    assert caching["off"]["cached_input_tokens"] == 0 and caching["ratio"] < 1
     assert "quick" in report["command"]
 
 

@@ -66,6 +66,7 @@ T = TypeVar("T")
 #: ``credential_provider``, by protocol.
 DEFAULT_KEY_ENV: Mapping[str, str] = {
     "openai": "OPENAI_API_KEY",
+    "openai-responses": "OPENAI_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
 }
 
@@ -289,12 +290,14 @@ class ModelBinding:
         """A chat model binding.
 
         Either a definition: ``model`` and ``protocol`` (``"openai"``, the default, for any
-        Chat Completions endpoint, or ``"anthropic"``), with ``api_key`` (else
+        Chat Completions endpoint, ``"openai-responses"`` for the Responses API, or
+        ``"anthropic"``), with ``api_key`` (else
         ``credential_provider``, else the environment variable ``api_key_env``, by default
         ``OPENAI_API_KEY``/``ANTHROPIC_API_KEY``) and ``base_url`` (else the SDK default).
         ``client_timeout`` (seconds, every HTTP phase) and ``client_max_retries`` configure
         the SDK client; None keeps the SDK defaults (600 s, 2 retries). ``params`` go into
-        every request. ``retry`` is the runtime's retry of a failed call on this binding
+        every request, except the runtime's own ``prompt_caching`` (default true: see
+        docs/providers.md). ``retry`` is the runtime's retry of a failed call on this binding
         before failing over (none by default: the SDK already retried).
 
         Or a supplied provider: ``provider=`` (with an optional ``model`` label). It is never

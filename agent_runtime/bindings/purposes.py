@@ -6,7 +6,8 @@ method a supplied provider must have, and the function that constructs a definit
 
     purpose     supplied provider needs     definition protocols
     ---------   ------------------------    ------------------------------------------------
-    llm         stream(request)             openai (Chat Completions), anthropic (Messages)
+    llm         stream(request)             openai (Chat Completions), openai-responses
+                                            (the Responses API), anthropic (Messages)
     system_one  stream(request)             the same: a small, fast chat model for the
                                             runtime's own quick decisions (skill dispatch)
     image       generate_image(...)         openai (images/generations)
@@ -102,6 +103,10 @@ def _build_chat(definition: Definition, api_key: str | None) -> Any:
         from ..providers.anthropic import AnthropicModel
 
         provider = AnthropicModel(definition.model, **common)
+    elif definition.protocol == "openai-responses":
+        from ..providers.openai_responses import OpenAIResponsesModel
+
+        provider = OpenAIResponsesModel(definition.model, **common)
     else:
         from ..providers.openai import OpenAIModel
 
@@ -134,12 +139,14 @@ def _build_capability(definition: Definition, api_key: str | None) -> Any:
     return provider
 
 
+_CHAT_PROTOCOLS = ("openai", "openai-responses", "anthropic")
+
 #: Every purpose, by name. A new purpose is one more entry (and a factory on ModelBinding).
 PURPOSES: Mapping[str, Purpose] = {
     purpose.name: purpose
     for purpose in (
-        Purpose("llm", "chat model", "stream", ("openai", "anthropic"), _build_chat),
-        Purpose("system_one", "System One model", "stream", ("openai", "anthropic"), _build_chat),
+        Purpose("llm", "chat model", "stream", _CHAT_PROTOCOLS, _build_chat),
+        Purpose("system_one", "System One model", "stream", _CHAT_PROTOCOLS, _build_chat),
         Purpose("image", "image model", "generate_image", ("openai",), _build_capability),
         Purpose("video", "video model", "create_video", ("openai",), _build_capability),
         Purpose("tts", "speech model", "synthesize_speech", ("openai",), _build_capability),
@@ -184,7 +191,10 @@ def validated_definition(
     protocol = protocol or "openai"
     if protocol not in spec.protocols:
         if purpose == "llm":
-            hint = "use 'openai' (any Chat Completions endpoint) or 'anthropic'"
+            hint = (
+                "use 'openai' (any Chat Completions endpoint), 'openai-responses' (the "
+                "Responses API) or 'anthropic'"
+            )
         else:
             hint = f"a {spec.title} binding takes {' or '.join(map(repr, spec.protocols))}"
         raise ConfigurationError(f"unknown protocol {protocol!r}: {hint}")

@@ -1,4 +1,5 @@
-"""Model settings strings: ``openai:gpt-4o-mini``, ``anthropic:MODEL``, a preset, ``demo``.
+"""Model settings strings: ``openai:gpt-4o-mini``, ``openai-responses:MODEL``,
+``anthropic:MODEL``, a preset, ``demo``.
 
 ``binding_from_spec`` turns one such string into a chat ``ModelBinding``;
 ``bindings_from_spec`` a primary and its fallbacks into ``ModelBindings``.
@@ -17,13 +18,18 @@ from .chains import ModelBindings
 
 __all__ = ["binding_from_spec", "bindings_from_spec"]
 
+# a wire's prefix, and the host whose key and base URL variables it reads (OPENAI_API_KEY...)
+_WIRES = {"openai": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
+
 
 def binding_from_spec(spec: str, **env: Any) -> ModelBinding:
     """A binding from a setting string.
 
-    Forms: ``demo`` (the offline demo model), ``openai:MODEL``, ``anthropic:MODEL``, a preset
-    name (``deepseek``, ``groq``, ``together``, ``openrouter``, ``ollama``, ``vllm``, ...) or
-    ``PRESET:MODEL``. Upper-case keywords override the environment (``OPENAI_API_KEY``,
+    Forms: ``demo`` (the offline demo model), ``openai:MODEL`` (Chat Completions),
+    ``openai-responses:MODEL`` (the Responses API, with the same key and base URL),
+    ``anthropic:MODEL``, a preset name (``deepseek``, ``groq``, ``together``, ``openrouter``,
+    ``ollama``, ``vllm``, ...) or ``PRESET:MODEL``. Upper-case keywords override the
+    environment (``OPENAI_API_KEY``,
     ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``, a preset's key variable
     such as ``DEEPSEEK_API_KEY``); what is not given is read from ``os.environ``. Lower-case
     keywords are binding options: ``client_timeout``, ``client_max_retries``, ``params``,
@@ -60,20 +66,22 @@ def binding_from_spec(spec: str, **env: Any) -> ModelBinding:
         if slow is not None:
             demo_options["slow_seconds"] = float(slow)
         return ModelBinding(provider=DemoModel(**demo_options))
-    if prefix in ("openai", "anthropic") and model:
-        upper = prefix.upper()
+    if prefix in _WIRES and model:
+        host = _WIRES[prefix]
+        upper = host.upper()
         return ModelBinding.llm(
             model=model,
             protocol=prefix,
             api_key=lookup(f"{upper}_API_KEY"),
             base_url=lookup(f"{upper}_BASE_URL"),
-            **options,
+            **{"provider_name": host, **options},
         )
     preset = presets.get(prefix)
     if preset is None:
         raise ConfigurationError(
-            f"unknown model setting {spec!r}: use 'demo', 'openai:MODEL', 'anthropic:MODEL', "
-            f"or a preset ({', '.join(presets.names())}), optionally as 'PRESET:MODEL'"
+            f"unknown model setting {spec!r}: use 'demo', 'openai:MODEL', "
+            f"'openai-responses:MODEL', 'anthropic:MODEL', or a preset "
+            f"({', '.join(presets.names())}), optionally as 'PRESET:MODEL'"
         )
     key_env = presets.key_env(prefix)
     preset_options: dict[str, Any] = dict(options)

@@ -5,6 +5,10 @@
     invoke_agent <agent>           INTERNAL  the run: gen_ai.agent.name, conversation id, usage
       chat <model>                 CLIENT    one model call attempt: provider, request and
                                              response model, usage, finish reasons
+
+Usage is ``gen_ai.usage.input_tokens`` and ``output_tokens``, and where the provider reports
+them ``gen_ai.usage.cache_read.input_tokens``, ``cache_creation.input_tokens`` and
+``reasoning.output_tokens``.
       execute_tool <tool>          INTERNAL  one tool call: gen_ai.tool.name, gen_ai.tool.call.id
       (events on the run span)               confirmation_requested, confirmation_resolved
 
@@ -32,7 +36,7 @@ from ..errors import ConfigurationError
 from ..events import AgentEvent
 from ..extensions.base import ToolOutcome
 from ..messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from ..model import ModelRequest, ModelResponse
+from ..model import ModelRequest, ModelResponse, Usage
 from ..tracing import ModelCallTrace, RunTracer, ToolCallTrace
 
 try:
@@ -99,6 +103,23 @@ def _parts(message: Message) -> dict[str, Any]:
     return {"role": message.role, "parts": parts}
 
 
+# the semantic conventions' names of a usage's counts; a detail only where it was reported
+_USAGE_DETAILS = (
+    ("cached_input_tokens", "gen_ai.usage.cache_read.input_tokens"),
+    ("cache_write_tokens", "gen_ai.usage.cache_creation.input_tokens"),
+    ("reasoning_tokens", "gen_ai.usage.reasoning.output_tokens"),
+)
+
+
+def _set_usage(span: Span, usage: Usage) -> None:
+    span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+    for field_name, attribute in _USAGE_DETAILS:
+        value = getattr(usage, field_name)
+        if value is not None:
+            span.set_attribute(attribute, value)
+
+
 def _messages_json(messages: Sequence[Message]) -> str:
     return json.dumps([_parts(m) for m in messages], ensure_ascii=False, default=str)
 
@@ -126,8 +147,7 @@ class _ModelCall(ModelCallTrace):
             return
         usage = response.usage
         if usage is not None:
-            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+            _set_usage(span, usage)
             if usage.model:
                 span.set_attribute("gen_ai.response.model", usage.model)
         if response.stop_reason:
@@ -223,9 +243,7 @@ class OTelTracer(RunTracer):
                     span.set_attribute("gen_ai.output.messages", _messages_json(answer[-1:]))
         finally:
             self._runs.pop(context.run_id, None)
-            usage = context.state.usage
-            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+            _set_usage(span, context.state.usage)
             span.end()
 
     def model_call(

@@ -1,8 +1,9 @@
 """Model providers, one module per wire protocol.
 
-``OpenAIModel`` (Chat Completions, any compatible endpoint) and ``AnthropicModel`` (Messages)
-import their SDKs on first access, so ``import agent_runtime`` stays light; ``DemoModel`` is the
-offline model of the service's default configuration.
+``OpenAIModel`` (Chat Completions, any compatible endpoint), ``OpenAIResponsesModel`` (the
+Responses API) and ``AnthropicModel`` (Messages) import their SDKs on first access, so
+``import agent_runtime`` stays light; ``DemoModel`` is the offline model of the service's
+default configuration.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from .demo import DemoModel, demo_tools
 if TYPE_CHECKING:
     from .anthropic import AnthropicModel
     from .openai import OpenAIModel
+    from .openai_responses import OpenAIResponsesModel
 
-__all__ = ["AnthropicModel", "DemoModel", "OpenAIModel", "demo_tools"]
+__all__ = ["AnthropicModel", "DemoModel", "OpenAIModel", "OpenAIResponsesModel", "demo_tools"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +25,10 @@ def __getattr__(name: str) -> Any:
         from .openai import OpenAIModel
 
         return OpenAIModel
+    if name == "OpenAIResponsesModel":
+        from .openai_responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel
     if name == "AnthropicModel":
         from .anthropic import AnthropicModel
 

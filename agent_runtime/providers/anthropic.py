@@ -2,8 +2,22 @@
 
 The raw event stream of ``messages.create(stream=True)`` is folded into ModelEvents:
 ``text_delta`` becomes a text event; a ``tool_use`` block collects its ``input_json_delta``
-fragments and becomes a tool call at its ``content_block_stop``. Input tokens come from
-``message_start``, output tokens from the last ``message_delta``.
+fragments and becomes a tool call at its ``content_block_stop``; ``thinking`` blocks stream as
+reasoning events and, with ``redacted_thinking`` blocks, become the answer's reasoning state
+(``anthropic_thinking``), sent back ahead of the turn's text and ``tool_use`` blocks.
+
+Usage: Anthropic's ``input_tokens`` count only the input read neither from nor into the prompt
+cache, so ``Usage.input_tokens`` is ``input_tokens + cache_read_input_tokens +
+cache_creation_input_tokens`` of ``message_start`` (all input, as on the other wires), with
+``cached_input_tokens`` the cache reads and ``cache_write_tokens`` the cache writes. Output
+tokens come from the last ``message_delta``, thinking included (``reasoning_tokens`` where it
+reports ``output_tokens_details.thinking_tokens``).
+
+Prompt caching (``anthropic_cache``) is on unless the model param ``prompt_caching`` is false.
+With thinking on (the ``thinking`` param) a tool loop whose last assistant turn has no thinking
+of Anthropic's (a failover from another provider) goes on without thinking, as the API would
+refuse it; structured output then lets the model choose its tool (``auto``), as the API
+refuses a forced one with manual thinking.
 
 Structured output (``request.output_schema``) is a tool of the schema's name that the model is
 made to call (``tool_choice``); its input, as JSON text, becomes the answer's text. A schema that
@@ -19,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -45,12 +60,17 @@ from ..model import (
     ToolSpec,
     Usage,
 )
+from .anthropic_cache import mark_breakpoints
 from .anthropic_content import tool_result_content, user_blocks
+from .anthropic_thinking import WIRE, ThinkingBlocks, thinking_mode, unsigned_tool_turn
+from .caching import caching_enabled
 from .errors import configuration_error, redact, stream_ended_early, translate_errors
 from .media import MediaReader
 from .openai import parse_arguments
 
 __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicModel"]
+
+logger = logging.getLogger("agent_runtime.providers")
 
 #: ``max_tokens`` is required by the Messages API; this is sent unless params give one.
 DEFAULT_MAX_TOKENS = 4096
@@ -182,16 +202,25 @@ class AnthropicModel:
         params = self._params(request)
         options = {key: params.pop(key) for key in list(params) if key in _SDK_OPTIONS}
         extra_body: dict[str, Any] = dict(options.get("extra_body") or {})
-        max_tokens = int(params.pop("max_tokens", self.max_tokens))
+        caching = caching_enabled(params)
+        system_parts, messages = await self._messages(request)
+        thinking = self._thinking(params, messages)
+        max_tokens = int(params.pop("max_tokens", 0)) or _max_tokens(self.max_tokens, params)
         extra_body.update(params)
-        system, messages = await self._messages(request)
         tools = _tools(request.tools)
         tool_choice: Any = omit
         output = request.output_schema
         if output is not None:
             # with other tools the model may still call them first; the answer is this one
-            tool_choice = {"type": "any"} if tools else {"type": "tool", "name": output.name}
+            if thinking == "enabled":
+                tool_choice = {"type": "auto"}  # forcing a tool is refused with manual thinking
+            else:
+                tool_choice = {"type": "any"} if tools else {"type": "tool", "name": output.name}
             tools.append(_output_tool(output))
+        system: Any = "\n\n".join(system_parts)
+        if caching:
+            system = [{"type": "text", "text": part} for part in system_parts]
+            mark_breakpoints(tools, system, messages)
         return await self._client.messages.create(
             model=self._model,
             max_tokens=max_tokens,
@@ -206,14 +235,28 @@ class AnthropicModel:
             timeout=options.get("timeout", NOT_GIVEN),
         )
 
-    async def _messages(self, request: ModelRequest) -> tuple[str, list[dict[str, Any]]]:
-        """The system prompt and the turns on the wire; UnsupportedContentError for a part
-        they cannot carry."""
+    async def _messages(self, request: ModelRequest) -> tuple[list[str], list[dict[str, Any]]]:
+        """The system prompt's parts and the turns on the wire; UnsupportedContentError for a
+        part they cannot carry."""
         messages = fit_messages(
             request.messages, self.input_kinds, model=self._model, provider=self.provider_name
         )
         reader = MediaReader(request, self._model, self.provider_name)
         return await _messages(request.system, messages, reader)
+
+    def _thinking(self, params: dict[str, Any], turns: list[dict[str, Any]]) -> str | None:
+        """The request's thinking mode; thinking is dropped from ``params`` where the API
+        would refuse it (a tool loop whose last assistant turn has no thinking block)."""
+        mode = thinking_mode(params)
+        if mode is not None and unsigned_tool_turn(turns):
+            logger.info(
+                "continuing a tool loop without thinking: its last assistant turn has no "
+                "thinking block (it came from another provider)",
+                extra={"model": self._model},
+            )
+            del params["thinking"]
+            return None
+        return mode
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream one Messages call as ModelEvents."""
@@ -224,8 +267,8 @@ class AnthropicModel:
         text: list[str] = []
         calls: list[ToolCall] = []
         open_tools: dict[int, _PartialToolUse] = {}
-        input_tokens: int | None = None
-        output_tokens: int | None = None
+        thinking = ThinkingBlocks()
+        counts = _Counts()
         stop_reason: str | None = None
         with translate_errors(
             provider=self.provider_name, model=self._model, secrets=self._secrets
@@ -234,23 +277,15 @@ class AnthropicModel:
             try:
                 async for event in events:
                     if isinstance(event, RawContentBlockDeltaEvent):
-                        delta = event.delta
-                        if delta.type == "text_delta":
-                            if delta.text:
-                                text.append(delta.text)
-                                yield ModelEvent.text(delta.text)
-                        elif delta.type == "input_json_delta":
-                            partial = open_tools.get(event.index)
-                            if partial is not None:
-                                partial.fragments.append(delta.partial_json)
+                        item = _on_delta(event, text, open_tools, thinking)
+                        if item is not None:
+                            yield item
                     elif isinstance(event, RawContentBlockStartEvent):
-                        block = event.content_block
-                        if block.type == "tool_use":
-                            open_tools[event.index] = _PartialToolUse(block.id, block.name)
-                        elif block.type == "text" and block.text:
-                            text.append(block.text)
-                            yield ModelEvent.text(block.text)
+                        item = _on_start(event, text, open_tools, thinking)
+                        if item is not None:
+                            yield item
                     elif isinstance(event, RawContentBlockStopEvent):
+                        thinking.stop(event.index)
                         finished = open_tools.pop(event.index, None)
                         if finished is not None:
                             call = self._complete(finished)
@@ -262,17 +297,9 @@ class AnthropicModel:
                                 calls.append(call)
                                 yield ModelEvent.tool_call(call)
                     elif isinstance(event, RawMessageStartEvent):
-                        usage = event.message.usage
-                        input_tokens = (
-                            (usage.input_tokens or 0)
-                            + (usage.cache_creation_input_tokens or 0)
-                            + (usage.cache_read_input_tokens or 0)
-                        )
-                        output_tokens = usage.output_tokens or None
+                        counts.start(event.message.usage)
                     elif isinstance(event, RawMessageDeltaEvent):
-                        output_tokens = event.usage.output_tokens
-                        if event.usage.input_tokens is not None and input_tokens is None:
-                            input_tokens = event.usage.input_tokens
+                        counts.delta(event.usage)
                         if event.delta.stop_reason is not None:
                             stop_reason = event.delta.stop_reason
             finally:
@@ -288,13 +315,11 @@ class AnthropicModel:
             call = self._complete(open_tools[index])
             calls.append(call)
             yield ModelEvent.tool_call(call)
-        usage_total = (
-            Usage(input_tokens or 0, output_tokens or 0)
-            if input_tokens is not None or output_tokens is not None
-            else None
+        reasoning, state = thinking.finish()
+        message = AssistantMessage(
+            "".join(text) or None, calls, reasoning=reasoning, reasoning_state=state
         )
-        message = AssistantMessage("".join(text) or None, calls)
-        yield ModelEvent.completed(ModelResponse(message, usage_total, stop_reason))
+        yield ModelEvent.completed(ModelResponse(message, counts.usage(), stop_reason))
 
     def _complete(self, partial: _PartialToolUse) -> ToolCall:
         arguments = parse_arguments(
@@ -303,10 +328,107 @@ class AnthropicModel:
         return ToolCall(partial.id, partial.name, arguments)
 
 
+def _on_start(
+    event: RawContentBlockStartEvent,
+    text: list[str],
+    open_tools: dict[int, _PartialToolUse],
+    thinking: ThinkingBlocks,
+) -> ModelEvent | None:
+    """A content block starts: a tool call opens, or text or reasoning comes with it."""
+    block = event.content_block
+    if block.type == "tool_use":
+        open_tools[event.index] = _PartialToolUse(block.id, block.name)
+    elif block.type == "text":
+        if block.text:
+            text.append(block.text)
+            return ModelEvent.text(block.text)
+    else:
+        thought = thinking.start(event.index, block)
+        if thought:
+            return ModelEvent.reasoning(thought)
+    return None
+
+
+def _on_delta(
+    event: RawContentBlockDeltaEvent,
+    text: list[str],
+    open_tools: dict[int, _PartialToolUse],
+    thinking: ThinkingBlocks,
+) -> ModelEvent | None:
+    """A piece of a content block: text, a tool call's arguments, thinking or its signature."""
+    delta = event.delta
+    if delta.type == "text_delta":
+        if delta.text:
+            text.append(delta.text)
+            return ModelEvent.text(delta.text)
+    elif delta.type == "input_json_delta":
+        partial = open_tools.get(event.index)
+        if partial is not None:
+            partial.fragments.append(delta.partial_json)
+    else:
+        thought = thinking.delta(event.index, delta)
+        if thought:
+            return ModelEvent.reasoning(thought)
+    return None
+
+
+@dataclass(slots=True)
+class _Counts:
+    """The call's token counts: ``message_start``'s, updated by each ``message_delta``."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read: int | None = None
+    cache_write: int | None = None
+    thinking: int | None = None
+
+    def start(self, usage: Any) -> None:
+        self.input_tokens = usage.input_tokens
+        self.output_tokens = usage.output_tokens or None
+        self.cache_read = usage.cache_read_input_tokens
+        self.cache_write = usage.cache_creation_input_tokens
+
+    def delta(self, usage: Any) -> None:
+        self.output_tokens = usage.output_tokens
+        # a delta's counts, where it gives them, are the call's totals
+        if usage.input_tokens is not None:
+            self.input_tokens = usage.input_tokens
+        if usage.cache_read_input_tokens is not None:
+            self.cache_read = usage.cache_read_input_tokens
+        if usage.cache_creation_input_tokens is not None:
+            self.cache_write = usage.cache_creation_input_tokens
+        details = getattr(usage, "output_tokens_details", None)
+        if details is not None:
+            self.thinking = details.thinking_tokens
+
+    def usage(self) -> Usage | None:
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        # Anthropic's input_tokens leave out what was read from or written to the cache
+        total = (self.input_tokens or 0) + (self.cache_read or 0) + (self.cache_write or 0)
+        return Usage(
+            total,
+            self.output_tokens or 0,
+            cached_input_tokens=self.cache_read,
+            cache_write_tokens=self.cache_write,
+            reasoning_tokens=self.thinking,
+        )
+
+
+def _max_tokens(default: int, params: Mapping[str, Any]) -> int:
+    """``max_tokens`` when the params give none: the model's default, or more than a
+    thinking budget that would not fit below it (the API wants ``max_tokens`` above it)."""
+    thinking = params.get("thinking")
+    budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) else None
+    if isinstance(budget, int) and budget >= default:
+        return budget + default
+    return default
+
+
 async def _messages(
     system: str | None, messages: Sequence[Message], reader: MediaReader
-) -> tuple[str, list[dict[str, Any]]]:
-    """The system prompt and the alternating turns of the Messages API."""
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The system prompt's parts and the alternating turns of the Messages API."""
     system_parts = [system] if system else []
     turns: list[dict[str, Any]] = []
 
@@ -329,7 +451,8 @@ async def _messages(
             else:
                 add("user", await user_blocks(content, reader))
         elif isinstance(message, AssistantMessage):
-            blocks: list[dict[str, Any]] = []
+            # its thinking first, as the API requires (another provider's state: not sent)
+            blocks: list[dict[str, Any]] = message.reasoning_blocks(WIRE)
             if message.content:
                 blocks.append({"type": "text", "text": message.content})
             blocks.extend(
@@ -346,7 +469,7 @@ async def _messages(
             if message.is_error:
                 result["is_error"] = True
             add("user", [result])
-    return "\n\n".join(system_parts), turns
+    return system_parts, turns
 
 
 def _wrapped(output: OutputSchema) -> bool:

@@ -12,6 +12,8 @@ through ``translate_errors`` on its way out::
                                                        from ``retry-after-ms`` / ``retry-after``
     APIStatusError / APIError raised by an error       ProviderStatusError; retryable when the
       event inside a 200 stream                        error type is server-side (overloaded, ...)
+    an error event a provider reads itself             the same (``stream_error``): the Responses
+      (Responses ``error``, ``response.failed``)         API's error events are not the SDK's
     APITimeoutError, httpx(2).TimeoutException         ProviderTimeoutError (retryable)
     APIConnectionError, httpx(2).TransportError,       ProviderConnectionError (retryable; not for
       a dropped stream, TLS failure                      an unsupported URL scheme)
@@ -71,6 +73,7 @@ __all__ = [
     "scrub_exception",
     "stream_cut_short",
     "stream_ended_early",
+    "stream_error",
     "translate_errors",
 ]
 
@@ -430,6 +433,27 @@ def stream_ended_early(
             reason=MALFORMED_RESPONSE,
         )
     return stream_cut_short(provider=provider, model=model, marker=marker)
+
+
+def stream_error(
+    kind: str | None,
+    message: str | None,
+    *,
+    provider: str,
+    model: str,
+    secrets: Sequence[str] = (),
+) -> ProviderStatusError:
+    """The error for an error event that a provider reads from a 200 stream itself (the
+    Responses API's ``error`` and ``response.failed`` events, which the SDK passes on as
+    data): as ``map_exception`` makes one of an SDK's error event, ``kind`` the upstream's
+    error type or code, its ``message`` kept out of the error's text."""
+    subject = f"{provider} model {model!r}"
+    return ProviderStatusError(
+        f"{subject} reported an error in its stream{_kind(kind)}",
+        retryable=kind in _RETRYABLE_ERROR_TYPES,
+        provider=provider,
+        upstream_detail=_detail(message, secrets, subject),
+    )
 
 
 # the mapping ------------------------------------------------------------------------------------

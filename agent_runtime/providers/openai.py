@@ -10,6 +10,16 @@ The request goes through the client's own ``post``, so its retries, auth, timeou
 types all apply, but the body is sent as built here and each chunk is read as the decoded JSON:
 the typed ``create`` walks the body's type annotations and builds a pydantic model per chunk,
 which was most of a run's time before its first token.
+
+Usage: ``prompt_tokens`` (all input, the cached part included), ``completion_tokens``, and
+from their details ``cached_tokens`` (``cached_input_tokens``), ``cache_write_tokens`` and
+``reasoning_tokens`` (a part of the output), where the host reports them. OpenAI's models
+show no reasoning text on this wire; a host that streams it as ``reasoning_content`` (DeepSeek,
+vLLM) gives reasoning events, kept as the answer's visible ``reasoning`` and never sent back.
+Prompt caching: OpenAI caches prefixes by itself; a binding whose provider is ``openai``
+sends the request's ``cache_key`` as ``prompt_cache_key`` (unless ``prompt_caching`` is
+false), so a session's calls go to the same cache. Other hosts do not get it (some refuse
+parameters they do not know).
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from ..model import (
     ToolSpec,
     Usage,
 )
+from .caching import caching_enabled
 from .errors import (
     MALFORMED_RESPONSE,
     configuration_error,
@@ -176,6 +187,7 @@ class OpenAIModel:
         options = {key: params.pop(key) for key in list(params) if key in _SDK_OPTIONS}
         stream_options = params.pop("stream_options", {"include_usage": True})
         reader = MediaReader(request, self._model, self.provider_name)
+        caching = caching_enabled(params)
         body: dict[str, Any] = {
             "model": self._model,
             "messages": await self._messages(request, reader),
@@ -183,6 +195,8 @@ class OpenAIModel:
         }
         if stream_options is not None:
             body["stream_options"] = stream_options
+        if caching and request.cache_key and self.provider_name == "openai":
+            body["prompt_cache_key"] = request.cache_key
         if request.tools:
             body["tools"] = _tools(request.tools)
         if request.output_schema is not None:
@@ -226,6 +240,7 @@ class OpenAIModel:
                 f"the provider for model {self._model!r} is closed", provider=self.provider_name
             )
         text: list[str] = []
+        reasoning: list[str] = []
         calls: dict[int, _PartialCall] = {}
         usage: Usage | None = None
         finish_reason: str | None = None
@@ -249,6 +264,10 @@ class OpenAIModel:
                         delta = choice.get("delta") or _EMPTY
                         if not isinstance(delta, dict):
                             raise self._malformed("a delta that is not a JSON object")
+                        thought = delta.get("reasoning_content")
+                        if thought and isinstance(thought, str):
+                            reasoning.append(thought)
+                            yield ModelEvent.reasoning(thought)
                         piece = delta.get("content") or delta.get("refusal")
                         if piece:
                             if not isinstance(piece, str):
@@ -279,7 +298,9 @@ class OpenAIModel:
             done = self._complete(calls)
             for call in done:
                 yield ModelEvent.tool_call(call)
-        message = AssistantMessage("".join(text) or None, done)
+        message = AssistantMessage(
+            "".join(text) or None, done, reasoning="".join(reasoning) or None
+        )
         yield ModelEvent.completed(ModelResponse(message, usage, finish_reason))
 
     def _gather(self, calls: dict[int, _PartialCall], fragments: Any) -> None:
@@ -446,8 +467,19 @@ def _usage(counted: Any) -> Usage | None:
     prompt = counted.get("prompt_tokens")
     completion = counted.get("completion_tokens")
     return Usage(
-        prompt if isinstance(prompt, int) else 0, completion if isinstance(completion, int) else 0
+        prompt if isinstance(prompt, int) else 0,
+        completion if isinstance(completion, int) else 0,
+        cached_input_tokens=_detail(counted, "prompt_tokens_details", "cached_tokens"),
+        cache_write_tokens=_detail(counted, "prompt_tokens_details", "cache_write_tokens"),
+        reasoning_tokens=_detail(counted, "completion_tokens_details", "reasoning_tokens"),
     )
+
+
+def _detail(counted: dict[str, Any], group: str, name: str) -> int | None:
+    """One count of a usage's details object; None where the host does not report it."""
+    details = counted.get(group)
+    value = details.get(name) if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:

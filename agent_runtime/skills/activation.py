@@ -17,6 +17,7 @@ that restricts tools. The two skill tools themselves stay available.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fnmatch
 import logging
 import re
@@ -247,9 +248,7 @@ async def _ask(binding: ModelBinding, request: ModelRequest) -> tuple[str, Usage
                         text = [item.response.message.content]
                     if item.response.usage is not None:
                         found = item.response.usage
-                        usage = Usage(
-                            found.input_tokens, found.output_tokens, found.model or binding.model
-                        )
+                        usage = dataclasses.replace(found, model=found.model or binding.model)
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:

@@ -83,7 +83,8 @@ def model_binding(spec: str, settings: Settings) -> ModelBinding:
     ``demo`` uses the settings' demo delays; ``python:package.module:factory`` calls
     ``factory()``, which returns a model (anything with ``stream(request)``) or a
     ``ModelBinding`` (the extension point for custom providers); anything else is
-    ``binding_from_spec``: ``openai:MODEL``, ``anthropic:MODEL``, a preset name.
+    ``binding_from_spec``: ``openai:MODEL``, ``openai-responses:MODEL``, ``anthropic:MODEL``, a
+    preset name.
     """
     text = spec.strip()
     if text.lower() == "demo":

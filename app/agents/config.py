@@ -28,6 +28,7 @@ from typing import Any, Literal
 from agent_runtime.bindings import binding_from_spec
 from agent_runtime.errors import ConfigurationError
 from agent_runtime.mcp import MCPServerConfig
+from agent_runtime.providers.caching import PROMPT_CACHING
 from agent_runtime.providers.demo import current_time, delete_file
 from agent_runtime.run_options import RunOptions
 from agent_runtime.tools.base import Tool, tool
@@ -55,6 +56,7 @@ from app.webhooks.targets import TargetRefused, check_url
 __all__ = [
     "BUILTIN_TOOLS",
     "DEFAULT_AGENT",
+    "PROMPT_CACHING",
     "PYTHON_MODEL_PREFIX",
     "AgentProfile",
     "CompactionSpec",
@@ -89,6 +91,7 @@ _AGENT_KEYS = (
     "policies",
     "default_policy",
     "model_params",
+    "prompt_caching",
     "compaction",
     "max_history_messages",
     "description",
@@ -421,6 +424,14 @@ def _agent(
     own = _policies(table.child("policies", None))
     policies = {**own, **{k: v for k, v in top_policies.items() if k not in own}}
     params = table.child("model_params", None)
+    model_params = dict(params.data) if params is not None else {}
+    caching = table.boolean("prompt_caching")
+    if caching is not None and PROMPT_CACHING in model_params:
+        raise table.error("prompt_caching", "set it here or in model_params, not in both")
+    if caching is False:
+        # the providers' own switch (agent_runtime.providers.caching: on unless false), as a
+        # key of the agent's own
+        model_params[PROMPT_CACHING] = False
     history = table.integer("max_history_messages")
     return AgentProfile(
         name=name,
@@ -444,7 +455,7 @@ def _agent(
         mcp_servers=tuple(server_names),
         policies=policies,
         default_policy=table.policy("default_policy") or "allow",
-        model_params=dict(params.data) if params is not None else {},
+        model_params=model_params,
         compaction=_compaction(table.child("compaction", _COMPACTION_KEYS)),
         max_history_messages=history,
         capabilities=agent_capabilities(table, sections or {}),

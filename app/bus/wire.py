@@ -43,7 +43,8 @@ def iso_ms(ts: float) -> str:
 
 
 def delta_json(delta: str | None) -> str:
-    """The ``data`` object of a ``text.delta`` event, encoded (the most frequent event)."""
+    """The ``data`` object of a ``text.delta`` or ``reasoning.delta`` event, encoded (the most
+    frequent events)."""
     return '{"delta":' + ("null" if delta is None else encode_basestring(delta)) + "}"
 
 

@@ -38,6 +38,7 @@ from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
 from app.runs.handle import CANCEL_REASONS, HANDOVER, Outcome, RunHandle, lost_outcome, now
 from app.runs.records import RunRecords
+from app.runs.turns import model_history
 from app.storage import StorageUnavailable, WebhookMessage
 
 __all__ = ["Driver"]
@@ -126,7 +127,9 @@ class Driver:
             return []
         stored = await self._context.store.list_messages(handle.session_id)
         path = branch_path(turns_of(stored), handle.options.branch_from)
-        return [message_from_dict(item.message) for turn in path for item in turn.messages]
+        return model_history(
+            [message_from_dict(item.message) for turn in path for item in turn.messages]
+        )
 
     async def stream(self, handle: RunHandle, history: Sequence[Message]) -> Outcome:
         """Run the agent on ``history`` and forward its events to the run's log."""
@@ -141,6 +144,7 @@ class Driver:
         terminal: AgentEvent | None = None
         encode = handle.encoder.encode_json
         text_delta = AgentEventType.TEXT_DELTA
+        reasoning_delta = AgentEventType.REASONING_DELTA
         append_nowait = context.append_nowait
         fence = handle.lease.token
         usage = handle.usage
@@ -154,6 +158,8 @@ class Driver:
                     seq = handle.seq + 1
                     if event_type is text_delta:
                         wire = encode(seq, "text.delta", event.ts, delta_json(event.delta))
+                    elif event_type is reasoning_delta:  # as frequent as text while it thinks
+                        wire = encode(seq, "reasoning.delta", event.ts, delta_json(event.delta))
                     elif event_type in _TERMINAL_TYPES:
                         terminal = event
                         continue

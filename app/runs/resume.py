@@ -20,13 +20,13 @@ Anything else ends the way it did before: ``run.failed`` ``worker_lost`` (``app.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import CheckpointError
-from agent_runtime.model import Usage
 from app.bus.base import Lease
 from app.runs.checkpoints import REQUEST_KEY, resumed_options
 from app.runs.context import RunContext
@@ -125,7 +125,7 @@ class Resumer:
         # its usage goes on from the checkpoint's, and its budgets are charged what it uses
         # here (no reservation: it was admitted when it started)
         before = checkpoint.usage
-        handle.usage = Usage(before.input_tokens, before.output_tokens, before.model)
+        handle.usage = dataclasses.replace(before)  # a copy, with its cache/reasoning counts
         handle.usage_before = before.input_tokens + before.output_tokens
         if context.budgets is not None:
             handle.budget = context.budgets.account(record.principal, record.agent)

@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agent_runtime.messages import Message, UserMessage, message_to_dict
+from agent_runtime.messages import AssistantMessage, Message, UserMessage, message_to_dict
 from app.errors import Conflict, NotFound
 from app.storage import Store
 
-__all__ = ["remove_replaced_turn", "stopped_turn", "store_stopped_turn"]
+__all__ = ["model_history", "remove_replaced_turn", "stopped_turn", "store_stopped_turn"]
 
 
 def stopped_turn(prompt: str, messages: Sequence[Message], reason: str) -> list[dict[str, Any]]:
@@ -36,18 +36,36 @@ def stopped_turn(prompt: str, messages: Sequence[Message], reason: str) -> list[
     messages; empty for a run stopped before it reached the runtime) marked with ``reason``.
 
     A run that never got as far as its first message still keeps its input. An assistant
-    message with neither text nor tool calls says nothing and is left out (some providers
-    refuse an empty assistant message).
+    message with neither text nor tool calls says nothing and is left out, unless it holds
+    the reasoning of a call cut short while the model was thinking: that is kept for the
+    reader, and left out of what the model is given again (``model_history``). The signed
+    reasoning state never is stored (``message_to_dict`` leaves it out).
     """
     turn: list[Message] = list(messages) or [UserMessage(prompt)]
     stored: list[dict[str, Any]] = []
     for message in turn:
         data = message_to_dict(message)
-        if data["role"] == "assistant" and not data.get("content") and not data.get("tool_calls"):
+        if data["role"] == "assistant" and not (
+            data.get("content") or data.get("tool_calls") or data.get("reasoning")
+        ):
             continue
         data["stopped"] = reason
         stored.append(data)
     return stored
+
+
+def model_history(messages: Sequence[Message]) -> list[Message]:
+    """The stored conversation as a run gives it to its model: an assistant message that
+    holds only reasoning (a stopped turn's, see ``stopped_turn``) is left out, as providers
+    refuse an empty assistant message and take back no reasoning they did not sign."""
+    return [
+        m
+        for m in messages
+        if not isinstance(m, AssistantMessage)
+        or m.content
+        or m.tool_calls
+        or m.reasoning_state is not None
+    ]
 
 
 async def store_stopped_turn(

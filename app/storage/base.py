@@ -278,12 +278,17 @@ class RunRecord:
 @dataclass(frozen=True, slots=True)
 class UsageTotal:
     """Tokens of the finished runs of one group (an agent, a principal or a UTC day
-    ``YYYY-MM-DD``), and how many runs they were."""
+    ``YYYY-MM-DD``), and how many runs they were. The cache and reasoning counts are parts of
+    ``input_tokens`` and ``output_tokens`` (``agent_runtime.model.Usage``), summed over the
+    runs that reported them; None when none of them did."""
 
     key: str
     input_tokens: int
     output_tokens: int
     runs: int
+    cached_input_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
 
 # --- JSON ---------------------------------------------------------------------------------

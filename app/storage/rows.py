@@ -17,6 +17,7 @@ from app.storage.base import (
     RunRecord,
     SessionRecord,
     StoredMessage,
+    UsageTotal,
     decode_json,
     decode_optional_json,
 )
@@ -26,6 +27,7 @@ from app.storage.schedules import FiringRecord, ScheduleRecord
 __all__ = [
     "POSTGRES",
     "SQLITE",
+    "USAGE_SUMS",
     "Dialect",
     "Row",
     "checkpoint_record",
@@ -34,6 +36,7 @@ __all__ = [
     "schedule_record",
     "session_record",
     "stored_message",
+    "usage_total",
 ]
 
 
@@ -157,4 +160,29 @@ def firing_record(row: Row, dialect: Dialect) -> FiringRecord:
         missed=row["missed"],
         created_at=dialect.timestamp(row["created_at"]),
         updated_at=dialect.timestamp(row["updated_at"]),
+    )
+
+
+USAGE_SUMS: Final = (
+    "SUM(input_tokens), SUM(output_tokens), COUNT(*),"
+    " SUM(cached_input_tokens), SUM(cache_write_tokens), SUM(reasoning_tokens)"
+)
+"""The sums of a group of usage ledger rows, after the group's key (``usage_total`` reads
+them); a count no run of the group reported sums to NULL."""
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def usage_total(row: Any) -> UsageTotal:
+    """A ``UsageTotal`` from a row of ``key, USAGE_SUMS`` (read by position)."""
+    return UsageTotal(
+        str(row[0]),
+        int(row[1]),
+        int(row[2]),
+        int(row[3]),
+        cached_input_tokens=_optional_int(row[4]),
+        cache_write_tokens=_optional_int(row[5]),
+        reasoning_tokens=_optional_int(row[6]),
     )

@@ -156,6 +156,45 @@ async def test_a_run_is_exported_in_the_callers_trace(
     assert answer["attributes"]["agent_runtime.external_event.accepted"] is True
 
 
+THINKER = """
+[agents.thinker]
+model = "python:tests.fakes.reasoning_models:thinker"
+tools = ["current_time"]
+"""
+
+
+async def test_spans_carry_the_cache_and_reasoning_counts(
+    start_server: Launch, receiver: Receiver, tmp_path: Path
+) -> None:
+    config = tmp_path / "agents.toml"
+    config.write_text(THINKER, encoding="utf-8")
+    server = start_server(tracing_env(receiver, AGENT_CONFIG=str(config)))
+    async with server.client(headers={"traceparent": TRACEPARENT}) as client:
+        done = await client.post(
+            "/v1/sessions/trace-thinker/runs",
+            json={"input": "what time is it?", "agent": "thinker", "stream": False},
+        )
+        assert done.status_code == 200, done.text
+    usage = done.json()["usage"]
+
+    async def complete() -> list[dict[str, Any]] | None:
+        spans = receiver.trace(TRACE_ID)
+        return spans if "invoke_agent thinker" in {s["name"] for s in spans} else None
+
+    spans = await wait_for(complete)
+    chats = [s["attributes"] for s in spans if s["name"].startswith("chat ")]
+    assert len(chats) == 2
+    for chat in chats:  # each call's own counts (tests/fakes/reasoning_models.py)
+        assert chat["gen_ai.usage.cache_read.input_tokens"] == 80
+        assert chat["gen_ai.usage.cache_creation.input_tokens"] == 20
+        assert chat["gen_ai.usage.reasoning.output_tokens"] == 8
+    run = named(spans, "invoke_agent thinker")["attributes"]
+    # the run's span sums them, as the run's usage does
+    assert run["gen_ai.usage.cache_read.input_tokens"] == usage["cached_input_tokens"] == 160
+    assert run["gen_ai.usage.cache_creation.input_tokens"] == usage["cache_write_tokens"] == 40
+    assert run["gen_ai.usage.reasoning.output_tokens"] == usage["reasoning_tokens"] == 16
+
+
 @pytest.mark.slow
 async def test_nothing_is_exported_without_the_variables(
     start_server: Launch, receiver: Receiver

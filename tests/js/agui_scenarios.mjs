@@ -18,8 +18,8 @@ console.warn = (...args) => {
   warn(...args);
 };
 
-function agent(threadId = `agui-${randomUUID()}`) {
-  return new HttpAgent({ url, threadId, headers: {} });
+function agent(threadId = `agui-${randomUUID()}`, agentUrl = url) {
+  return new HttpAgent({ url: agentUrl, threadId, headers: {} });
 }
 
 // runAgent, recording every event the client accepted (after its own verifyEvents)
@@ -169,6 +169,30 @@ const scenarios = {
     }
     assert.ok(runId);
     return { runId, threadId: a.threadId, types: types(events), failure, events };
+  },
+
+  // the "thinker" agent of tests/fakes/reasoning_models.py: reasoning, a tool call, the answer
+  async reasoning() {
+    const a = agent(undefined, `${base}/v1/agents/thinker/ag-ui`);
+    a.addMessage({ id: randomUUID(), role: "user", content: "what time is it?" });
+    const { events, failure } = await run(a);
+    assert.equal(failure, undefined, String(failure));
+    await verified(events);
+    const t = types(events);
+    // each model call's reasoning before what it leads to: the tool call, the answer
+    assert.ok(t.indexOf("REASONING_START") < t.indexOf("TOOL_CALL_START"));
+    assert.ok(t.lastIndexOf("REASONING_END") < t.indexOf("TEXT_MESSAGE_START"));
+    const reasoning = a.messages.filter((m) => m.role === "reasoning");
+    const finished = events.at(-1);
+    assert.equal(finished.outcome.type, "success");
+    return {
+      types: t,
+      reasoning: reasoning.map((m) => m.content),
+      roles: a.messages.map((m) => m.role),
+      text: lastText(a),
+      usage: finished.usage,
+      events,
+    };
   },
 
   async overloaded() {

@@ -75,6 +75,28 @@ function userMessage(text) {
 }
 
 const scenarios = {
+  // the "thinker" agent of tests/fakes/reasoning_models.py: reasoning, a tool call, the answer
+  async reasoning() {
+    const transport = new DefaultChatTransport({ api: `${base}/v1/agents/thinker/ai-sdk/chat` });
+    const stream = await transport.sendMessages({
+      chatId: chatId(),
+      messages: [userMessage("what time is it?")],
+      trigger: "submit-message",
+      messageId: undefined,
+      abortSignal: undefined,
+    });
+    const { chunks, message } = await collect(stream);
+    const reasoning = message.parts.filter((p) => p.type === "reasoning");
+    assert.ok(reasoning.every((p) => p.state === "done"));
+    assert.match(textOf(message), /^The time is /);
+    return {
+      parts: message.parts.map((p) => p.type),
+      reasoning: reasoning.map((p) => p.text),
+      usage: message.metadata.usage,
+      chunks,
+    };
+  },
+
   async text() {
     const transport = new DefaultChatTransport({ api });
     const id = chatId();

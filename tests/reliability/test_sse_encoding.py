@@ -59,6 +59,9 @@ json_values = st.recursive(
 )
 
 
+_DELTAS = ("text.delta", "reasoning.delta")  # encoded by the hot path's delta_json
+
+
 @st.composite
 def wire_events(draw: st.DrawFn) -> tuple[str, str, list[tuple[str, float, Any]]]:
     """A run (its ids, arbitrary text) and its events: (type, ts, data or delta)."""
@@ -69,9 +72,7 @@ def wire_events(draw: st.DrawFn) -> tuple[str, str, list[tuple[str, float, Any]]
         kind = draw(st.sampled_from(EVENT_TYPES))
         ts = draw(st.floats(min_value=0, max_value=4e9))
         payload: Any = (
-            draw(text)
-            if kind == "text.delta"
-            else draw(st.dictionaries(text, json_values, max_size=5))
+            draw(text) if kind in _DELTAS else draw(st.dictionaries(text, json_values, max_size=5))
         )
         events.append((kind, ts, payload))
     return run_id, session_id, events
@@ -83,7 +84,7 @@ def encode(
     encoder = WireEncoder(run_id, session_id)
     frames = []
     for seq, (kind, ts, payload) in enumerate(events, start=1):
-        if kind == "text.delta":
+        if kind in _DELTAS:
             frames.append(encoder.encode_json(seq, kind, ts, delta_json(payload)))
         else:
             frames.append(encoder.encode(seq, kind, ts, payload))
@@ -100,7 +101,7 @@ def expected(
             "run_id": run_id,
             "session_id": session_id,
             "ts": iso_ms(ts),
-            "data": {"delta": payload} if kind == "text.delta" else payload,
+            "data": {"delta": payload} if kind in _DELTAS else payload,
         }
         for seq, (kind, ts, payload) in enumerate(events, start=1)
     ]

@@ -24,7 +24,9 @@ from agent_runtime.compaction import (
     SUMMARY_PREFIX,
     ContextCompactor,
     LlmCompactor,
+    prepare_context,
     trim_history,
+    trim_step,
 )
 from agent_runtime.messages import (
     AssistantMessage,
@@ -211,6 +213,49 @@ def test_the_bound_never_orphans_a_tool_result(sizes: list[int], bound: int) -> 
         trimmed[0] == last_turn[0] and trimmed[1:] == history[tail + 1 :]
     )
     assert len(trimmed) <= bound or trimmed == [last_turn[0], last_turn[-1]]
+
+
+def test_the_bound_drops_in_steps_so_the_start_of_the_history_stays() -> None:
+    assert trim_step(30) == 7
+    kept = [trim_history(conversation(*[0] * turns), 30, step=8) for turns in (20, 21, 23, 24)]
+    assert all(len(history) <= 30 for history in kept)
+    # two messages a turn: 40, 42 and 46 messages are 10, 12 and 16 over, each rounded up to
+    # 16 dropped, so the kept history starts at the same question; 48 (18 over) drops 24
+    assert [history[0] for history in kept] == [
+        UserMessage("question 8"),
+        UserMessage("question 8"),
+        UserMessage("question 8"),
+        UserMessage("question 12"),
+    ]
+    # without a step the start moves with every message over the bound
+    assert trim_history(conversation(*[0] * 21), 30)[0] == UserMessage("question 6")
+
+
+async def test_the_run_bounds_its_history_in_steps() -> None:
+    # 40 and 42 messages over a bound of 30: 10 and 12 over, both rounded up to the step of 7
+    for turns in (20, 21):
+        kept = await prepare_context(
+            conversation(*[0] * turns), compactor=None, max_messages=30, run_id="r"
+        )
+        assert kept[0] == UserMessage("question 7")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=12),
+    bound=st.integers(min_value=1, max_value=40),
+    step=st.integers(min_value=1, max_value=12),
+)
+def test_a_stepped_bound_keeps_whole_units_within_the_bound(
+    sizes: list[int], bound: int, step: int
+) -> None:
+    history = conversation(*sizes)
+    trimmed = trim_history(history, bound, step=step)
+    assert_whole(trimmed)
+    last_turn = turn(len(sizes) - 1, sizes[-1])
+    assert len(trimmed) <= bound or trimmed == [last_turn[0], last_turn[-1]]
+    tail = len(history) - len(trimmed)
+    assert trimmed == history[tail:] or trimmed[0] == last_turn[0]
 
 
 # in the run loop --------------------------------------------------------------------------------

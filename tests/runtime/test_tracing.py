@@ -379,3 +379,29 @@ async def test_a_run_past_its_deadline_is_an_error_span(exporter: InMemorySpanEx
     assert (run.attributes or {})["error.type"] == "run_timeout"
     # the call was cut by the deadline's cancellation: ended, not marked as its own failure
     assert chat.end_time is not None and chat.status.status_code is StatusCode.UNSET
+
+
+async def test_cache_and_reasoning_counts_are_span_attributes_where_reported(
+    exporter: InMemorySpanExporter,
+) -> None:
+    detailed = Usage(100, 9, cached_input_tokens=80, cache_write_tokens=15, reasoning_tokens=4)
+    model = ScriptedModel(
+        [
+            tool_call_turn("lookup", {"key": "k"}, call_id="c1"),  # reports no details
+            ModelResponse(AssistantMessage("the value"), detailed, "stop"),
+        ]
+    )
+    agent = AgentCore(model, tools=[lookup], tracer=tracer_for(exporter))
+    await run_to_end(agent, "look", AgentRunConfig(session_id="s1"))
+    spans = exporter.get_finished_spans()
+    [run] = by_name(spans, "invoke_agent")
+    first, second = sorted(by_name(spans, "chat "), key=lambda s: s.start_time or 0)
+    details = {
+        "gen_ai.usage.cache_read.input_tokens": 80,
+        "gen_ai.usage.cache_creation.input_tokens": 15,
+        "gen_ai.usage.reasoning.output_tokens": 4,
+    }
+    assert {k: v for k, v in (second.attributes or {}).items() if k in details} == details
+    assert not set(first.attributes or {}) & set(details)
+    # the run's total: the reported details summed
+    assert {k: v for k, v in (run.attributes or {}).items() if k in details} == details

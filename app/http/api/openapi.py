@@ -20,7 +20,9 @@ __all__ = ["EVENT_TYPES", "install_openapi", "refine"]
 
 EVENT_TYPES = (
     "run.started",
+    "run.resumed",
     "text.delta",
+    "reasoning.delta",
     "tool.call.started",
     "tool.call.completed",
     "custom",

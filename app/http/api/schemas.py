@@ -235,10 +235,19 @@ class ExternalEventRequest(BaseModel):
 
 
 class Usage(BaseModel):
-    input_tokens: int
-    output_tokens: int
+    input_tokens: int = Field(description="Every input token, cached or not.")
+    output_tokens: int = Field(description="Every output token, reasoning included.")
     model: str | None = Field(
         None, description="The model that answered (a fallback's, after a failover)."
+    )
+    cached_input_tokens: int | None = Field(
+        None, description="Of input_tokens, those read from a prompt cache (where reported)."
+    )
+    cache_write_tokens: int | None = Field(
+        None, description="Of input_tokens, those written to a prompt cache (where reported)."
+    )
+    reasoning_tokens: int | None = Field(
+        None, description="Of output_tokens, those spent reasoning (where reported)."
     )
 
 
@@ -385,6 +394,11 @@ class MessageView(BaseModel):
     )
     approval: Literal["approved", "denied"] | None = Field(
         None, description="On a tool result whose call needed approval: how it was decided."
+    )
+    reasoning: str | None = Field(
+        None,
+        description="On an assistant message of a model that reasoned: the text of its "
+        "reasoning (never the provider's signed reasoning state). Absent otherwise.",
     )
 
 

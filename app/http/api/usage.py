@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -13,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from app.auth.keys import principal_of
 from app.http.api.schemas import Problem
 from app.server.services import ServicesDep
+from app.storage import UsageTotal
 
 __all__ = ["router"]
 
@@ -44,6 +46,18 @@ class UsageRow(BaseModel):
     output_tokens: int
     total_tokens: int
     runs: int
+    cached_input_tokens: int | None = Field(
+        default=None,
+        description="Of input_tokens, those read from a prompt cache (only where reported)",
+    )
+    cache_write_tokens: int | None = Field(
+        default=None,
+        description="Of input_tokens, those written to a prompt cache (only where reported)",
+    )
+    reasoning_tokens: int | None = Field(
+        default=None,
+        description="Of output_tokens, those spent reasoning (only where reported)",
+    )
 
 
 class UsageReport(BaseModel):
@@ -73,14 +87,25 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _row(name: str | None, key: str | None, tokens_in: int, tokens_out: int, runs: int) -> Any:
+_DETAILS = ("cached_input_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
+def _row(name: str | None, key: str | None, totals: Sequence[UsageTotal]) -> dict[str, Any]:
+    """One row of the report: the sums of ``totals`` (one group's, or every group's for the
+    total); a cache or reasoning count only where some run reported it."""
+    tokens_in = sum(t.input_tokens for t in totals)
+    tokens_out = sum(t.output_tokens for t in totals)
     row: dict[str, Any] = {name: key} if name is not None else {}
     row.update(
         input_tokens=tokens_in,
         output_tokens=tokens_out,
         total_tokens=tokens_in + tokens_out,
-        runs=runs,
+        runs=sum(t.runs for t in totals),
     )
+    for detail in _DETAILS:
+        reported = [value for t in totals if (value := getattr(t, detail)) is not None]
+        if reported:
+            row[detail] = sum(reported)
     return row
 
 
@@ -111,7 +136,9 @@ async def usage(
 ) -> Response:
     """The tokens of the caller's runs that finished in ``[from, to)``, by agent, principal
     (the caller's one row) or UTC day; read from the store's usage ledger, which keeps a
-    run's usage after its session is deleted."""
+    run's usage after its session is deleted. ``cached_input_tokens``, ``cache_write_tokens``
+    (parts of ``input_tokens``) and ``reasoning_tokens`` (part of ``output_tokens``) appear
+    where the runs' providers reported them."""
     now = datetime.now(UTC)
     since = (
         _utc(start) if start is not None else now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -125,14 +152,8 @@ async def usage(
         if until > since
         else []
     )
-    rows = [_row(group_by, t.key, t.input_tokens, t.output_tokens, t.runs) for t in totals]
-    total = _row(
-        None,
-        None,
-        sum(t.input_tokens for t in totals),
-        sum(t.output_tokens for t in totals),
-        sum(t.runs for t in totals),
-    )
+    rows = [_row(group_by, t.key, [t]) for t in totals]
+    total = _row(None, None, totals)
     return JSONResponse(
         {
             "principal": principal,

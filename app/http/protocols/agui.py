@@ -26,6 +26,7 @@ from app.http.protocols.common import (
     SSE_HEADERS,
     answer_confirmation,
     busy_reason,
+    delta_string,
     disconnect_policy,
     event_data,
     latest_run,
@@ -240,8 +241,10 @@ async def _resume(
 class AgUiEncoder:
     """Our wire events → AG-UI events, for one AG-UI run (a window of our run's log).
 
-    Text deltas are re-framed without decoding (their JSON string is reused as it is); the
-    other events are decoded and translated one by one.
+    Text and reasoning deltas are re-framed without decoding (their JSON string is reused as
+    it is); the other events are decoded and translated one by one. A model call's reasoning
+    is one reasoning message in a span of its own (``REASONING_START`` ...
+    ``REASONING_END``), closed by whatever the call does next.
     """
 
     __slots__ = (
@@ -252,6 +255,8 @@ class AgUiEncoder:
         "_model",
         "_parent",
         "_pending",
+        "_reasoning",
+        "_reasoning_prefix",
         "_run_id",
         "_started",
         "_text",
@@ -277,11 +282,13 @@ class AgUiEncoder:
         self._started = False
         self._ended = False
         self._text: str | None = None  # the open text message
+        self._reasoning: str | None = None  # the open reasoning message (and its span)
         self._parent: str | None = None  # the assistant message the next tool call belongs to
         self._content_prefix = b""
+        self._reasoning_prefix = b""
         self._pending: dict[str, dict[str, Any]] = {}  # confirmations asked, not yet resolved
         self._calls: set[str] = set()  # tool calls started in this window
-        self._usage: dict[str, list[int]] = {}
+        self._usage: dict[str, dict[str, int]] = {}
 
     @property
     def done(self) -> bool:
@@ -320,6 +327,8 @@ class AgUiEncoder:
                 break
             if event.type == "text.delta":
                 self._delta(event, out)
+            elif event.type == "reasoning.delta":
+                self._reasoning_delta(event, out)
             else:
                 self._event(event, out)
         return b"".join(out)
@@ -347,12 +356,10 @@ class AgUiEncoder:
     # --- translation ----------------------------------------------------------------------
 
     def _delta(self, event: WireEvent, out: list[bytes]) -> None:
-        frame = event.frame
-        # the frame ends with "data":{"delta":<JSON string>}}\n\n: the string is reused as is
-        start = frame.find(b',"data":{"delta":')
-        delta = frame[start + 17 : -4]
+        delta = delta_string(event)
         if delta == b"null":
             return
+        self._close_reasoning(out)
         if self._text is None:
             message_id = f"{self._run_id}:m{event.seq}"
             self._text = self._parent = message_id
@@ -366,7 +373,32 @@ class AgUiEncoder:
             )
         out.append(self._content_prefix + delta + b"}\n\n")
 
+    def _reasoning_delta(self, event: WireEvent, out: list[bytes]) -> None:
+        delta = delta_string(event)
+        if delta == b"null":
+            return
+        if self._reasoning is None:
+            self._close_text(out)
+            message_id = f"{self._run_id}:reasoning{event.seq}"
+            self._reasoning = message_id
+            out.append(_frame({"type": "REASONING_START", "messageId": message_id}))
+            start = {"type": "REASONING_MESSAGE_START", "messageId": message_id}
+            out.append(_frame({**start, "role": "reasoning"}))
+            self._reasoning_prefix = (
+                b'data: {"type":"REASONING_MESSAGE_CONTENT","messageId":"'
+                + message_id.encode()
+                + b'","delta":'
+            )
+        out.append(self._reasoning_prefix + delta + b"}\n\n")
+
+    def _close_reasoning(self, out: list[bytes]) -> None:
+        if self._reasoning is not None:
+            out.append(_frame({"type": "REASONING_MESSAGE_END", "messageId": self._reasoning}))
+            out.append(_frame({"type": "REASONING_END", "messageId": self._reasoning}))
+            self._reasoning = None
+
     def _close_text(self, out: list[bytes]) -> None:
+        self._close_reasoning(out)
         if self._text is not None:
             out.append(_frame({"type": "TEXT_MESSAGE_END", "messageId": self._text}))
             self._text = None
@@ -406,9 +438,11 @@ class AgUiEncoder:
     def _count_usage(self, data: Mapping[str, Any]) -> None:
         model = data.get("model")
         key = model if isinstance(model, str) else self._model or ""
-        counts = self._usage.setdefault(key, [0, 0])
-        counts[0] += int(data.get("input_tokens") or 0)
-        counts[1] += int(data.get("output_tokens") or 0)
+        counts = self._usage.setdefault(key, {"inputTokens": 0, "outputTokens": 0})
+        for ours, theirs in _USAGE_NAMES:
+            value = data.get(ours)
+            if isinstance(value, int):
+                counts[theirs] = counts.get(theirs, 0) + value
 
     def _tool_call(self, data: Mapping[str, Any], out: list[bytes]) -> None:
         call_id = str(data.get("tool_call_id"))
@@ -485,16 +519,25 @@ class AgUiEncoder:
 
     def _usage_list(self) -> list[dict[str, Any]]:
         entries = []
-        for model, (tokens_in, tokens_out) in self._usage.items():
+        for model, counts in self._usage.items():
             entry: dict[str, Any] = {
-                "inputTokens": tokens_in,
-                "outputTokens": tokens_out,
-                "totalTokens": tokens_in + tokens_out,
+                **counts,
+                "totalTokens": counts["inputTokens"] + counts["outputTokens"],
             }
             if model:
                 entry["model"] = model
             entries.append(entry)
         return entries
+
+
+# our usage fields → AG-UI's TokenUsage; the cache and reasoning counts only where reported
+_USAGE_NAMES = (
+    ("input_tokens", "inputTokens"),
+    ("output_tokens", "outputTokens"),
+    ("cached_input_tokens", "cachedInputTokens"),
+    ("cache_write_tokens", "cacheWriteInputTokens"),
+    ("reasoning_tokens", "reasoningTokens"),
+)
 
 
 def encode_data_any(value: Any) -> str:

@@ -31,6 +31,7 @@ from app.http.protocols.common import (
     active_run,
     answer_confirmation,
     busy_reason,
+    delta_string,
     disconnect_policy,
     event_data,
     latest_run,
@@ -234,7 +235,8 @@ class UIMessageStreamEncoder:
     log, from ``after``).
 
     A step is one model call and the tool calls it made; the next model call, after tool
-    results, opens the next step. Text deltas are re-framed without decoding.
+    results, opens the next step. A call's reasoning is a reasoning part at the start of its
+    step. Text and reasoning deltas are re-framed without decoding.
     """
 
     __slots__ = (
@@ -243,6 +245,8 @@ class UIMessageStreamEncoder:
         "_denied",
         "_ended",
         "_pending",
+        "_reasoning",
+        "_reasoning_prefix",
         "_run_id",
         "_started",
         "_step",
@@ -262,9 +266,11 @@ class UIMessageStreamEncoder:
         self._step_has_results = False
         self._text: str | None = None
         self._delta_prefix = b""
+        self._reasoning: str | None = None
+        self._reasoning_prefix = b""
         self._pending: set[str] = set()
         self._denied: set[str] = set()
-        self._usage = [0, 0]
+        self._usage: dict[str, int] = {}
 
     @property
     def done(self) -> bool:
@@ -287,6 +293,8 @@ class UIMessageStreamEncoder:
                 break
             if event.type == "text.delta":
                 self._delta(event, out)
+            elif event.type == "reasoning.delta":
+                self._reasoning_delta(event, out)
             else:
                 self._event(event, out)
         return b"".join(out)
@@ -313,17 +321,22 @@ class UIMessageStreamEncoder:
             self._step = False
 
     def _close_text(self, out: list[bytes]) -> None:
+        self._close_reasoning(out)
         if self._text is not None:
             out.append(_part({"type": "text-end", "id": self._text}))
             self._text = None
 
+    def _close_reasoning(self, out: list[bytes]) -> None:
+        if self._reasoning is not None:
+            out.append(_part({"type": "reasoning-end", "id": self._reasoning}))
+            self._reasoning = None
+
     def _delta(self, event: WireEvent, out: list[bytes]) -> None:
-        frame = event.frame
-        start = frame.find(b',"data":{"delta":')
-        delta = frame[start + 17 : -4]
+        delta = delta_string(event)
         if delta == b"null":
             return
         if self._text is None:
+            self._close_reasoning(out)
             self._open_step(out)
             text_id = f"{self._run_id}:m{event.seq}"
             self._text = text_id
@@ -333,14 +346,31 @@ class UIMessageStreamEncoder:
             )
         out.append(self._delta_prefix + delta + b"}\n\n")
 
+    def _reasoning_delta(self, event: WireEvent, out: list[bytes]) -> None:
+        delta = delta_string(event)
+        if delta == b"null":
+            return
+        if self._reasoning is None:
+            self._close_text(out)
+            self._open_step(out)
+            reasoning_id = f"{self._run_id}:reasoning{event.seq}"
+            self._reasoning = reasoning_id
+            out.append(_part({"type": "reasoning-start", "id": reasoning_id}))
+            self._reasoning_prefix = (
+                b'data: {"type":"reasoning-delta","id":"' + reasoning_id.encode() + b'","delta":'
+            )
+        out.append(self._reasoning_prefix + delta + b"}\n\n")
+
     def _event(self, event: WireEvent, out: list[bytes]) -> None:
         kind = event.type
         if kind == "run.started":
             return
         data = event_data(event)
         if kind == "usage":
-            self._usage[0] += int(data.get("input_tokens") or 0)
-            self._usage[1] += int(data.get("output_tokens") or 0)
+            for name in _USAGE_FIELDS:
+                value = data.get(name)
+                if isinstance(value, int):
+                    self._usage[name] = self._usage.get(name, 0) + value
             return
         if kind == "tool.call.started":
             self._close_text(out)
@@ -437,16 +467,45 @@ class UIMessageStreamEncoder:
 
     def _finish(self, out: list[bytes], reason: str) -> None:
         self._close_step(out)
-        tokens_in, tokens_out = self._usage
-        metadata = {
-            "runId": self._run_id,
-            "usage": {
-                "inputTokens": tokens_in,
-                "outputTokens": tokens_out,
-                "totalTokens": tokens_in + tokens_out,
-            },
-        }
+        metadata = {"runId": self._run_id, "usage": language_model_usage(self._usage)}
         out.append(_part({"type": "finish", "finishReason": reason, "messageMetadata": metadata}))
         out.append(_DONE)
         self._ended = True
         self._pending.clear()
+
+
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+
+
+def language_model_usage(counts: dict[str, int]) -> dict[str, Any]:
+    """Our usage counts in the shape of the AI SDK's ``LanguageModelUsage``: totals, and the
+    input and output details where the provider reported them."""
+    tokens_in = counts.get("input_tokens", 0)
+    tokens_out = counts.get("output_tokens", 0)
+    usage: dict[str, Any] = {
+        "inputTokens": tokens_in,
+        "outputTokens": tokens_out,
+        "totalTokens": tokens_in + tokens_out,
+    }
+    cached = counts.get("cached_input_tokens")
+    written = counts.get("cache_write_tokens")
+    if cached is not None or written is not None:
+        details = {"noCacheTokens": tokens_in - (cached or 0) - (written or 0)}
+        if cached is not None:
+            details["cacheReadTokens"] = cached
+        if written is not None:
+            details["cacheWriteTokens"] = written
+        usage["inputTokenDetails"] = details
+    reasoning = counts.get("reasoning_tokens")
+    if reasoning is not None:
+        usage["outputTokenDetails"] = {
+            "textTokens": tokens_out - reasoning,
+            "reasoningTokens": reasoning,
+        }
+    return usage

@@ -64,6 +64,7 @@ __all__ = [
     "check_fields",
     "check_session_id",
     "check_text",
+    "delta_string",
     "disconnect_policy",
     "dumps",
     "event_data",
@@ -81,9 +82,10 @@ __all__ = [
 logger = logging.getLogger("app.http.protocols")
 
 _DATA = b"\ndata: "
-# a text.delta frame ends with its data object: ,"data":{"delta":"..."}}\n\n (inside a JSON
-# string every quote is escaped, so this sequence can only be the envelope's own key)
+# a text.delta (or reasoning.delta) frame ends with its data object: ,"data":{"delta":"..."}}\n\n
+# (inside a JSON string every quote is escaped, so this can only be the envelope's own key)
 _DELTA_DATA = b',"data":'
+_DELTAS = frozenset({"text.delta", "reasoning.delta"})
 dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 """Compact JSON, as every protocol's frames carry it."""
 
@@ -91,21 +93,30 @@ dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
 def event_document(event: WireEvent) -> dict[str, Any]:
     """The wire event's JSON object (``type``, ``seq``, ``run_id``, ``session_id``, ``data``).
 
-    A ``text.delta`` (most events) gets only ``type``, ``seq`` and ``data``: decoding just its
-    small ``data`` object costs a fraction of the whole frame.
+    A ``text.delta`` or ``reasoning.delta`` (most events) gets only ``type``, ``seq`` and
+    ``data``: decoding just its small ``data`` object costs a fraction of the whole frame.
     """
     frame = event.frame
-    if event.type == "text.delta":
+    if event.type in _DELTAS:
         start = frame.rfind(_DELTA_DATA)
         if start > 0:
             data = json.loads(frame[start + len(_DELTA_DATA) : -3])
-            return {"type": "text.delta", "seq": event.seq, "data": data}
+            return {"type": event.type, "seq": event.seq, "data": data}
     start = frame.find(_DATA)
     if start < 0:  # pragma: no cover - every wire event has its data line
         return event.document
     value = json.loads(frame[start + len(_DATA) :])
     assert isinstance(value, dict)
     return value
+
+
+def delta_string(event: WireEvent) -> bytes:
+    """The ``delta`` of a ``text.delta`` or ``reasoning.delta`` as its frame holds it: a JSON
+    string (or ``null``), for an encoder to re-frame without decoding it."""
+    frame = event.frame
+    # the frame ends with "data":{"delta":<JSON string>}}\n\n (see _DELTA_DATA)
+    start = frame.rfind(_DELTA_DATA)
+    return frame[start + len(_DELTA_DATA) + len(b'{"delta":') : -4]
 
 
 class Translator(Protocol):

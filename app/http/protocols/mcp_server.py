@@ -4,7 +4,8 @@ One tool per configured agent, named after it: ``input`` (the message), optional
 ``session_id`` (continue that session; the result names the session it ran in) and optional
 ``approve`` (answer the session's pending confirmation). A call is one run, started through
 ``RunManager.start`` and read from its event log; each text delta goes out as a progress
-notification (``message`` = the delta) when the host asked for progress.
+notification (``message`` = the delta) when the host asked for progress. The model's reasoning
+is left out: MCP has no place for it, and a host hands a tool's result to its own model.
 
 A confirmation: on a 2026-07-28 connection whose host declared elicitation, the call returns
 ``input_required`` with an elicitation asking to approve the held call; the host's retry carries

@@ -3,6 +3,9 @@
 // step with it one event at a time. A text part is Markdown: while it grows it is rendered
 // again at most once a frame (text deltas only mark it stale), and once more, at once, when
 // the run ends, so a finished turn's DOM is exactly what rendering its stored messages gives.
+// A reasoning part (the model's thinking before an answer or a tool call) is plain text in a
+// collapsed <details>, above what it led to; it grows in place, so a reader who opened it
+// keeps it open while it streams.
 
 import { renderMarkdown } from "./markdown.js";
 
@@ -117,6 +120,7 @@ export class TurnView {
   constructor(turn) {
     this.turn = turn;
     this.textEls = new Map(); // part index → its element
+    this.reasoningEls = new Map(); // part index → its <details>
     this.stale = new Set(); // indexes of text parts to render again
     this.frame = 0;
     this.toolEls = new Map(); // tool_call_id → element
@@ -177,8 +181,12 @@ export class TurnView {
         if (turn.status === "sending") turn.status = "running";
         break;
       case "text.delta":
-        this.markText(Number(event.seq));
+        this.markText(Number(event.seq), "text");
         this.appendText(data.delta || "");
+        break;
+      case "reasoning.delta":
+        this.markText(Number(event.seq), "reasoning");
+        this.appendReasoning(data.delta || "");
         break;
       case "run.resumed":
         // the run went on on another worker from a checkpoint: text after it belongs to a
@@ -222,18 +230,14 @@ export class TurnView {
       case "usage": {
         // the model that answered each call (a fallback's after a failover), and the sum so
         // far, which is what a stopped run's record keeps; run.completed carries the total
-        const sum = turn.usage || { input_tokens: 0, output_tokens: 0 };
-        turn.usage = {
-          input_tokens: sum.input_tokens + (data.input_tokens || 0),
-          output_tokens: sum.output_tokens + (data.output_tokens || 0),
-        };
+        turn.usage = addUsage(turn.usage, data);
         if (data.model) turn.model = data.model;
         break;
       }
       case "run.completed": {
         const content = data.output?.content;
         if (!this.textParts().length && typeof content === "string" && content) this.appendText(content);
-        if (data.usage) turn.usage = { input_tokens: data.usage.input_tokens, output_tokens: data.usage.output_tokens };
+        if (data.usage) turn.usage = addUsage(null, data.usage);
         if (data.usage?.model) turn.model = data.usage.model;
         turn.status = "completed";
         break;
@@ -265,12 +269,13 @@ export class TurnView {
     return this.turn.parts.filter((p) => p.kind === "text" && p.text);
   }
 
-  /** Remember where the text stood before the delta of ``seq`` (for ``run.resumed``). */
-  markText(seq) {
+  /** Remember where the text (or reasoning) stood before the delta of ``seq`` (for
+   * ``run.resumed``). */
+  markText(seq, kind) {
     if (!Number.isFinite(seq)) return;
     const parts = this.turn.parts;
     const last = parts[parts.length - 1];
-    const index = last && last.kind === "text" ? parts.length - 1 : parts.length;
+    const index = last && last.kind === kind ? parts.length - 1 : parts.length;
     const offset = index < parts.length ? parts[index].text.length : 0;
     if (!this.marks) this.marks = [];
     this.marks.push({ seq, index, offset });
@@ -286,11 +291,29 @@ export class TurnView {
       if (seen.has(mark.index)) continue; // the earliest mark of a part says where it stood
       seen.add(mark.index);
       const part = this.turn.parts[mark.index];
-      if (!part || part.kind !== "text") continue;
-      part.text = part.text.slice(0, mark.offset);
-      this.stale.add(mark.index);
+      if (!part) continue;
+      if (part.kind === "reasoning") {
+        part.text = part.text.slice(0, mark.offset);
+        this.renderReasoning(mark.index);
+      } else if (part.kind === "text") {
+        part.text = part.text.slice(0, mark.offset);
+        this.stale.add(mark.index);
+      }
     }
     if (seen.size) this.flush();
+  }
+
+  appendReasoning(delta) {
+    if (!delta) return;
+    const parts = this.turn.parts;
+    const last = parts[parts.length - 1];
+    if (last && last.kind === "reasoning") {
+      last.text += delta;
+      this.renderReasoning(parts.length - 1);
+    } else {
+      parts.push({ kind: "reasoning", text: delta });
+      this.renderPart(parts[parts.length - 1], parts.length - 1);
+    }
   }
 
   appendText(delta) {
@@ -355,6 +378,18 @@ export class TurnView {
   // --- rendering ----------------------------------------------------------------------
 
   renderPart(part, index) {
+    if (part.kind === "reasoning") {
+      const body = h("div", { class: "reasoning-text", text: part.text });
+      const el = h(
+        "details",
+        { class: "reasoning" },
+        h("summary", {}, h("span", { class: "reasoning-label", text: "Reasoning" })),
+        body,
+      );
+      this.reasoningEls.set(index, el);
+      this.parts.append(el);
+      return;
+    }
     if (part.kind === "text") {
       const el = h("div", { class: "text markdown" }, renderMarkdown(part.text));
       this.textEls.set(index, el);
@@ -366,6 +401,12 @@ export class TurnView {
     if (old) old.replaceWith(fresh);
     else this.parts.append(fresh);
     this.toolEls.set(part.id, fresh);
+  }
+
+  /** The reasoning part at ``index`` grew (or was cut): its text, in place. */
+  renderReasoning(index) {
+    const el = this.reasoningEls.get(index);
+    if (el) el.querySelector(".reasoning-text").textContent = this.turn.parts[index].text;
   }
 
   toolCard(part) {
@@ -435,14 +476,18 @@ export class TurnView {
     if (turn.runId) this.el.dataset.runId = turn.runId;
     this.assistant.setAttribute("aria-busy", live ? "true" : "false");
     const last = turn.parts[turn.parts.length - 1];
+    // the reasoning being written says so in its summary
+    for (const [index, el] of this.reasoningEls) {
+      el.dataset.live = live && turn.parts[index] === last ? "true" : "false";
+    }
     // the dots fill the silences: before the first word, and while a tool runs
-    const quiet = !(last && (last.kind === "text" || last.status === "waiting"));
+    const quiet = !(last && (last.kind === "text" || last.kind === "reasoning" || last.status === "waiting"));
     this.typing.hidden = !(live && turn.status !== "waiting" && quiet);
     this.renderNotice();
     const bits = [];
     if (turnOptions.showAgent && turn.agent) bits.push(turn.agent);
     if (turn.model) bits.push(turn.model);
-    if (turn.usage) bits.push(`${turn.usage.input_tokens} tokens in · ${turn.usage.output_tokens} out`);
+    if (turn.usage) bits.push(usageText(turn.usage));
     const meta = [];
     if (turn.skill) meta.push(h("span", { class: "skill", text: `skill ${turn.skill}` }));
     if (bits.length) meta.push(h("span", { class: "model", text: bits.join(" · ") }));
@@ -507,6 +552,29 @@ export class TurnView {
   }
 }
 
+const USAGE_DETAILS = ["cached_input_tokens", "cache_write_tokens", "reasoning_tokens"];
+
+/** ``usage`` (a wire event's counts) added to ``sum``: totals, and the details reported. */
+function addUsage(sum, usage) {
+  const out = {
+    input_tokens: (sum?.input_tokens || 0) + (usage.input_tokens || 0),
+    output_tokens: (sum?.output_tokens || 0) + (usage.output_tokens || 0),
+  };
+  for (const name of USAGE_DETAILS) {
+    if (typeof usage[name] === "number" || typeof sum?.[name] === "number") {
+      out[name] = (sum?.[name] || 0) + (usage[name] || 0);
+    }
+  }
+  return out;
+}
+
+/** "1200 tokens in (1000 cached) · 300 out (120 reasoning)": the details where reported. */
+function usageText(usage) {
+  const cached = typeof usage.cached_input_tokens === "number" ? ` (${usage.cached_input_tokens} cached)` : "";
+  const reasoning = typeof usage.reasoning_tokens === "number" ? ` (${usage.reasoning_tokens} reasoning)` : "";
+  return `${usage.input_tokens} tokens in${cached} · ${usage.output_tokens} out${reasoning}`;
+}
+
 function actionButton(iconName, action, label, description, lastOnly = false) {
   return h(
     "button",
@@ -543,9 +611,7 @@ export function turnsFromMessages(messages, runs = []) {
         turn.model = run.model || run.usage?.model || null;
         turn.skill = run.skill || null;
         // token counts once a model answered (a run stopped before that has none to show)
-        if (run.usage && turn.model) {
-          turn.usage = { input_tokens: run.usage.input_tokens, output_tokens: run.usage.output_tokens };
-        }
+        if (run.usage && turn.model) turn.usage = addUsage(null, run.usage);
       }
       turns.push(turn);
     }
@@ -555,6 +621,7 @@ export function turnsFromMessages(messages, runs = []) {
     }
     if (message.role === "user") continue;
     if (message.role === "assistant") {
+      if (message.reasoning) turn.parts.push({ kind: "reasoning", text: message.reasoning });
       const text = contentText(message.content);
       if (text) turn.parts.push({ kind: "text", text });
       for (const call of message.tool_calls || []) {

@@ -13,11 +13,24 @@ from app.storage.postgres.threads import THREADS_MIGRATION
 
 __all__ = ["BOOK_USAGE_COLUMNS", "BOOK_USAGE_VALUES", "MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
-# the usage row of a finished run, from its runs row (``day``: the UTC date of its end)
+# the usage row of a finished run, from its runs row (``day``: the UTC date of its end; the
+# cache and reasoning counts NULL where the run's usage does not report them)
 BOOK_USAGE_COLUMNS: Final = (
-    "(run_id, principal, agent, model, day, finished_at, input_tokens, output_tokens)"
+    "(run_id, principal, agent, model, day, finished_at, input_tokens, output_tokens,"
+    " cached_input_tokens, cache_write_tokens, reasoning_tokens)"
 )
 BOOK_USAGE_VALUES: Final = (
+    "run_id, principal, agent, model, (finished_at AT TIME ZONE 'UTC')::date, finished_at,"
+    " COALESCE((usage->>'input_tokens')::bigint, 0),"
+    " COALESCE((usage->>'output_tokens')::bigint, 0),"
+    " (usage->>'cached_input_tokens')::bigint, (usage->>'cache_write_tokens')::bigint,"
+    " (usage->>'reasoning_tokens')::bigint"
+)
+# the same as version 5 wrote them (a shipped migration never changes)
+_BOOK_USAGE_COLUMNS_5: Final = (
+    "(run_id, principal, agent, model, day, finished_at, input_tokens, output_tokens)"
+)
+_BOOK_USAGE_VALUES_5: Final = (
     "run_id, principal, agent, model, (finished_at AT TIME ZONE 'UTC')::date, finished_at,"
     " COALESCE((usage->>'input_tokens')::bigint, 0), COALESCE((usage->>'output_tokens')::bigint, 0)"
 )
@@ -92,7 +105,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         )""",
         "CREATE INDEX IF NOT EXISTS usage_by_time ON usage (finished_at)",
         "CREATE INDEX IF NOT EXISTS usage_by_principal ON usage (principal, finished_at)",
-        f"""INSERT INTO usage {BOOK_USAGE_COLUMNS} SELECT {BOOK_USAGE_VALUES} FROM runs
+        f"""INSERT INTO usage {_BOOK_USAGE_COLUMNS_5} SELECT {_BOOK_USAGE_VALUES_5} FROM runs
             WHERE usage IS NOT NULL AND finished_at IS NOT NULL ON CONFLICT DO NOTHING""",
     ),
     # 6: schedules and their firings (app.storage.postgres.schedules)
@@ -112,8 +125,15 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             WHERE NOT stateless""",
         "CREATE INDEX IF NOT EXISTS sessions_stateless ON sessions (updated_at) WHERE stateless",
     ),
-    # the metadata of a thread (a session, as the LangGraph-compatible API names it)
+    # 11: the metadata of a thread (a session, as the LangGraph-compatible API names it)
     THREADS_MIGRATION,
+    # 12: the usage ledger's prompt-cache and reasoning counts, NULL where the provider
+    # reported none (no backfill: no provider reported them before this version)
+    (
+        "ALTER TABLE usage ADD COLUMN IF NOT EXISTS cached_input_tokens bigint",
+        "ALTER TABLE usage ADD COLUMN IF NOT EXISTS cache_write_tokens bigint",
+        "ALTER TABLE usage ADD COLUMN IF NOT EXISTS reasoning_tokens bigint",
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

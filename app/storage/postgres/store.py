@@ -57,7 +57,14 @@ from app.storage.postgres.schema import (
     migrate,
 )
 from app.storage.postgres.threads import PostgresThreads
-from app.storage.rows import POSTGRES, run_record, session_record, stored_message
+from app.storage.rows import (
+    POSTGRES,
+    USAGE_SUMS,
+    run_record,
+    session_record,
+    stored_message,
+    usage_total,
+)
 from app.storage.schedules import FiringFence
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "redact_url"]
@@ -588,7 +595,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads):
         column = _USAGE_KEYS[group_by]  # a fixed column name, never the caller's text
         async with self._connection() as conn:
             rows = await conn.fetch(
-                f"SELECT {column}::text, SUM(input_tokens), SUM(output_tokens), COUNT(*)"
+                f"SELECT {column}::text, {USAGE_SUMS}"
                 " FROM usage WHERE finished_at >= $1 AND finished_at < $2"
                 " AND ($3::text IS NULL OR principal = $3)"
                 f" GROUP BY {column} ORDER BY {column}",
@@ -596,7 +603,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads):
                 end,
                 principal,
             )
-        return [UsageTotal(row[0], int(row[1]), int(row[2]), int(row[3])) for row in rows]
+        return [usage_total(row) for row in rows]
 
     @finish_on_cancel
     async def get_run(self, run_id: str) -> RunRecord | None:

@@ -15,8 +15,19 @@ from app.storage.sqlite.threads import THREADS_MIGRATION
 
 __all__ = ["BOOK_USAGE_SELECT", "MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
-# the usage row of a finished run, from its runs row (``day``: the UTC date of its end)
+# the usage row of a finished run, from its runs row (``day``: the UTC date of its end; the
+# cache and reasoning counts NULL where the run's usage does not report them)
 BOOK_USAGE_SELECT: Final = (
+    "(run_id, principal, agent, model, day, finished_at, input_tokens, output_tokens,"
+    " cached_input_tokens, cache_write_tokens, reasoning_tokens)"
+    " SELECT run_id, principal, agent, model, substr(finished_at, 1, 10), finished_at,"
+    " COALESCE(json_extract(usage, '$.input_tokens'), 0),"
+    " COALESCE(json_extract(usage, '$.output_tokens'), 0),"
+    " json_extract(usage, '$.cached_input_tokens'), json_extract(usage, '$.cache_write_tokens'),"
+    " json_extract(usage, '$.reasoning_tokens') FROM runs"
+)
+# the same as version 5 wrote it (a shipped migration never changes)
+_BOOK_USAGE_SELECT_5: Final = (
     "(run_id, principal, agent, model, day, finished_at, input_tokens, output_tokens)"
     " SELECT run_id, principal, agent, model, substr(finished_at, 1, 10), finished_at,"
     " COALESCE(json_extract(usage, '$.input_tokens'), 0),"
@@ -90,7 +101,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         )""",
         "CREATE INDEX IF NOT EXISTS usage_by_time ON usage (finished_at)",
         "CREATE INDEX IF NOT EXISTS usage_by_principal ON usage (principal, finished_at)",
-        f"""INSERT OR IGNORE INTO usage {BOOK_USAGE_SELECT}
+        f"""INSERT OR IGNORE INTO usage {_BOOK_USAGE_SELECT_5}
             WHERE usage IS NOT NULL AND finished_at IS NOT NULL""",
     ),
     # 6: schedules and their firings (app.storage.sqlite.schedules)
@@ -110,8 +121,15 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         """CREATE INDEX IF NOT EXISTS sessions_stateless ON sessions (updated_at)
             WHERE stateless = 1""",
     ),
-    # the metadata of a thread (a session, as the LangGraph-compatible API names it)
+    # 11: the metadata of a thread (a session, as the LangGraph-compatible API names it)
     THREADS_MIGRATION,
+    # 12: the usage ledger's prompt-cache and reasoning counts, NULL where the provider
+    # reported none (no backfill: no provider reported them before this version)
+    (
+        "ALTER TABLE usage ADD COLUMN cached_input_tokens INTEGER",
+        "ALTER TABLE usage ADD COLUMN cache_write_tokens INTEGER",
+        "ALTER TABLE usage ADD COLUMN reasoning_tokens INTEGER",
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

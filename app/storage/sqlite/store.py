@@ -44,7 +44,14 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
-from app.storage.rows import SQLITE, run_record, session_record, stored_message
+from app.storage.rows import (
+    SQLITE,
+    USAGE_SUMS,
+    run_record,
+    session_record,
+    stored_message,
+    usage_total,
+)
 from app.storage.schedules import FiringFence
 from app.storage.sqlite.checkpoints import SQLiteCheckpoints
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
@@ -662,11 +669,11 @@ def _usage_totals(
         where += " AND principal = ?"
         parameters.append(principal)
     rows = db.execute(
-        f"SELECT {column}, SUM(input_tokens), SUM(output_tokens), COUNT(*) FROM usage"
+        f"SELECT {column}, {USAGE_SUMS} FROM usage"
         f" WHERE {where} GROUP BY {column} ORDER BY {column}",
         parameters,
     ).fetchall()
-    return [UsageTotal(row[0], int(row[1]), int(row[2]), int(row[3])) for row in rows]
+    return [usage_total(row) for row in rows]
 
 
 def _get_run(db: sqlite3.Connection, run_id: str) -> RunRecord | None:

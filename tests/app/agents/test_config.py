@@ -19,6 +19,7 @@ from agent_runtime.providers.demo import delete_file
 from agent_runtime.tools.base import Tool, ToolPolicy
 from app import cli
 from app.agents.build import DEFAULT_AGENT, ConfigError, build_agents, load_config, model_binding
+from app.agents.config import PROMPT_CACHING
 from app.auth.keys import ANONYMOUS, Authenticator
 from app.bus.wire import WireEncoder, iso_ms
 from app.errors import Unauthorized
@@ -357,6 +358,11 @@ async def test_policies_in_the_file_override_a_tools_own(
             "agents.x.max_history_messages: expected a positive integer",
         ),
         ("[agents.x]\nmodel_params = 1\n", "agents.x.model_params: expected a table"),
+        ("[agents.x]\nprompt_caching = 'no'\n", "agents.x.prompt_caching: expected true or false"),
+        (
+            "[agents.x]\nprompt_caching = true\nmodel_params = { prompt_caching = false }\n",
+            "agents.x.prompt_caching: set it here or in model_params, not in both",
+        ),
         (
             "[agents.x]\ndefault_policy = 'maybe'\n",
             "agents.x.default_policy: expected one of allow, ask, deny, got 'maybe'",
@@ -525,6 +531,23 @@ def test_agent_server_refuses_a_bad_file(
     assert cli.main([]) == 2
     err = capsys.readouterr().err
     assert f"{path}: agents.research.max_iterations: expected a positive integer" in err
+
+
+async def test_openai_responses_specs_go_wherever_openai_specs_go(
+    tmp_path: Path, make_settings: MakeSettings
+) -> None:
+    spec = "openai-responses:o4-mini"
+    path = write(
+        tmp_path,
+        f'[agents.r]\nmodel = "{spec}"\nfallbacks = ["{spec}"]\nsystem_one = "{spec}"\n'
+        f'[agents.r.compaction]\nmodel = "{spec}"\n',
+    )
+    agent = load_config(path).agents["r"]
+    assert (agent.model, agent.fallbacks, agent.system_one) == (spec, (spec,), spec)
+    assert agent.compaction is not None and agent.compaction.model == spec
+    settings = make_settings(model=spec, fallback_models=spec)
+    bindings = [model_binding(s, settings) for s in (settings.model, *settings.fallback_model_list)]
+    assert {(b.model, b.protocol) for b in bindings} == {("o4-mini", "openai-responses")}
 
 
 def test_python_model_specs(make_settings: MakeSettings) -> None:
@@ -744,6 +767,18 @@ def test_an_agent_is_required_unless_the_file_says_otherwise(tmp_path: Path) -> 
     bad = write(tmp_path, '[agents.a]\nrequired = "no"\n')
     with pytest.raises(ConfigError, match=r"agents\.a\.required"):
         load_config(bad)
+
+
+def test_prompt_caching_is_on_unless_an_agent_turns_it_off(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "[agents.a]\n[agents.b]\nprompt_caching = true\nmodel_params = { temperature = 0 }\n"
+        "[agents.c]\nprompt_caching = false\nmodel_params = { temperature = 0 }\n",
+    )
+    agents = load_config(path).agents
+    assert agents["a"].model_params == {}
+    assert agents["b"].model_params == {"temperature": 0}
+    assert agents["c"].model_params == {"temperature": 0, PROMPT_CACHING: False}
 
 
 _HAS_IDEMPOTENT = "idempotent" in {f.name for f in dataclasses.fields(Tool)}

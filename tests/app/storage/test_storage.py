@@ -509,6 +509,71 @@ async def test_a_finished_run_books_its_usage_once_and_keeps_it_past_its_session
     assert await store.usage_totals(start=day1, end=end, group_by="agent", principal="carol") == []
 
 
+async def test_the_usage_ledger_sums_the_cache_and_reasoning_counts_that_were_reported(
+    store: Store,
+) -> None:
+    await store.get_or_create_session("s1", "alice")
+    runs: list[tuple[str, str, dict[str, Any]]] = [
+        # Anthropic-like: cache reads and writes, no reasoning count
+        (
+            "r1",
+            "claude",
+            {
+                "input_tokens": 1000,
+                "output_tokens": 10,
+                "cached_input_tokens": 900,
+                "cache_write_tokens": 50,
+            },
+        ),
+        (
+            "r2",
+            "claude",
+            {
+                "input_tokens": 1100,
+                "output_tokens": 20,
+                "cached_input_tokens": 950,
+                "cache_write_tokens": 0,
+                "model": "claude-x",
+            },
+        ),
+        # OpenAI-like: cache reads and reasoning
+        (
+            "r3",
+            "o-series",
+            {
+                "input_tokens": 300,
+                "output_tokens": 200,
+                "cached_input_tokens": 0,
+                "reasoning_tokens": 150,
+            },
+        ),
+        # nothing reported beyond the two totals
+        ("r4", "plain", {"input_tokens": 5, "output_tokens": 5}),
+    ]
+    for run_id, agent, usage in runs:
+        await store.create_run(_run(run_id, agent=agent))
+        await store.update_run(run_id, status="completed", usage=usage, finished_at=T0)
+
+    day = timedelta(days=1)
+    by_agent = await store.usage_totals(start=T0 - day, end=T0 + day, group_by="agent")
+    assert by_agent == [
+        UsageTotal("claude", 2100, 30, 2, cached_input_tokens=1850, cache_write_tokens=50),
+        UsageTotal("o-series", 300, 200, 1, cached_input_tokens=0, reasoning_tokens=150),
+        UsageTotal("plain", 5, 5, 1),
+    ]
+    # across groups, what some runs did not report is not counted as zero, nor made up
+    (everyone,) = await store.usage_totals(start=T0 - day, end=T0 + day, group_by="principal")
+    assert everyone == UsageTotal(
+        "alice",
+        2405,
+        235,
+        4,
+        cached_input_tokens=1850,
+        cache_write_tokens=50,
+        reasoning_tokens=150,
+    )
+
+
 # --- titles and turns ---------------------------------------------------------------------
 
 

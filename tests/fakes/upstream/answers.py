@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -23,13 +24,14 @@ from .behaviours import (
 from .frames import Frame, usage_or_default
 from .openai_wire import OpenAIWire
 from .recording import RecordedRequest
+from .responses_wire import ResponsesWire
 
 if TYPE_CHECKING:
     from .server import FakeUpstream
 
 __all__ = ["Wire", "perform"]
 
-Wire: TypeAlias = OpenAIWire | AnthropicWire
+Wire: TypeAlias = OpenAIWire | AnthropicWire | ResponsesWire
 
 
 async def perform(
@@ -57,11 +59,15 @@ async def perform(
     if isinstance(behaviour, Malformed):
         await _malformed(behaviour, wire, request, writer)
         return True
+    if isinstance(behaviour, (Text, ToolCalls)):
+        behaviour = _accounted(upstream, behaviour, request)
     if not request.stream:
         return await _whole(behaviour, wire, request, writer)
     await http_wire.start_stream(writer)
     if isinstance(wire, AnthropicWire) and isinstance(behaviour, (Text, ToolCalls)):
-        wire.set_usage(behaviour.usage)
+        wire.set_usage(
+            usage_or_default(behaviour.usage, 0, request.counted_input), behaviour.details
+        )
     await http_wire.write_frames(writer, wire.preamble())
     if isinstance(behaviour, Text):
         await _stream_text(upstream, behaviour, wire, request, reader, writer)
@@ -76,6 +82,21 @@ async def perform(
         await _endless(upstream, behaviour, wire, request, reader, writer)
         return False
     raise TypeError(f"not a behaviour: {behaviour!r}")  # pragma: no cover
+
+
+def _accounted(
+    upstream: FakeUpstream, behaviour: Text | ToolCalls, request: RecordedRequest
+) -> Text | ToolCalls:
+    """The behaviour with the server's prompt cache accounting, where it scripts no usage."""
+    cache = upstream.prompt_cache
+    body = request.json
+    protocol = request.protocol
+    if cache is None or behaviour.usage is not None or behaviour.details is not None:
+        return behaviour
+    if protocol is None or not isinstance(body, dict):
+        return behaviour
+    request.counted_input, details = cache.account(protocol, body)
+    return dataclasses.replace(behaviour, details=details)
 
 
 async def _malformed(
@@ -101,6 +122,8 @@ async def _stream_text(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
 ) -> None:
+    for item in behaviour.reasoning:
+        await http_wire.write_frames(writer, wire.reasoning(item))
     pieces = behaviour.pieces()
     for index, piece in enumerate(pieces):
         if index and behaviour.delay:
@@ -110,8 +133,9 @@ async def _stream_text(
             request.outcome = "held"
             upstream._changed()
             await upstream._hold(behaviour.hold, reader)
-    usage = usage_or_default(behaviour.usage, len(pieces))
-    await http_wire.write_frames(writer, wire.finish(_stop(wire, tools=False), usage))
+    usage = usage_or_default(behaviour.usage, len(pieces), request.counted_input)
+    finish = wire.finish(_stop(wire, tools=False), usage, behaviour.details)
+    await http_wire.write_frames(writer, finish)
     await http_wire.end_stream(writer)
     request.outcome = "ok"
 
@@ -125,6 +149,8 @@ async def _stream_tool_calls(
     writer: asyncio.StreamWriter,
 ) -> None:
     produced = 0
+    for item in behaviour.reasoning:
+        await http_wire.write_frames(writer, wire.reasoning(item))
     for piece in WORDS.findall(behaviour.text):
         await http_wire.write_frames(writer, _as_list(wire.text(piece)))
         produced += 1
@@ -140,8 +166,9 @@ async def _stream_tool_calls(
             request.outcome = "held"
             upstream._changed()
             await upstream._hold(behaviour.hold, reader)
-    usage = usage_or_default(behaviour.usage, produced)
-    await http_wire.write_frames(writer, wire.finish(_stop(wire, tools=True), usage))
+    usage = usage_or_default(behaviour.usage, produced, request.counted_input)
+    finish = wire.finish(_stop(wire, tools=True), usage, behaviour.details)
+    await http_wire.write_frames(writer, finish)
     await http_wire.end_stream(writer)
     request.outcome = "ok"
 
@@ -201,10 +228,12 @@ async def _whole(
     behaviour: Behaviour, wire: Wire, request: RecordedRequest, writer: asyncio.StreamWriter
 ) -> bool:
     if isinstance(behaviour, Text):
-        payload = wire.whole(behaviour.text, [], usage_or_default(behaviour.usage, 1))
+        usage = usage_or_default(behaviour.usage, 1, request.counted_input)
+        payload = wire.whole(behaviour.text, [], usage, behaviour.reasoning, behaviour.details)
     elif isinstance(behaviour, ToolCalls):
         calls = [(call, call.id or _call_id(wire)) for call in behaviour.calls]
-        payload = wire.whole(behaviour.text, calls, usage_or_default(behaviour.usage, 1))
+        usage = usage_or_default(behaviour.usage, 1, request.counted_input)
+        payload = wire.whole(behaviour.text, calls, usage, behaviour.reasoning, behaviour.details)
     else:
         request.outcome = "unsupported"
         body = wire.error_body(
@@ -222,11 +251,11 @@ def _as_list(frames: Frame | list[Frame]) -> list[Frame]:
 
 
 def _stop(wire: Wire, *, tools: bool) -> str:
-    if isinstance(wire, OpenAIWire):
-        return "tool_calls" if tools else "stop"
-    return "tool_use" if tools else "end_turn"
+    if isinstance(wire, AnthropicWire):
+        return "tool_use" if tools else "end_turn"
+    return "tool_calls" if tools else "stop"
 
 
 def _call_id(wire: Wire) -> str:
-    prefix = "call_" if isinstance(wire, OpenAIWire) else "toolu_"
+    prefix = "toolu_" if isinstance(wire, AnthropicWire) else "call_"
     return prefix + secrets.token_hex(8)

@@ -3,10 +3,14 @@
 A behaviour answers one request: a streamed answer (``Text``, ``ToolCalls``), a failure
 (``Status``, ``Drop``, ``Stall``, ``Endless``, ``StreamError``, ``Malformed``), a choice made
 from the request itself (``Respond``), or a capability job held at a gate (``Hold``).
+
+An answer may reason first (``reasoning``: ``Reasoning`` items, rendered as each wire has it)
+and report more than its token counts (``details``: ``UsageDetails``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -24,12 +28,14 @@ __all__ = [
     "Endless",
     "FakeToolCall",
     "Malformed",
+    "Reasoning",
     "Respond",
     "Stall",
     "Status",
     "StreamError",
     "Text",
     "ToolCalls",
+    "UsageDetails",
     "status",
 ]
 
@@ -38,11 +44,68 @@ WORDS = re.compile(r"\S+\s*|\s+")
 
 
 @dataclass(frozen=True)
+class Reasoning:
+    """The model's reasoning before its answer, streamed one word per delta.
+
+    Each wire renders it its own way: Anthropic a ``thinking`` block (``thinking_delta``s, then
+    a ``signature_delta``), or a ``redacted_thinking`` block when ``redacted`` gives its
+    ``data``; the Responses API a ``reasoning`` item (summary deltas, and ``encrypted_content``
+    in the item's ``output_item.done``); Chat Completions ``reasoning_content`` deltas (as
+    DeepSeek and vLLM send). ``signature``, ``encrypted`` and ``id`` default to values derived
+    from the text, so a test can predict them.
+    """
+
+    text: str = ""
+    signature: str | None = None
+    redacted: str | None = None
+    encrypted: str | None = None
+    id: str | None = None
+
+    def _digest(self) -> str:
+        return hashlib.sha256(f"{self.text}|{self.redacted}".encode()).hexdigest()[:16]
+
+    @property
+    def signature_value(self) -> str:
+        """The Anthropic signature sent for this block."""
+        return self.signature if self.signature is not None else f"sig-{self._digest()}"
+
+    @property
+    def encrypted_value(self) -> str:
+        """The Responses ``encrypted_content`` sent for this item."""
+        return self.encrypted if self.encrypted is not None else f"enc-{self._digest()}"
+
+    @property
+    def item_id(self) -> str:
+        """The Responses item id."""
+        return self.id if self.id is not None else f"rs_{self._digest()}"
+
+    def pieces(self) -> list[str]:
+        return WORDS.findall(self.text)
+
+
+@dataclass(frozen=True)
+class UsageDetails:
+    """Token counts beyond ``(input, output)``, each sent in the wire's own field as given.
+
+    ``cached``: Anthropic ``cache_read_input_tokens``, OpenAI ``cached_tokens``;
+    ``cache_write``: Anthropic ``cache_creation_input_tokens``, OpenAI ``cache_write_tokens``
+    (Chat: only beside ``cached``); ``reasoning``: OpenAI ``reasoning_tokens``, Anthropic
+    ``output_tokens_details.thinking_tokens``. The scripted ``usage`` is sent as each wire
+    means it: Anthropic's ``input_tokens`` are the uncached ones, OpenAI's include the cached.
+    """
+
+    cached: int | None = None
+    cache_write: int | None = None
+    reasoning: int | None = None
+
+
+@dataclass(frozen=True)
 class Text:
     """A streamed text answer. ``chunks`` defaults to one chunk per word.
 
     ``hold`` parks the stream after its first chunk until the gate opens; ``delay`` is the
-    pause between chunks. ``usage`` is ``(input_tokens, output_tokens)``.
+    pause between chunks. ``usage`` is ``(input_tokens, output_tokens)``; ``details`` adds
+    cache and reasoning counts. ``reasoning`` comes before the text.
     """
 
     text: str
@@ -50,6 +113,8 @@ class Text:
     usage: tuple[int, int] | None = None
     hold: Gate | None = None
     delay: float = 0.0
+    reasoning: Sequence[Reasoning] = ()
+    details: UsageDetails | None = None
 
     def pieces(self) -> list[str]:
         return list(self.chunks) if self.chunks is not None else WORDS.findall(self.text)
@@ -78,12 +143,14 @@ class FakeToolCall:
 
 @dataclass(frozen=True)
 class ToolCalls:
-    """A streamed answer that calls tools, optionally after some text."""
+    """A streamed answer that calls tools, optionally after some text (and reasoning)."""
 
     calls: Sequence[FakeToolCall]
     text: str = ""
     usage: tuple[int, int] | None = None
     hold: Gate | None = None
+    reasoning: Sequence[Reasoning] = ()
+    details: UsageDetails | None = None
 
 
 @dataclass(frozen=True)

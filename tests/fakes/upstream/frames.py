@@ -28,6 +28,11 @@ class Frame:
     content: bool = False  # a chunk carrying answer content (text or argument fragment)
 
 
-def usage_or_default(usage: tuple[int, int] | None, produced: int) -> tuple[int, int]:
-    """The scripted ``(input_tokens, output_tokens)``, else 11 in and one per chunk out."""
-    return usage if usage is not None else (11, max(1, produced))
+def usage_or_default(
+    usage: tuple[int, int] | None, produced: int, counted_input: int | None = None
+) -> tuple[int, int]:
+    """The scripted ``(input_tokens, output_tokens)``, else the counted input (or 11) in and
+    one per chunk out."""
+    if usage is not None:
+        return usage
+    return (counted_input if counted_input is not None else 11, max(1, produced))

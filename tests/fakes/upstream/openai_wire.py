@@ -1,13 +1,19 @@
-"""The OpenAI Chat Completions wire: streamed chunks, whole answers and error bodies."""
+"""The OpenAI Chat Completions wire: streamed chunks, whole answers and error bodies.
+
+Reasoning is streamed as ``reasoning_content`` deltas (DeepSeek's and vLLM's field; OpenAI's
+own models show none on this wire). Usage details go in ``prompt_tokens_details.cached_tokens``
+and ``completion_tokens_details.reasoning_tokens``; ``prompt_tokens`` include the cached ones.
+"""
 
 from __future__ import annotations
 
 import json
 import secrets
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from .behaviours import FakeToolCall
+from .behaviours import FakeToolCall, Reasoning, UsageDetails
 from .frames import ERROR_TYPES, Frame
 from .recording import RecordedRequest
 
@@ -40,6 +46,12 @@ class OpenAIWire:
     def text(self, piece: str) -> Frame:
         return Frame(self._chunk({"content": piece}), content=True)
 
+    def reasoning(self, item: Reasoning) -> list[Frame]:
+        return [
+            Frame(self._chunk({"reasoning_content": piece}), content=True)
+            for piece in item.pieces()
+        ]
+
     def tool_call(self, index: int, call: FakeToolCall, call_id: str) -> list[Frame]:
         start = {
             "tool_calls": [
@@ -57,7 +69,9 @@ class OpenAIWire:
             frames.append(Frame(self._chunk(delta), content=True))
         return frames
 
-    def finish(self, reason: str, usage: tuple[int, int]) -> list[Frame]:
+    def finish(
+        self, reason: str, usage: tuple[int, int], details: UsageDetails | None = None
+    ) -> list[Frame]:
         frames = [Frame(self._chunk({}, reason))]
         if self.include_usage:
             payload = {
@@ -66,11 +80,7 @@ class OpenAIWire:
                 "created": int(time.time()),
                 "model": self.model,
                 "choices": [],
-                "usage": {
-                    "prompt_tokens": usage[0],
-                    "completion_tokens": usage[1],
-                    "total_tokens": usage[0] + usage[1],
-                },
+                "usage": _usage(usage, details),
             }
             frames.append(Frame(f"data: {json.dumps(payload)}\n\n".encode()))
         frames.append(Frame(b"data: [DONE]\n\n"))
@@ -89,9 +99,16 @@ class OpenAIWire:
         return json.dumps(body).encode()
 
     def whole(
-        self, text: str, calls: list[tuple[FakeToolCall, str]], usage: tuple[int, int]
+        self,
+        text: str,
+        calls: list[tuple[FakeToolCall, str]],
+        usage: tuple[int, int],
+        reasoning: Sequence[Reasoning] = (),
+        details: UsageDetails | None = None,
     ) -> Any:
         message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if reasoning:
+            message["reasoning_content"] = "".join(item.text for item in reasoning)
         if calls:
             message["tool_calls"] = [
                 {
@@ -114,9 +131,20 @@ class OpenAIWire:
                     "logprobs": None,
                 }
             ],
-            "usage": {
-                "prompt_tokens": usage[0],
-                "completion_tokens": usage[1],
-                "total_tokens": sum(usage),
-            },
+            "usage": _usage(usage, details),
         }
+
+
+def _usage(usage: tuple[int, int], details: UsageDetails | None) -> dict[str, Any]:
+    counted: dict[str, Any] = {
+        "prompt_tokens": usage[0],
+        "completion_tokens": usage[1],
+        "total_tokens": usage[0] + usage[1],
+    }
+    if details is not None and details.cached is not None:
+        counted["prompt_tokens_details"] = {"cached_tokens": details.cached}
+        if details.cache_write is not None:
+            counted["prompt_tokens_details"]["cache_write_tokens"] = details.cache_write
+    if details is not None and details.reasoning is not None:
+        counted["completion_tokens_details"] = {"reasoning_tokens": details.reasoning}
+    return counted

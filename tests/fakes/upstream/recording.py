@@ -10,7 +10,7 @@ from .. import capability_wire
 
 __all__ = ["Protocol", "RecordedRequest"]
 
-Protocol: TypeAlias = Literal["openai", "anthropic"]
+Protocol: TypeAlias = Literal["openai", "anthropic", "responses"]
 
 
 @dataclass
@@ -22,6 +22,8 @@ class RecordedRequest:
     headers: dict[str, str]
     body: bytes
     outcome: str = "pending"
+    #: the input tokens the server's prompt cache accounting counted (None without one)
+    counted_input: int | None = None
 
     @property
     def json(self) -> Any:
@@ -38,6 +40,8 @@ class RecordedRequest:
             return "openai"
         if self.path.endswith("/messages"):
             return "anthropic"
+        if self.path.endswith("/responses"):
+            return "responses"
         return None
 
     @property
@@ -67,6 +71,17 @@ class RecordedRequest:
         """The ``messages`` field of the body."""
         body = self.json
         return list(body.get("messages") or []) if isinstance(body, dict) else []
+
+    @property
+    def input(self) -> list[Any]:
+        """The ``input`` items of a Responses request (a string input is one user message)."""
+        body = self.json
+        if not isinstance(body, dict):
+            return []
+        items = body.get("input")
+        if isinstance(items, str):
+            return [{"role": "user", "content": items}]
+        return list(items or [])
 
     @property
     def stream(self) -> bool:

@@ -16,9 +16,11 @@ from . import http_wire
 from .answers import Wire, perform
 from .anthropic_wire import AnthropicWire
 from .behaviours import Behaviour, Respond
+from .cache_accounting import PromptCache
 from .gates import Gate, resolve
 from .openai_wire import OpenAIWire
 from .recording import RecordedRequest
+from .responses_wire import ResponsesWire
 
 __all__ = ["FakeUpstream"]
 
@@ -27,11 +29,21 @@ class FakeUpstream:
     """The fake server. See the package docstring.
 
     ``default`` answers requests when the queues are empty (for load tests and echo servers);
-    without one, an unscripted request gets 400 and is kept in ``unscripted``.
+    without one, an unscripted request gets 400 and is kept in ``unscripted``. With
+    ``prompt_cache`` an answer that scripts no usage reports what a prompt cache of the earlier
+    requests would (``cache_accounting``; prefixes of at least ``cache_min_tokens``).
     """
 
-    def __init__(self, *, default: Behaviour | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *,
+        default: Behaviour | None = None,
+        host: str = "127.0.0.1",
+        prompt_cache: bool = False,
+        cache_min_tokens: int = 1024,
+    ) -> None:
         self.host = host
+        self.prompt_cache = PromptCache(cache_min_tokens) if prompt_cache else None
         self.port = 0
         self.default = default
         self.requests: list[RecordedRequest] = []
@@ -277,6 +289,8 @@ class FakeUpstream:
             wire = OpenAIWire(request)
         elif request.method == "POST" and request.protocol == "anthropic":
             wire = AnthropicWire(request)
+        elif request.method == "POST" and request.protocol == "responses":
+            wire = ResponsesWire(request)
         else:
             request.outcome = "not found"
             await http_wire.send_json(writer, 404, {"error": {"message": "no such endpoint"}})

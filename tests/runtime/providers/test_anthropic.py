@@ -40,6 +40,7 @@ from tests.fakes.upstream import (
 freeze_imports()  # keep full collections short: see its docstring
 
 KEY = "sk-ant-test-0123456789abcdef"
+EPHEMERAL = {"type": "ephemeral"}
 
 WEATHER = ToolSpec(
     "weather",
@@ -98,8 +99,11 @@ async def test_text_streams_with_usage_from_start_and_delta(
     assert body["model"] == "claude-test"
     assert body["stream"] is True
     assert body["max_tokens"] == DEFAULT_MAX_TOKENS
-    assert body["system"] == "Be brief."
-    assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    # prompt caching is on by default: the system prompt and the conversation's end are marked
+    assert body["system"] == [{"type": "text", "text": "Be brief.", "cache_control": EPHEMERAL}]
+    assert body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": EPHEMERAL}]}
+    ]
 
 
 async def test_tool_use_blocks_assemble_input_json_fragments(
@@ -135,6 +139,7 @@ async def test_tool_use_blocks_assemble_input_json_fragments(
             "name": "weather",
             "description": "The weather in a city.",
             "input_schema": WEATHER.parameters,
+            "cache_control": EPHEMERAL,
         }
     ]
 
@@ -170,9 +175,15 @@ async def test_tool_round_trip_through_the_agent(upstream: FakeUpstream) -> None
     assert text == "It rains in Bergen."
 
     first, second = upstream.requests
-    assert first.json["system"] == "You help."
+    assert first.json["system"] == [
+        {"type": "text", "text": "You help.", "cache_control": EPHEMERAL}
+    ]
     assert second.json["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "Weather in Bergen?"}]},
+        {
+            "role": "user",
+            # the previous call's end: its cache entry is read back
+            "content": [{"type": "text", "text": "Weather in Bergen?", "cache_control": EPHEMERAL}],
+        },
         {
             "role": "assistant",
             "content": [
@@ -187,7 +198,12 @@ async def test_tool_round_trip_through_the_agent(upstream: FakeUpstream) -> None
         {
             "role": "user",
             "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "rain in Bergen"}
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": "rain in Bergen",
+                    "cache_control": EPHEMERAL,
+                }
             ],
         },
     ]
@@ -208,7 +224,9 @@ async def test_history_alternates_and_merges_tool_results(
         ToolMessage("t2", "weather", "Error: unknown city", is_error=True),
         UserMessage("and now?"),
     ]
-    await collect(model, ModelRequest(messages=history, system="Top rule."))
+    # without prompt caching the system prompt is one string
+    request = ModelRequest(messages=history, system="Top rule.", params={"prompt_caching": False})
+    await collect(model, request)
 
     body = upstream.requests[0].json
     assert body["system"] == "Top rule.\n\nExtra rule."

@@ -44,8 +44,13 @@ async def upstream() -> AsyncIterator[FakeUpstream]:
 
 @pytest.fixture
 async def model(upstream: FakeUpstream) -> AsyncIterator[AnthropicModel]:
+    # without prompt caching, whose cache_control marks are tested on their own
     built = AnthropicModel(
-        "claude-test", api_key=KEY, base_url=upstream.anthropic_url, max_retries=0
+        "claude-test",
+        api_key=KEY,
+        base_url=upstream.anthropic_url,
+        max_retries=0,
+        params={"prompt_caching": False},
     )
     yield built
     await built.aclose()
@@ -201,7 +206,11 @@ async def test_a_tools_image_reaches_claude_inside_its_tool_result(
         return ImagePart(media_type="image/png", data=PNG)
 
     binding = ModelBinding.llm(
-        model="claude-test", protocol="anthropic", base_url=upstream.anthropic_url, api_key=KEY
+        model="claude-test",
+        protocol="anthropic",
+        base_url=upstream.anthropic_url,
+        api_key=KEY,
+        params={"prompt_caching": False},
     )
     upstream.script(ToolCalls([FakeToolCall("screenshot", {}, id="c1")]), Text("Black."))
     async with AgentCore.open(binding, tools=[screenshot]) as agent:

@@ -13,7 +13,9 @@ state; streaming, each event also yields the A2A events it means:
   and a data part describing the held call; the answer is a message on the same task with a
   data part ``{"approved": true|false}``;
 - ``run.completed`` / ``run.failed`` / ``run.cancelled`` → ``COMPLETED`` / ``FAILED`` /
-  ``CANCELED``, with the answer or the error as the status message.
+  ``CANCELED``, with the answer or the error as the status message;
+- ``reasoning.delta`` → nothing: A2A has no part for a model's reasoning, and a calling agent
+  would read any text or data part we put it in as the answer (docs/protocols.md).
 
 A stream stops at the first of those it shows after its start: the end of the run, or a
 question (``done``).

@@ -6,6 +6,13 @@ session is stateless: not listed, and deleted once idle past ``AGENT_STATELESS_R
 The agent's tool calls run on the server and do not appear as ``tool_calls``. A run that stops
 for a confirmation cannot be answered here: the request fails with ``confirmation_required``
 and the run is cancelled; the Responses endpoint carries confirmations.
+
+Chat Completions has no field for a model's reasoning. The service sends it as
+``reasoning_content`` (in the deltas, and in the message), the field DeepSeek's API introduced
+and many clients and servers of this API read (vLLM, LiteLLM, Open WebUI, LangChain); a client
+that does not know it ignores it. The usage's ``prompt_tokens_details`` (``cached_tokens``,
+``cache_write_tokens``) and ``completion_tokens_details.reasoning_tokens`` are there where the
+provider reported them.
 """
 
 from __future__ import annotations
@@ -94,8 +101,8 @@ class ChatBuilder:
         self._include_usage = include_usage
         self._on_confirmation = on_confirmation
         self._text: list[str] = []
-        self._input_tokens = 0
-        self._output_tokens = 0
+        self._reasoning: list[str] = []
+        self._counts: dict[str, int] = {}
         self._failure: tuple[int, dict[str, Any]] | None = None
         self._finish_reason = "stop"
 
@@ -113,12 +120,28 @@ class ChatBuilder:
             return b""
         return b"data: " + dumps(value).encode() + b"\n\n"
 
-    def _usage(self) -> dict[str, int]:
-        return {
-            "prompt_tokens": self._input_tokens,
-            "completion_tokens": self._output_tokens,
-            "total_tokens": self._input_tokens + self._output_tokens,
+    def _usage(self) -> dict[str, Any]:
+        counts = self._counts
+        prompt = counts.get("input_tokens", 0)
+        completion = counts.get("output_tokens", 0)
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
         }
+        cached = {
+            theirs: counts[ours]
+            for ours, theirs in (
+                ("cached_input_tokens", "cached_tokens"),
+                ("cache_write_tokens", "cache_write_tokens"),
+            )
+            if ours in counts
+        }
+        if cached:
+            usage["prompt_tokens_details"] = cached
+        if "reasoning_tokens" in counts:
+            usage["completion_tokens_details"] = {"reasoning_tokens": counts["reasoning_tokens"]}
+        return usage
 
     def opening(self) -> bytes:
         return self._frame(self._chunk({"role": "assistant", "content": ""}))
@@ -132,9 +155,15 @@ class ChatBuilder:
             delta = str(data.get("delta") or "")
             self._text.append(delta)
             return self._frame(self._chunk({"content": delta}))
+        if type_ == "reasoning.delta":
+            delta = str(data.get("delta") or "")
+            self._reasoning.append(delta)
+            return self._frame(self._chunk({"reasoning_content": delta}))
         if type_ == "usage":
-            self._input_tokens += int(data.get("input_tokens") or 0)
-            self._output_tokens += int(data.get("output_tokens") or 0)
+            for name in _USAGE_FIELDS:
+                value = data.get(name)
+                if isinstance(value, int):
+                    self._counts[name] = self._counts.get(name, 0) + value
             return b""
         if type_ == "custom" and data.get("name") == _WAITING_EVENT:
             payload = data.get("payload") or {}
@@ -171,6 +200,9 @@ class ChatBuilder:
         """The ``chat.completion`` (or the error that ended the run)."""
         if self._failure is not None:
             return self._failure
+        message = {"role": "assistant", "content": "".join(self._text)}
+        if self._reasoning:
+            message["reasoning_content"] = "".join(self._reasoning)
         return 200, {
             "id": self._id,
             "object": "chat.completion",
@@ -179,13 +211,22 @@ class ChatBuilder:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": "".join(self._text)},
+                    "message": message,
                     "finish_reason": self._finish_reason,
                     "logprobs": None,
                 }
             ],
             "usage": self._usage(),
         }
+
+
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:

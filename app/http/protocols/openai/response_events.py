@@ -11,13 +11,18 @@ so ``GET /responses/{id}?stream=true&starting_after=N`` rebuilds it and sends wh
 
 Wire event → Responses:
 
+- ``reasoning.delta``: a ``reasoning`` item (added, its one ``summary_text`` part added) and
+  ``response.reasoning_summary_text.delta``; the item closes at the next other event (the
+  text, the tool call it leads to). It carries the reasoning's text as its summary, never the
+  provider's signed state (no ``encrypted_content``: that stays on the server);
 - ``text.delta``: a ``message`` item (added, its ``output_text`` part added) and
   ``response.output_text.delta``; the item closes before any tool call and at the end;
 - ``tool.call.started``: a ``function_call`` item (the agent's own call, already running);
 - ``tool.call.completed``: a ``function_call_output`` item (its result or error);
 - ``custom`` ``confirmation_requested``: an ``mcp_approval_request`` item; the response ends
   ``response.incomplete``;
-- ``usage``: summed into the response's ``usage``;
+- ``usage``: summed into the response's ``usage`` (cached, cache-write and reasoning tokens in
+  its details, 0 where the provider reported none);
 - ``run.completed`` → ``response.completed``; ``run.failed`` → ``response.failed``;
   ``run.cancelled`` → ``response.incomplete`` with status ``cancelled``.
 """
@@ -92,12 +97,26 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else _dumps(value)
 
 
-def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+
+
+def _usage(counts: Mapping[str, int]) -> dict[str, Any]:
+    input_tokens = counts.get("input_tokens", 0)
+    output_tokens = counts.get("output_tokens", 0)
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {
+            "cached_tokens": counts.get("cached_input_tokens", 0),
+            "cache_write_tokens": counts.get("cache_write_tokens", 0),
+        },
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": counts.get("reasoning_tokens", 0)},
         "total_tokens": input_tokens + output_tokens,
     }
 
@@ -133,8 +152,9 @@ class ResponseBuilder:
         self._output: list[dict[str, Any]] = []
         self._text: list[str] = []
         self._message: dict[str, Any] | None = None
-        self._input_tokens = 0
-        self._output_tokens = 0
+        self._summary: list[str] = []
+        self._reasoning: dict[str, Any] | None = None
+        self._counts: dict[str, int] = {}
         self._error: dict[str, Any] | None = None
         self._completed_at: float | None = None
         self._response: dict[str, Any] = {
@@ -160,6 +180,8 @@ class ResponseBuilder:
         output = list(self._output)
         if self._message is not None:  # a message being written: its text so far
             output[-1] = self._message_item("in_progress")
+        elif self._reasoning is not None:  # the same for reasoning
+            output[-1] = self._reasoning_item("in_progress")
         return {
             **self._response,
             "status": self.status,
@@ -167,7 +189,7 @@ class ResponseBuilder:
             "error": self._error,
             "incomplete_details": None,
             "completed_at": self._completed_at,
-            "usage": _usage(self._input_tokens, self._output_tokens),
+            "usage": _usage(self._counts),
         }
 
     # --- the stream ---------------------------------------------------------------------------
@@ -196,12 +218,16 @@ class ResponseBuilder:
         data: Mapping[str, Any] = document.get("data") or {}
         if self.status == "queued":
             self.status = "in_progress"
+        if type_ == "reasoning.delta":
+            return self._reasoning_delta(str(data.get("delta") or ""))
+        if type_ == "usage":
+            for name in _USAGE_FIELDS:
+                value = data.get(name)
+                if isinstance(value, int):
+                    self._counts[name] = self._counts.get(name, 0) + value
+            return b""
         if type_ == "text.delta":
             return self._delta(str(data.get("delta") or ""))
-        if type_ == "usage":
-            self._input_tokens += int(data.get("input_tokens") or 0)
-            self._output_tokens += int(data.get("output_tokens") or 0)
-            return b""
         if type_ == "tool.call.started":
             return self._close_message() + self._function_call(data)
         if type_ == "tool.call.completed":
@@ -241,7 +267,7 @@ class ResponseBuilder:
         }
 
     def _delta(self, delta: str) -> bytes:
-        frames = b""
+        frames = self._close_reasoning()
         if self._message is None:
             item_id = f"msg_{self.response_id.removeprefix('resp_')}_{self.last_seq}"
             self._message = {"id": item_id, "type": "message", "role": "assistant"}
@@ -273,9 +299,65 @@ class ResponseBuilder:
             },
         )
 
-    def _close_message(self, status: str = "completed") -> bytes:
-        if self._message is None:
+    def _reasoning_item(self, status: str) -> dict[str, Any]:
+        assert self._reasoning is not None
+        summary = [{"type": "summary_text", "text": "".join(self._summary)}]
+        return {**self._reasoning, "summary": summary, "status": status}
+
+    def _reasoning_delta(self, delta: str) -> bytes:
+        frames = b""
+        if self._reasoning is None:
+            frames = self._close_message()
+            item_id = f"rs_{self.response_id.removeprefix('resp_')}_{self.last_seq}"
+            self._reasoning = {"id": item_id, "type": "reasoning"}
+            self._summary = []
+            self._output.append({})  # its place; filled in when it closes
+            index = len(self._output) - 1
+            added = {**self._reasoning, "summary": [], "status": "in_progress"}
+            frames += self._event(
+                "response.output_item.added", {"output_index": index, "item": added}
+            )
+            frames += self._event(
+                "response.reasoning_summary_part.added",
+                {
+                    "item_id": item_id,
+                    "output_index": index,
+                    "summary_index": 0,
+                    "part": {"type": "summary_text", "text": ""},
+                },
+            )
+        self._summary.append(delta)
+        return frames + self._event(
+            "response.reasoning_summary_text.delta",
+            {
+                "item_id": self._reasoning["id"],
+                "output_index": len(self._output) - 1,
+                "summary_index": 0,
+                "delta": delta,
+            },
+        )
+
+    def _close_reasoning(self, status: str = "completed") -> bytes:
+        if self._reasoning is None:
             return b""
+        item = self._reasoning_item(status)
+        self._reasoning = None
+        index = len(self._output) - 1
+        self._output[index] = item
+        part = item["summary"][0]
+        place = {"item_id": item["id"], "output_index": index, "summary_index": 0}
+        frames = self._event(
+            "response.reasoning_summary_text.done", {**place, "text": part["text"]}
+        )
+        frames += self._event("response.reasoning_summary_part.done", {**place, "part": part})
+        return frames + self._event(
+            "response.output_item.done", {"output_index": index, "item": item}
+        )
+
+    def _close_message(self, status: str = "completed") -> bytes:
+        """Close the open item: the message being written, or the reasoning before it."""
+        if self._message is None:
+            return self._close_reasoning(status)
         item = self._message_item(status)
         self._message = None
         index = len(self._output) - 1

@@ -82,6 +82,8 @@ def _parse_input(body: ResponsesRequest) -> tuple[str | None, str | None, list[A
             elif role in ("system", "developer") and body.instructions is None:
                 instructions = message_text(item.get("content"))
             # earlier assistant turns: the session already holds the conversation
+        elif kind == "reasoning":
+            pass  # an earlier response's reasoning, sent back with it: the session holds it too
         elif kind == "function_call_output":
             raise InvalidRequest(
                 "input: function_call_output is not accepted: the agent's tool calls run on "

@@ -258,3 +258,134 @@ def test_ai_sdk_failure_cancel_and_hand_over() -> None:
     )
     kinds = [c if c == "[DONE]" else c["type"] for c in handed]
     assert kinds.index("reset-step") == kinds.index("text-end") + 1
+
+
+def _thought(text: str | None) -> tuple[str, dict[str, Any]]:
+    return ("reasoning.delta", {"delta": text})
+
+
+DETAILED = (
+    "usage",
+    {
+        "model_call_id": "m",
+        "input_tokens": 100,
+        "output_tokens": 30,
+        "cached_input_tokens": 80,
+        "cache_write_tokens": 15,
+        "reasoning_tokens": 20,
+        "model": "claude",
+    },
+)
+# a model call that reasons, calls a tool, then one that reasons again and answers
+REASONED = (
+    STARTED,
+    _thought("Let me "),
+    _thought('check "it"'),
+    TOOL,
+    (
+        "tool.call.completed",
+        {"tool_call_id": "call_1", "name": "delete_file", "is_error": False, "result": "ok"},
+    ),
+    DETAILED,
+    _thought(None),
+    _thought("Done."),
+    _delta("Deleted "),
+    _delta("a"),
+    DETAILED,
+    COMPLETED,
+)
+
+
+def test_agui_reasoning_is_a_span_of_one_message_before_what_it_leads_to() -> None:
+    events = agui(_log(*REASONED), batch=2)
+    kinds = [e["type"] for e in events]
+    assert kinds == [
+        "RUN_STARTED",
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ]
+    first, second = (e for e in events if e["type"] == "REASONING_MESSAGE_START")
+    assert first == {
+        "type": "REASONING_MESSAGE_START",
+        "messageId": f"{RUN}:reasoning2",
+        "role": "reasoning",
+    }
+    assert second["messageId"] == f"{RUN}:reasoning8"
+    said = [e["delta"] for e in events if e["type"] == "REASONING_MESSAGE_CONTENT"]
+    assert said == ["Let me ", 'check "it"', "Done."]
+    assert events[-1]["usage"] == [
+        {
+            "inputTokens": 200,
+            "outputTokens": 60,
+            "cachedInputTokens": 160,
+            "cacheWriteInputTokens": 30,
+            "reasoningTokens": 40,
+            "totalTokens": 260,
+            "model": "claude",
+        }
+    ]
+    # a run that ends (or waits) while its model reasons closes the span first
+    cut = agui(_log(STARTED, _thought("hm"), ("run.cancelled", {"reason": "cancel_requested"})))
+    assert [e["type"] for e in cut][-3:] == [
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+        "RUN_FINISHED",
+    ]
+
+
+def test_ai_sdk_reasoning_opens_its_step_and_usage_has_the_sdk_details() -> None:
+    parts = ai_sdk(_log(*REASONED))
+    kinds = [c if c == "[DONE]" else c["type"] for c in parts]
+    assert kinds == [
+        "start",
+        "start-step",
+        "reasoning-start",
+        "reasoning-delta",
+        "reasoning-delta",
+        "reasoning-end",
+        "tool-input-available",
+        "tool-output-available",
+        "finish-step",
+        "start-step",
+        "reasoning-start",
+        "reasoning-delta",
+        "reasoning-end",
+        "text-start",
+        "text-delta",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "finish",
+        "[DONE]",
+    ]
+    assert parts[2] == {"type": "reasoning-start", "id": f"{RUN}:reasoning2"}
+    assert [c["delta"] for c in parts if c != "[DONE]" and c["type"] == "reasoning-delta"] == [
+        "Let me ",
+        'check "it"',
+        "Done.",
+    ]
+    assert parts[-2]["messageMetadata"]["usage"] == {
+        "inputTokens": 200,
+        "outputTokens": 60,
+        "totalTokens": 260,
+        "inputTokenDetails": {"noCacheTokens": 10, "cacheReadTokens": 160, "cacheWriteTokens": 30},
+        "outputTokenDetails": {"textTokens": 20, "reasoningTokens": 40},
+    }

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from a2a.types import a2a_pb2 as pb
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
@@ -165,6 +166,111 @@ def test_chat_chunks_and_the_confirmation_error() -> None:
     assert chat.result()[0] == 409
 
 
+DETAILED = {
+    "model_call_id": "m",
+    "input_tokens": 100,
+    "output_tokens": 30,
+    "cached_input_tokens": 80,
+    "cache_write_tokens": 15,
+    "reasoning_tokens": 20,
+}
+REASONED_RUN = log(
+    ("run.started", {"agent": "default", "model": "demo"}),
+    ("reasoning.delta", {"delta": "The user "}),
+    ("reasoning.delta", {"delta": "wants a."}),
+    ("tool.call.started", {"tool_call_id": "c1", "name": "t", "arguments": {}}),
+    ("usage", DETAILED),
+    ("tool.call.completed", {"tool_call_id": "c1", "name": "t", "result": "r"}),
+    ("reasoning.delta", {"delta": "Done."}),
+    ("text.delta", {"delta": "Here "}),
+    ("text.delta", {"delta": "it is."}),
+    ("usage", DETAILED),
+    ("run.completed", {"output": {"content": "Here it is."}, "usage": {}}),
+)
+
+
+def test_reasoning_is_a_reasoning_item_with_its_summary_before_what_it_leads_to() -> None:
+    events = frames(builder(stream=True), REASONED_RUN)
+    kinds = [e["type"] for e in events]
+    assert kinds[2:9] == [
+        "response.output_item.added",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        "response.output_item.done",
+    ]
+    assert [e["delta"] for e in events if e["type"].endswith("summary_text.delta")] == [
+        "The user ",
+        "wants a.",
+        "Done.",
+    ]
+    final = events[-1]["response"]
+    assert [item["type"] for item in final["output"]] == [
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "reasoning",
+        "message",
+    ]
+    assert final["output"][0] == {
+        "id": f"rs_{RUN.removeprefix('run_')}_2",
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "The user wants a."}],
+        "status": "completed",
+    }
+    assert final["usage"] == {
+        "input_tokens": 200,
+        "input_tokens_details": {"cached_tokens": 160, "cache_write_tokens": 30},
+        "output_tokens": 60,
+        "output_tokens_details": {"reasoning_tokens": 40},
+        "total_tokens": 260,
+    }
+    # the same response, not streamed, and while the reasoning is being written
+    quiet = builder()
+    quiet.opening()
+    for document in REASONED_RUN[:2]:
+        quiet.feed(document)
+    (thinking,) = quiet.response()["output"]
+    assert (thinking["status"], thinking["summary"][0]["text"]) == ("in_progress", "The user ")
+    # a run cut while its model reasons: the item is incomplete
+    cut = frames(builder(stream=True), [*REASONED_RUN[:2], *log(("run.cancelled", {}))])
+    assert cut[-1]["response"]["output"][0]["status"] == "incomplete"
+
+
+def test_chat_carries_reasoning_as_reasoning_content_and_the_usage_details() -> None:
+    chat = ChatBuilder(completion_id="c", model="default", stream=True, include_usage=True)
+    body = chat.opening() + b"".join(chat.feed(d) for d in REASONED_RUN)
+    chunks = [json.loads(c.removeprefix("data: ")) for c in body.decode().split("\n\n")[:-2]]
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert [d["reasoning_content"] for d in deltas if "reasoning_content" in d] == [
+        "The user ",
+        "wants a.",
+        "Done.",
+    ]
+    assert chunks[-1]["usage"] == {
+        "prompt_tokens": 200,
+        "completion_tokens": 60,
+        "total_tokens": 260,
+        "prompt_tokens_details": {"cached_tokens": 160, "cache_write_tokens": 30},
+        "completion_tokens_details": {"reasoning_tokens": 40},
+    }
+    whole = ChatBuilder(completion_id="c", model="default")
+    for document in REASONED_RUN:
+        whole.feed(document)
+    status, completion = whole.result()
+    assert status == 200
+    ChatCompletion.model_validate(completion)
+    assert completion["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "Here it is.",
+        "reasoning_content": "The user wants a.Done.",
+    }
+
+
 def test_a2a_task_stops_at_the_question_and_resumes() -> None:
     task = TaskBuilder(run_id=RUN, session_id="s", input_text="delete a")
     events = [e for d in DELETE_RUN[:5] for e in task.feed(d)]
@@ -180,3 +286,14 @@ def test_a2a_task_stops_at_the_question_and_resumes() -> None:
     snapshot = task.task()
     assert [a.parts[0].text for a in snapshot.artifacts] == ["Let me check.", "Deleted a."]
     assert [m.role for m in snapshot.history] == [pb.ROLE_USER, pb.ROLE_AGENT]
+
+
+def test_a2a_leaves_reasoning_out() -> None:
+    task = TaskBuilder(run_id=RUN, session_id="s", input_text="a")
+    events = [e for d in REASONED_RUN for e in task.feed(d)]
+    assert task.state == pb.TASK_STATE_COMPLETED
+    snapshot = task.task()
+    assert [a.parts[0].text for a in snapshot.artifacts] == ["Here it is."]
+    # no event, artifact or message says any of it
+    said = "".join(str(e) for e in events) + str(snapshot)
+    assert "The user" not in said and "Done." not in said
