@@ -5,7 +5,9 @@ Deterministic and keyless, so a fresh install answers without any provider:
 - an input with the word ``time`` calls ``current_time`` and reports what it returned;
 - ``delete NAME`` calls ``delete_file`` (policy ``ask``) and reports whether it was approved;
 - an input with the word ``slow`` waits ``slow_seconds`` between words;
-- anything else is echoed as ``You said: <input>``.
+- anything else is echoed as ``You said: <input>``;
+- a call with an output schema (structured output) answers JSON that matches it
+  (``demo_structured``), its strings the input.
 
 The answer streams one word per text delta, ``token_delay`` seconds apart.
 """
@@ -13,6 +15,7 @@ The answer streams one word per text delta, ``token_delay`` seconds apart.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import secrets
 from collections.abc import AsyncIterator
@@ -22,6 +25,7 @@ from ..messages import AssistantMessage, ToolCall, ToolMessage, UserMessage
 from ..model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, Usage
 from ..testing import words
 from ..tools.base import Tool, tool
+from .demo_structured import example_value
 
 __all__ = ["DemoModel", "demo_tools"]
 
@@ -45,6 +49,15 @@ def delete_file(path: str) -> str:
 def demo_tools() -> list[Tool]:
     """The demo model's tools: ``current_time`` (allow) and ``delete_file`` (ask)."""
     return [current_time, delete_file]
+
+
+def _final(request: ModelRequest, text: str, value: object) -> AssistantMessage:
+    """The answer ``text``; under an output schema, JSON matching it whose strings are
+    ``value`` (the input, the tool's result)."""
+    if request.output_schema is None:
+        return AssistantMessage(text)
+    answer = example_value(request.output_schema.schema, str(value))
+    return AssistantMessage(json.dumps(answer, ensure_ascii=False))
 
 
 class DemoModel:
@@ -72,15 +85,16 @@ class DemoModel:
             if not results:
                 return self._call("delete_file", {"path": name}), delay
             if results[-1].is_error:
-                return AssistantMessage(
-                    f"I did not delete {name}: the request was not approved."
-                ), delay
-            return AssistantMessage(f"Deleted {name} as you asked."), delay
+                text = f"I did not delete {name}: the request was not approved."
+                return _final(request, text, text), delay
+            return _final(request, f"Deleted {name} as you asked.", name), delay
         if _TIME.search(prompt):
             if not results:
                 return self._call("current_time", {}), delay
-            return AssistantMessage(f"The time is {results[-1].content}."), delay
-        return AssistantMessage(f"You said: {prompt}"), delay
+            return _final(
+                request, f"The time is {results[-1].content}.", results[-1].content
+            ), delay
+        return _final(request, f"You said: {prompt}", prompt), delay
 
     @staticmethod
     def _call(name: str, arguments: dict[str, str]) -> AssistantMessage:
