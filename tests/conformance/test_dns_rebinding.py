@@ -80,9 +80,7 @@ ROUTES: dict[str, tuple[str, str, dict[str, Any] | None]] = {
         {
             "id": "rebound-ai",
             "trigger": "submit-message",
-            "messages": [
-                {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "time"}]}
-            ],
+            "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "time"}]}],
         },
     ),
 }
