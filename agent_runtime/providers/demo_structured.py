@@ -76,15 +76,23 @@ def _typed(
             return []
         return [_value(items, root, text, depth + 1) for _ in range(count)]
     if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum"))
-        value = low if isinstance(low, int | float) and not isinstance(low, bool) else 0
-        if "exclusiveMinimum" in schema and value == schema["exclusiveMinimum"]:
-            value += 1
-        return math.ceil(value) if kind == "integer" else value
+        return _number(kind, schema)
     if kind == "boolean":
         return True
     if kind == "null":
         return None
+    return _string(schema, text)
+
+
+def _number(kind: str, schema: Mapping[str, Any]) -> int | float:
+    low = schema.get("minimum", schema.get("exclusiveMinimum"))
+    number: int | float = low if isinstance(low, int | float) and not isinstance(low, bool) else 0
+    if "exclusiveMinimum" in schema and number == schema["exclusiveMinimum"]:
+        number += 1
+    return math.ceil(number) if kind == "integer" else number
+
+
+def _string(schema: Mapping[str, Any], text: str) -> str:
     low = int(schema.get("minLength") or 0)
     high = schema.get("maxLength")
     value = text or "demo"
