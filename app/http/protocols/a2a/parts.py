@@ -2,7 +2,7 @@
 
 The agent's input is text (``text`` parts, of a ``text/*`` media type or none); ``data`` parts
 (JSON) answer a confirmation. A part of any other kind or media type cannot be passed on: the
-message is refused with ``ContentTypeNotSupportedError`` (-32005; HTTP+JSON 415), never
+message is refused with ``ContentTypeNotSupportedError`` (-32005; HTTP+JSON 400), never
 answered as if the part had not been sent.
 """
 
