@@ -23,6 +23,8 @@ OPTIONAL = {
     "schemathesis": "fuzz",
     "matplotlib": "bench",
     "llm_comply": "conformance",
+    "langchain_openai": "conformance",
+    "pydantic_ai": "conformance",
     "mypy": "lint",
     "numpy": "local-weights",
     "tokenizers": "local-weights",
