@@ -49,7 +49,7 @@ async def test_langchain_with_structured_output(oai_server: Server) -> None:
             max_retries=0,
             http_async_client=http,
         )
-        structured = model.with_structured_output(City, method="json_schema")
+        structured = model.with_structured_output(City)  # its default: json_schema
         city = await structured.ainvoke("Lisbon")
     assert city == City(name="Lisbon", population=0)
 
