@@ -242,3 +242,71 @@ def test_the_inspector_cli_sees_a_refused_argument(mcp_server: Server, tmp_path:
         fails=True,
     )
     assert refused["error"]["message"].startswith("session_id: 1 to 128 characters")
+
+
+_LEGACY = {
+    "Authorization": f"Bearer {KEY}",
+    "Accept": "application/json, text/event-stream",
+    "Mcp-Protocol-Version": "2025-11-25",
+}
+
+
+def _call(request_id: int, session_id: str, text: str) -> dict[str, Any]:
+    arguments = {"input": text, "session_id": session_id}
+    # a progress token: the first progress notification says the call is being read
+    params = {"name": "default", "arguments": arguments, "_meta": {"progressToken": request_id}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+async def _start_call(
+    http: httpx.AsyncClient, request_id: int, session_id: str, text: str
+) -> asyncio.Future[str]:
+    """Post a handshake-era call; once its first progress arrived, the rest of its answer."""
+    progressing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def read() -> str:
+        body = []
+        async with http.stream(
+            "POST", "/mcp", json=_call(request_id, session_id, text), headers=_LEGACY
+        ) as answer:
+            async for line in answer.aiter_lines():
+                body.append(line)
+                if "notifications/progress" in line and not progressing.done():
+                    progressing.set_result(None)
+        if not progressing.done():
+            progressing.set_result(None)
+        return "\n".join(body)
+
+    task = asyncio.ensure_future(read())
+    await asyncio.wait_for(progressing, 10)
+    return task
+
+
+async def _cancel(http: httpx.AsyncClient, request_id: int) -> None:
+    notification = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": request_id},
+    }
+    answer = await http.post("/mcp", json=notification, headers=_LEGACY)
+    assert answer.status_code == 202
+
+
+async def test_a_request_id_names_one_call_at_a_time(mcp_server: Server) -> None:
+    slow = "slow " + " ".join(f"w{i}" for i in range(40))
+    async with httpx.AsyncClient(base_url=mcp_server.base_url, timeout=30) as http:
+        # the same id twice in a row: the first call's record went with it
+        for attempt in range(2):
+            session_id = f"mcp-raw-{attempt}"
+            call = await _start_call(http, 77, session_id, slow)
+            run_id = await _active_run(mcp_server, session_id)
+            await _cancel(http, 77)
+            assert (await _ended(mcp_server, run_id, within=5))["status"] == "cancelled"
+            assert '"status":"cancelled"' in await call
+        # two calls in flight under one id: the notification cannot tell which, and ends neither
+        calls = [await _start_call(http, 78, f"mcp-twin-{i}", "slow a b c") for i in range(2)]
+        runs = [await _active_run(mcp_server, f"mcp-twin-{i}") for i in range(2)]
+        await _cancel(http, 78)
+        for run_id in runs:
+            assert (await _ended(mcp_server, run_id, within=10))["status"] == "completed"
+        await asyncio.gather(*calls)

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -297,7 +298,12 @@ async def _call_tool(
             raise
         finally:
             if legacy:
-                await calls.forget(caller.principal, caller.address, ctx.request_id, handle.run_id)
+                # shielded: a cancelled call's scope would cancel this await too, and its record
+                # would then outlive it and spoil the next call that reuses the request id
+                with anyio.CancelScope(shield=True):
+                    await calls.forget(
+                        caller.principal, caller.address, ctx.request_id, handle.run_id
+                    )
     except ServiceError as exc:
         raise _error(exc) from None
     except MCPError:
