@@ -27,6 +27,7 @@ from app.http.api.docs import DOCS_PATHS, install_docs
 from app.http.api.errors import CatchAllMiddleware, install_error_handlers
 from app.http.api.openapi import install_openapi
 from app.http.api.start_path import RunStartMiddleware
+from app.http.hosts import AllowedHosts, HostGuardMiddleware
 from app.http.middleware import BodyLimitMiddleware, LoadShedMiddleware
 from app.http.protocols import agui, ai_sdk, langgraph
 from app.http.protocols import openai as openai_protocol
@@ -174,6 +175,11 @@ def _install_middleware(app: FastAPI, settings: Settings) -> None:
             expose_headers=list(_CORS_EXPOSE_HEADERS),
             max_age=600,
         )
+    # before anything reads the request: a rebound page's requests run nothing
+    app.add_middleware(
+        HostGuardMiddleware,
+        allowed=AllowedHosts.parse(settings.allowed_host_list, origins),
+    )
     # outermost: every answer carries them, errors and CORS preflights included
     app.add_middleware(
         SecurityHeadersMiddleware,

@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     """Path of a TOML file defining agents (see docs/api.md, "Agents")."""
     max_body_bytes: Annotated[int, Field(ge=1)] = 1_048_576
     cors_origins: str = ""
+    allowed_hosts: str = "localhost,127.0.0.1,::1"
+    """Host names (any port) requests may name in ``Host`` and their ``Origin``: the guard
+    against DNS rebinding (``app.http.hosts``); ``*.example.com`` for subdomains, ``*`` for any.
+    Others get 403 ``forbidden_host``."""
     idempotency_ttl: Annotated[float, Field(gt=0)] = 86_400.0
     """Seconds an ``Idempotency-Key`` of a run start is remembered."""
     disconnect_grace: Annotated[float, Field(ge=0)] = 2.0
@@ -317,6 +321,11 @@ class Settings(BaseSettings):
     def cors_origin_list(self) -> list[str]:
         """``AGENT_CORS_ORIGINS`` as a list."""
         return _split(self.cors_origins)
+
+    @property
+    def allowed_host_list(self) -> list[str]:
+        """``AGENT_ALLOWED_HOSTS`` as a list."""
+        return _split(self.allowed_hosts)
 
     @property
     def api_key_map(self) -> dict[str, str]:

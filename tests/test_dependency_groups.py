@@ -22,6 +22,9 @@ OPTIONAL = {
     "playwright": "browser",
     "schemathesis": "fuzz",
     "matplotlib": "bench",
+    "llm_comply": "conformance",
+    "langchain_openai": "conformance",
+    "pydantic_ai": "conformance",
     "mypy": "lint",
     "numpy": "local-weights",
     "tokenizers": "local-weights",
@@ -72,7 +75,7 @@ def test_the_default_group_is_only_what_the_quick_tests_need() -> None:
     groups = PYPROJECT["dependency-groups"]
     assert uv["default-groups"] == ["dev"]
     default = {_name(requirement) for requirement in groups["dev"]}
-    for group in ("lint", "browser", "fuzz", "bench"):
+    for group in ("lint", "browser", "fuzz", "bench", "conformance"):
         assert default.isdisjoint(_name(r) for r in groups[group]), group
     extras = PYPROJECT["project"]["optional-dependencies"]
     assert default.isdisjoint(_name(r) for r in extras["local-weights"])

@@ -8,7 +8,9 @@ Deterministic and keyless, so a fresh install answers without any provider:
 - anything else is echoed as ``You said: <input>``; a prompt with images or documents gets one
   more sentence per part, saying what arrived: ``I received an image (image/png, 1234 bytes,
   sha256 1a2b3c4d5e6f).`` (its size and hash from the content store's record, else its bytes;
-  a part given by an ``https`` URL is named by its URL, which is never fetched).
+  a part given by an ``https`` URL is named by its URL, which is never fetched);
+- a call with an output schema (structured output) answers JSON that matches it
+  (``demo_structured``), its strings the input.
 
 The answer streams one word per text delta, ``token_delay`` seconds apart.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
 import secrets
 from collections.abc import AsyncIterator
@@ -28,6 +31,7 @@ from ..messages import AssistantMessage, ToolCall, ToolMessage, UserMessage, mes
 from ..model import ModelEvent, ModelRequest, ModelResponse, RetryOptions, Usage
 from ..testing import words
 from ..tools.base import Tool, tool
+from .demo_structured import example_value
 from .media import OFF_LOOP_BYTES, MediaReader
 
 __all__ = ["DemoModel", "demo_tools"]
@@ -78,15 +82,17 @@ class DemoModel:
             if not results:
                 return self._call("delete_file", {"path": name}), delay
             if results[-1].is_error:
-                return AssistantMessage(
-                    f"I did not delete {name}: the request was not approved."
-                ), delay
-            return AssistantMessage(f"Deleted {name} as you asked."), delay
+                text = f"I did not delete {name}: the request was not approved."
+                return _final(request, text, text), delay
+            return _final(request, f"Deleted {name} as you asked.", name), delay
         if _TIME.search(prompt):
             if not results:
                 return self._call("current_time", {}), delay
-            return AssistantMessage(f"The time is {results[-1].content}."), delay
-        return AssistantMessage(" ".join(["You said:", *filter(None, [prompt, *received])])), delay
+            return _final(
+                request, f"The time is {results[-1].content}.", results[-1].content
+            ), delay
+        said = " ".join(["You said:", *filter(None, [prompt, *received])])
+        return _final(request, said, prompt), delay
 
     @staticmethod
     def _call(name: str, arguments: dict[str, str]) -> AssistantMessage:
@@ -112,6 +118,15 @@ class DemoModel:
         yield ModelEvent.completed(
             ModelResponse(message, usage, "tool_calls" if message.tool_calls else "stop")
         )
+
+
+def _final(request: ModelRequest, text: str, value: object) -> AssistantMessage:
+    """The answer ``text``; under an output schema, JSON matching it whose strings are
+    ``value`` (the input, the tool's result)."""
+    if request.output_schema is None:
+        return AssistantMessage(text)
+    answer = example_value(request.output_schema.schema, str(value))
+    return AssistantMessage(json.dumps(answer, ensure_ascii=False))
 
 
 def _last_user(request: ModelRequest) -> int:

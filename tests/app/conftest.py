@@ -31,6 +31,8 @@ def make_settings(tmp_path: Path) -> MakeSettings:
             "api_keys": None,
             "config": None,
             "cors_origins": "",
+            # the in-process client's base URL, http://test, names the host "test"
+            "allowed_hosts": "localhost,127.0.0.1,::1,test",
         }
         values.update(overrides)
         return Settings(**values)

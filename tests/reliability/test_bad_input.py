@@ -453,7 +453,7 @@ async def raw_request(server: Server, head: bytes, body: list[bytes]) -> tuple[i
 def head(path: str, *headers: str) -> bytes:
     lines = [
         f"POST {path} HTTP/1.1",
-        "Host: test",
+        "Host: 127.0.0.1",
         f"Authorization: {auth('alice')['Authorization']}",
     ]
     return ("\r\n".join([*lines, *headers]) + "\r\n\r\n").encode()

@@ -36,6 +36,11 @@ pytestmark = pytest.mark.slow
 MiB = 1024 * 1024
 
 
+def _events_request(run_id: str) -> bytes:
+    """A bare ``GET`` of the run's events, naming a host the server answers to."""
+    return f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+
+
 def _connect(server: Server, *, rcvbuf: int | None = None) -> socket.socket:
     host, _, port = server.base_url.removeprefix("http://").partition(":")
     sock = socket.socket()
@@ -139,7 +144,7 @@ async def test_non_reading_clients_hold_bounded_memory_and_are_let_go(server: Se
         readers = []
         for _ in range(50):
             sock = _connect(server, rcvbuf=4096)
-            sock.sendall(f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            sock.sendall(_events_request(run_id))
             readers.append(sock)
         try:
             # every stream started (its status line is there to peek at, unread), wrote what
@@ -196,7 +201,7 @@ async def test_non_reading_followers_of_a_live_run_are_let_go(tmp_path: Path) ->
             followers = []
             for _ in range(200):
                 sock = _connect(running, rcvbuf=4096)
-                sock.sendall(f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                sock.sendall(_events_request(run_id))
                 followers.append(sock)
             try:
                 peak = 0

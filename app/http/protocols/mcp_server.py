@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -38,6 +39,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.errors import InvalidRequest, NotAccepted, NotFound, ServiceError, Unauthorized
 from app.http.api.schemas import SESSION_ID_PATTERN, is_session_id
+from app.http.middleware import read_body, replay
 from app.http.protocols.common import (
     answer_confirmation,
     check_session_id,
@@ -46,6 +48,7 @@ from app.http.protocols.common import (
     new_session_id,
     snapshot,
 )
+from app.http.protocols.mcp_cancel import CancelledCalls, cancelled_request_id
 from app.runs import RunRequestOptions
 from app.server.services import Services
 
@@ -60,6 +63,7 @@ _INVALID_PARAMS = -32602
 _INTERNAL_ERROR = -32603
 
 _Answer = types.CallToolResult | types.InputRequiredResult
+_VERSION = "0.1.0"  # the service's (serverInfo.version)
 
 
 def _input_schema() -> dict[str, Any]:
@@ -89,11 +93,12 @@ def _tool(name: str, description: str | None) -> types.Tool:
 
 
 class _Caller:
-    __slots__ = ("principal", "services")
+    __slots__ = ("address", "principal", "services")
 
-    def __init__(self, services: Services, principal: str) -> None:
+    def __init__(self, services: Services, principal: str, address: str) -> None:
         self.services = services
         self.principal = principal
+        self.address = address  # the host's, which with the principal tells hosts apart
 
 
 def _caller(ctx: ServerRequestContext[Any, Any]) -> _Caller:
@@ -281,12 +286,25 @@ async def _call_tool(
             ),
         )
         call = _Call(ctx, caller, agent, session_id)
+        # a handshake-era host cancels with notifications/cancelled naming this request
+        legacy = ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and ctx.request_id is not None
+        calls = CancelledCalls(services)
+        if legacy:
+            await calls.record(caller.principal, caller.address, ctx.request_id, handle.run_id)
         try:
             return await call.read(handle.run_id, 0)
         except BaseException:
             # the host gave up on the call (cancelled it, or went away): so does the run
             services.manager.cancel_local(handle.run_id, "client_disconnected")
             raise
+        finally:
+            if legacy:
+                # shielded: a cancelled call's scope would cancel this await too, and its record
+                # would then outlive it and spoil the next call that reuses the request id
+                with anyio.CancelScope(shield=True):
+                    await calls.forget(
+                        caller.principal, caller.address, ctx.request_id, handle.run_id
+                    )
     except ServiceError as exc:
         raise _error(exc) from None
     except MCPError:
@@ -354,6 +372,25 @@ async def _list_tools(
     )
 
 
+_ROUTING_HEADERS = frozenset({b"mcp-name", b"mcp-method"})
+_BLANKS = b" \t"
+
+
+def _routing_headers_stripped(scope: Scope) -> Scope:
+    """``scope`` with the blanks around ``Mcp-Name`` / ``Mcp-Method`` removed: the SDK compares
+    them with the body's name as they are, and a host that pads them means the same name."""
+    headers = scope["headers"]
+    if not any(
+        name in _ROUTING_HEADERS and value != value.strip(_BLANKS) for name, value in headers
+    ):
+        return scope
+    stripped = [
+        (name, value.strip(_BLANKS) if name in _ROUTING_HEADERS else value)
+        for name, value in headers
+    ]
+    return {**scope, "headers": stripped}
+
+
 class McpEndpoint:
     """The ASGI app of ``/mcp``: Bearer auth, then the SDK's streamable-HTTP transport.
 
@@ -362,7 +399,7 @@ class McpEndpoint:
 
     def __init__(self) -> None:
         self.server: Server[Any] = Server(
-            "agent-server", on_list_tools=_list_tools, on_call_tool=_call_tool
+            "agent-server", version=_VERSION, on_list_tools=_list_tools, on_call_tool=_call_tool
         )
         self._manager = StreamableHTTPSessionManager(
             app=self.server,
@@ -398,5 +435,16 @@ class McpEndpoint:
             )
             await response(scope, receive, send)
             return
-        scope[_CALLER] = _Caller(services, principal)
+        scope = _routing_headers_stripped(scope)
+        client = scope.get("client")
+        caller = _Caller(services, principal, str(client[0]) if client else "")
+        scope[_CALLER] = caller
+        if scope["method"] == "POST":
+            body = await read_body(receive, services.settings.max_body_bytes)
+            if body is None:
+                return  # the host went away
+            request_id = cancelled_request_id(body)
+            if request_id is not None:
+                await CancelledCalls(services).cancel(principal, caller.address, request_id)
+            receive = replay(body, receive)
         await self._manager.handle_request(scope, receive, send)

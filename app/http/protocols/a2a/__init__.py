@@ -6,9 +6,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from app.errors import Unavailable
+from app.http.protocols.a2a.caching import card_response
 from app.http.protocols.loading import DeferredEndpoint
 from app.settings import Settings
 
@@ -40,7 +41,7 @@ def install_a2a(app: FastAPI, settings: Settings) -> None:
         if services is None:
             raise Unavailable("the server is starting", retry_after=1)
         module = await endpoint.module()
-        return JSONResponse(module.service_card(request, services))
+        return card_response(request, module.service_card(request, services))
 
     app.add_api_route(
         "/.well-known/agent-card.json",

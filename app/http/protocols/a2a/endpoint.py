@@ -43,7 +43,9 @@ from starlette.types import Receive, Scope, Send
 from app.agents.build import AgentProfile
 from app.errors import Unauthorized
 from app.http.middleware import read_body, replay
+from app.http.protocols.a2a.caching import card_response
 from app.http.protocols.a2a.handler import RunTaskHandler, TaskCaller
+from app.http.protocols.a2a.parts import INPUT_MODES
 from app.server.services import Services
 
 __all__ = ["A2AEndpoint", "agent_card", "service_card"]
@@ -60,7 +62,7 @@ def _skill(profile: AgentProfile) -> pb.AgentSkill:
         name=profile.name,
         description=description[:500],
         tags=["agent", profile.name],
-        input_modes=["text/plain", "application/json"],
+        input_modes=list(INPUT_MODES),
         output_modes=["text/plain", "application/json"],
     )
 
@@ -87,7 +89,7 @@ def _card(
         supported_interfaces=interfaces,
         version=_VERSION,
         capabilities=pb.AgentCapabilities(streaming=True, push_notifications=False),
-        default_input_modes=["text/plain", "application/json"],
+        default_input_modes=list(INPUT_MODES),
         default_output_modes=["text/plain", "application/json"],
         skills=[_skill(profile) for profile in profiles],
     )
@@ -169,7 +171,7 @@ def _not_utf8(path: str, agent: str) -> Response:
 
 async def _agent_card_route(request: Request) -> Response:
     services: Services = request.scope[_CALLER].services
-    return JSONResponse(agent_card(request, services, request.path_params["agent"]))
+    return card_response(request, agent_card(request, services, request.path_params["agent"]))
 
 
 def _route_path(scope: Scope) -> str:
@@ -177,6 +179,16 @@ def _route_path(scope: Scope) -> str:
     path: str = scope["path"]
     root: str = scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path
+
+
+def _without_slash(scope: Scope) -> Scope:
+    """``scope`` for its path without the trailing slash."""
+    trimmed = dict(scope)
+    trimmed["path"] = scope["path"].rstrip("/")
+    raw = scope.get("raw_path")
+    if isinstance(raw, bytes):
+        trimmed["raw_path"] = raw.rstrip(b"/")
+    return trimmed
 
 
 class A2AEndpoint:
@@ -210,6 +222,10 @@ class A2AEndpoint:
             return
         path = _route_path(scope)
         agent = path.lstrip("/").split("/", 1)[0]
+        if path == f"/{agent}/":
+            # the interface URL with a trailing slash (as A2A's TCK posts JSON-RPC): the same
+            scope = _without_slash(scope)
+            path = f"/{agent}"
         state = scope["app"].state
         services: Services | None = state.services
         if services is None:

@@ -37,6 +37,7 @@ from a2a.utils.errors import (
 
 from app.errors import InvalidRequest, NotAccepted, NotFound, ServiceError, SessionBusy
 from app.http.api.schemas import is_session_id
+from app.http.protocols.a2a.parts import refuse_unsupported_parts
 from app.http.protocols.a2a.tasks import STATE_OF_STATUS, TaskBuilder, data_of, text_of
 from app.http.protocols.common import (
     answer_confirmation,
@@ -180,6 +181,7 @@ class RunTaskHandler(RequestHandler):
         self, caller: TaskCaller, params: pb.SendMessageRequest, *, background: bool
     ) -> tuple[RunHandle, TaskBuilder]:
         message = params.message
+        refuse_unsupported_parts(message)
         text = text_of(message)
         check_text("message.parts", text)
         if not text.strip():
@@ -198,6 +200,7 @@ class RunTaskHandler(RequestHandler):
         self, caller: TaskCaller, message: pb.Message
     ) -> tuple[RunHandle | RunRecord, TaskBuilder, int]:
         """Deliver a message on an existing task: the answer to its question."""
+        refuse_unsupported_parts(message)
         found, builder = await self._task(caller, message.task_id)
         if builder.terminal:
             raise UnsupportedOperationError(
@@ -275,18 +278,27 @@ class RunTaskHandler(RequestHandler):
             yield event
 
     async def _stream(
-        self, caller: TaskCaller, builder: TaskBuilder, run_id: str, cursor: int
+        self,
+        caller: TaskCaller,
+        builder: TaskBuilder,
+        run_id: str,
+        cursor: int,
+        *,
+        to_the_end: bool = False,
     ) -> AsyncGenerator[Event]:
-        """The task, then its events from ``cursor`` until the builder stops."""
+        """The task, then its events from ``cursor`` until the builder stops: at the task's
+        end, or (a message's stream) at a question; ``to_the_end`` reads on past questions."""
         manager = caller.services.manager
         manager.stream_opened()
         stream = follow(caller.services.bus.events, run_id, cursor)
         try:
             yield builder.task()
             async for document in stream:
+                if to_the_end and builder.done and not builder.terminal:
+                    builder.resume()  # the question was answered: the task goes on
                 for event in builder.feed(document):
                     yield event
-                if builder.done:
+                if builder.terminal or (builder.done and not to_the_end):
                     break
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
@@ -359,10 +371,9 @@ class RunTaskHandler(RequestHandler):
         found, builder = await self._task(caller, params.id)
         if builder.terminal:
             raise UnsupportedOperationError(f"task {params.id!r} has ended: read it with GetTask")
-        if builder.done:  # waiting for input: the task is all there is until it is answered
-            yield builder.task()
-            return
-        async for event in self._stream(caller, builder, found.run_id, builder.last_seq):
+        # a subscription lasts until the task ends: through its questions and their answers
+        cursor = builder.last_seq
+        async for event in self._stream(caller, builder, found.run_id, cursor, to_the_end=True):
             yield event
 
     # --- not offered --------------------------------------------------------------------------

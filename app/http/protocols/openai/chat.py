@@ -37,6 +37,7 @@ from app.http.protocols.common import (
     dumps,
     new_session_id,
 )
+from app.http.protocols.openai.parameters import chat_response_format, refuse_unhonoured_chat
 from app.http.protocols.openai.schemas import (
     ChatCompletionRequest,
     invalid_value,
@@ -174,6 +175,11 @@ class ChatBuilder:
                 self._on_confirmation()
             return self._frame(self._failure[1] if self._failure else {})
         if type_ == "run.completed":
+            output = data.get("output")
+            # a structured answer is the run's validated text: not an attempt it retried
+            if isinstance(output, Mapping) and "structured" in output:
+                content = output.get("content")
+                self._text = [content] if isinstance(content, str) else self._text
             self.done = True
             frames = self._frame(self._chunk({}, "stop"))
             if self._include_usage:
@@ -200,7 +206,12 @@ class ChatBuilder:
         """The ``chat.completion`` (or the error that ended the run)."""
         if self._failure is not None:
             return self._failure
-        message = {"role": "assistant", "content": "".join(self._text)}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(self._text),
+            "refusal": None,
+            "annotations": [],
+        }
         if self._reasoning:
             message["reasoning_content"] = "".join(self._reasoning)
         return 200, {
@@ -246,6 +257,8 @@ async def create_chat_completion(
     """Run agent ``model`` on the last user message, in a new session."""
     try:
         check_fields(body)
+        refuse_unhonoured_chat(body.model_extra or {})
+        response_format = chat_response_format(body.response_format)
     except RefusedValue as exc:
         return invalid_value(exc)
     refuse_client_tools(body.tools)
@@ -255,7 +268,11 @@ async def create_chat_completion(
         principal,
         new_session_id("chat"),
         RunRequestOptions(
-            input=text, agent=body.model, metadata=body.metadata or {}, stateless=True
+            input=text,
+            agent=body.model,
+            metadata=body.metadata or {},
+            stateless=True,
+            response_format=response_format,
         ),
     )
     run_id = handle.run_id

@@ -83,14 +83,14 @@ def tool_call_of_approval(approval_request_id: str) -> str | None:
     return approval_request_id[len(APPROVAL_PREFIX) :] or None
 
 
-def _timestamp(ts: Any) -> float:
-    """A wire event's ``ts`` as a Unix time (now, if it has none)."""
+def _timestamp(ts: Any) -> int:
+    """A wire event's ``ts`` as a Unix time in whole seconds (now, if it has none)."""
     if isinstance(ts, str):
         try:
-            return datetime.fromisoformat(ts).timestamp()
+            return int(datetime.fromisoformat(ts).timestamp())
         except ValueError:
             pass
-    return time.time()
+    return int(time.time())
 
 
 def _text(value: Any) -> str:
@@ -134,6 +134,8 @@ class ResponseBuilder:
         model: str,
         created_at: float | None = None,
         session_id: str,
+        settings: Mapping[str, Any] | None = None,
+        text_format: Mapping[str, Any] | None = None,
         background: bool = False,
         metadata: Mapping[str, Any] | None = None,
         instructions: str | None = None,
@@ -156,11 +158,12 @@ class ResponseBuilder:
         self._reasoning: dict[str, Any] | None = None
         self._counts: dict[str, int] = {}
         self._error: dict[str, Any] | None = None
-        self._completed_at: float | None = None
+        self._completed_at: int | None = None
+        # the members the Open Responses schema requires; times in whole seconds, as OpenAI's
         self._response: dict[str, Any] = {
             "id": response_id,
             "object": "response",
-            "created_at": created_at if created_at is not None else time.time(),
+            "created_at": int(created_at if created_at is not None else time.time()),
             "model": model,
             "instructions": instructions,
             "metadata": dict(metadata or {}),
@@ -170,7 +173,11 @@ class ResponseBuilder:
             "background": background,
             "previous_response_id": previous_response_id,
             "conversation": {"id": session_id},
-            "text": {"format": {"type": "text"}},
+            "text": {"format": dict(text_format or {"type": "text"})},
+            "truncation": "disabled",
+            # stored, whatever the request said: it can be retrieved (docs/protocols.md)
+            "store": True,
+            **(settings or {}),
         }
 
     # --- the Response object ------------------------------------------------------------------
@@ -235,6 +242,7 @@ class ResponseBuilder:
         if type_ == "custom" and data.get("name") == _WAITING_EVENT:
             return self._close_message() + self._approval(data.get("payload") or {})
         if type_ == "run.completed":
+            self._final_text(data.get("output"))
             frames = self._close_message()
             self._completed_at = _timestamp(document.get("ts"))
             return frames + self._finish("completed", "response.completed")
@@ -252,6 +260,15 @@ class ResponseBuilder:
             frames = self._close_message("incomplete")
             return frames + self._finish("cancelled", "response.incomplete")
         return b""
+
+    def _final_text(self, output: Any) -> None:
+        """A structured answer's text is the run's validated one: an attempt the run retried
+        (its text streamed before the check refused it) is not part of it."""
+        if not isinstance(output, Mapping) or "structured" not in output:
+            return
+        content = output.get("content")
+        if self._message is not None and isinstance(content, str):
+            self._text = [content]
 
     def _finish(self, status: str, event: str) -> bytes:
         self.status = status

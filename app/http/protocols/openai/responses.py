@@ -10,6 +10,7 @@ response ended on, and the new response is the same run from there on.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -29,6 +30,11 @@ from app.http.protocols.common import (
     check_session_id,
     new_session_id,
     snapshot,
+)
+from app.http.protocols.openai.parameters import (
+    refuse_unhonoured_responses,
+    responses_text_format,
+    sampling_echo,
 )
 from app.http.protocols.openai.response_events import (
     ResponseBuilder,
@@ -144,6 +150,31 @@ def _created_at(found: RunHandle | RunRecord) -> float:
     return found.created_at.timestamp()
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What a request asked of its response beyond the input."""
+
+    settings: dict[str, Any] = field(default_factory=lambda: sampling_echo(None))
+    """The sampling members the response echoes."""
+    text_format: dict[str, Any] | None = None
+    """``text.format`` as asked (echoed)."""
+    response_format: dict[str, Any] | None = None
+    """The run's structured output, from ``text.format``."""
+
+
+def _asked(body: ResponsesRequest) -> _Asked:
+    """What ``body`` asks (``RefusedValue`` for what the service cannot honour)."""
+    extra = body.model_extra or {}
+    refuse_unhonoured_responses(extra)
+    response_format = responses_text_format(body.text)
+    form = body.text.get("format") if body.text is not None else None
+    return _Asked(
+        settings=sampling_echo(extra),
+        text_format=dict(form) if isinstance(form, dict) and response_format else None,
+        response_format=response_format,
+    )
+
+
 def _builder(
     found: RunHandle | RunRecord,
     run_id: str,
@@ -154,12 +185,16 @@ def _builder(
     background: bool = False,
     instructions: str | None = None,
     previous_response_id: str | None = None,
+    asked: _Asked | None = None,
 ) -> ResponseBuilder:
+    asked = asked or _Asked()
     return ResponseBuilder(
         response_id=format_response_id(run_id, after),
         model=found.agent,
         created_at=_created_at(found),
         session_id=found.session_id,
+        settings=asked.settings,
+        text_format=asked.text_format,
         background=background,
         metadata=found.metadata,
         instructions=instructions,
@@ -213,6 +248,7 @@ async def create_response(
     try:
         check_fields(body)
         session_id = _conversation(body)
+        asked = _asked(body)
     except RefusedValue as exc:
         return invalid_value(exc)
     refuse_client_tools(body.tools)
@@ -223,7 +259,7 @@ async def create_response(
                 "input: send an mcp_approval_response alone, then the next message once the "
                 "response it continues is over"
             )
-        return await _answer_approvals(body, approvals, principal, services)
+        return await _answer_approvals(body, approvals, principal, services, asked)
     if text is None or not text.strip():
         raise InvalidRequest("input: expected a string or a user message with text")
     manager = services.manager
@@ -246,6 +282,7 @@ async def create_response(
         metadata=body.metadata or {},
         system_prompt=instructions,
         stateless=stateless,
+        response_format=asked.response_format,
     )
     handle = await manager.start(principal, session_id, options)
     builder = _builder(
@@ -256,6 +293,7 @@ async def create_response(
         background=body.background,
         instructions=instructions,
         previous_response_id=body.previous_response_id,
+        asked=asked,
     )
     if body.background and not body.stream:
         return JSONResponse(builder.response(), headers={"X-Run-Id": handle.run_id})
@@ -264,7 +302,11 @@ async def create_response(
 
 
 async def _answer_approvals(
-    body: ResponsesRequest, approvals: list[ApprovalAnswer], principal: str, services: Services
+    body: ResponsesRequest,
+    approvals: list[ApprovalAnswer],
+    principal: str,
+    services: Services,
+    wanted: _Asked,
 ) -> Response:
     """Deliver the answers to the run the previous response ended on; the new response is
     that run from the confirmation on."""
@@ -306,10 +348,20 @@ async def _answer_approvals(
         background=body.background,
         instructions=body.instructions,
         previous_response_id=body.previous_response_id,
+        asked=wanted,
     )
     if body.background and not body.stream:
         return JSONResponse(builder.response(), headers={"X-Run-Id": run_id})
     return _answer(services, builder, run_id, resume_after, stream=body.stream)
+
+
+@router.post("/openai/v1/responses/compact", summary="Compact a conversation (not supported)")
+async def compact_response(principal: Principal) -> Response:
+    """Not offered: a session's history is compacted by the agent itself, server-side."""
+    raise NotFound(
+        "POST /openai/v1/responses/compact is not supported: the conversation lives in the "
+        "session, which the agent compacts itself; continue it with previous_response_id"
+    )
 
 
 @router.get("/openai/v1/responses/{response_id}", summary="Retrieve a response")
@@ -376,7 +428,7 @@ def _from_record(builder: ResponseBuilder, found: RunHandle | RunRecord) -> dict
             "type": code,
         }
     if found.finished_at is not None:
-        response["completed_at"] = found.finished_at.timestamp()
+        response["completed_at"] = int(found.finished_at.timestamp())
     return response
 
 

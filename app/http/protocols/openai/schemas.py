@@ -1,8 +1,9 @@
 """Request bodies of the OpenAI-compatible endpoints (what the ``openai`` SDKs send).
 
-Fields the service has no use for (sampling parameters, ``user``...) are accepted and
-ignored, so an SDK call that sets them still works; fields whose meaning the service cannot keep
-(client-side ``tools``) are refused with a message that says why. Text and ids are held to the
+Sampling parameters (the agent's configuration decides them) are accepted, so an SDK call that
+sets them still works; parameters whose meaning the service cannot keep (client-side ``tools``,
+``n``, log probabilities: ``app.http.protocols.openai.parameters``) are refused with a message
+that says why. Text and ids are held to the
 native run start's rules (``app.http.protocols.common.check_text``); a refusal of one is a 400
 ``invalid_request_error`` naming the field in ``param``, as OpenAI's API refuses a bad value.
 """
@@ -33,7 +34,13 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class ResponsesRequest(_Lenient):
+class _Open(BaseModel):
+    # the parameters beyond these fields are kept (``model_extra``): each is honoured, echoed
+    # or refused (``app.http.protocols.openai.parameters``), never silently dropped
+    model_config = ConfigDict(extra="allow")
+
+
+class ResponsesRequest(_Open):
     """``POST /openai/v1/responses``."""
 
     model: str = Field(min_length=1, max_length=64, description="The agent's name")
@@ -57,13 +64,16 @@ class ResponsesRequest(_Lenient):
     )
     metadata: dict[str, str] | None = None
     tools: list[Any] | None = None
+    text: dict[str, Any] | None = Field(
+        default=None, description="text.format: text, json_object or json_schema"
+    )
 
 
 class StreamOptions(_Lenient):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(_Lenient):
+class ChatCompletionRequest(_Open):
     """``POST /openai/v1/chat/completions``."""
 
     model: str = Field(min_length=1, max_length=64, description="The agent's name")
@@ -72,6 +82,9 @@ class ChatCompletionRequest(_Lenient):
     stream_options: StreamOptions | None = None
     metadata: dict[str, str] | None = None
     tools: list[Any] | None = None
+    response_format: dict[str, Any] | None = Field(
+        default=None, description="text, json_object or json_schema"
+    )
 
 
 class ApprovalAnswer(BaseModel):
