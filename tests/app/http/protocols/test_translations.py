@@ -267,6 +267,8 @@ def test_chat_carries_reasoning_as_reasoning_content_and_the_usage_details() -> 
     assert completion["choices"][0]["message"] == {
         "role": "assistant",
         "content": "Here it is.",
+        "refusal": None,
+        "annotations": [],
         "reasoning_content": "The user wants a.Done.",
     }
 
