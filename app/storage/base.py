@@ -11,6 +11,8 @@ Errors form one tree::
      ├── RunAlreadyExists       a second run with the same id
      ├── StaleFence             a fenced write whose token is older than one already used
      ├── FiringLost             a firing no longer held with that token (app.storage.schedules)
+     ├── FileInUse              a file a stored conversation refers to (app.storage.files)
+     ├── FileMissing            a file, or its bytes, not stored (app.storage.files)
      ├── CheckpointFenced       a checkpoint of a run this worker no longer holds
      │                          (app.runs.checkpoints)
      └── CheckpointUnavailable  a once-only tool call's start could not be recorded
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from app.storage.schedules import FiringFence, FiringRecord, FiringStatus, ScheduleRecord
 
 from app.storage.common import JSONObject, StorageError, require_aware, utcnow
+from app.storage.files import FileStore
 from app.storage.outbox import (
     ClaimedWebhook,
     WebhookAttempt,
@@ -397,8 +400,8 @@ def _log_orphan_failure(name: str, task: asyncio.Task[Any]) -> None:
 # --- the protocol -------------------------------------------------------------------------
 
 
-class Store(Protocol):
-    """Sessions, their conversations and their runs.
+class Store(FileStore, Protocol):
+    """Sessions, their conversations and their runs (and files: ``FileStore``).
 
     Every method may raise `StorageUnavailable`. Implementations are safe to share between
     the tasks of one event loop. Cancelling a caller does not interrupt its operation: the

@@ -8,6 +8,7 @@ from typing import Any, Final
 from app.storage import outbox
 from app.storage.base import StorageError
 from app.storage.postgres.checkpoints import CHECKPOINTS_MIGRATION
+from app.storage.postgres.files import FILES_MIGRATION
 from app.storage.postgres.schedules import SCHEDULES_MIGRATION
 
 __all__ = ["BOOK_USAGE_COLUMNS", "BOOK_USAGE_VALUES", "MIGRATIONS", "SCHEMA_VERSION", "migrate"]
@@ -111,6 +112,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             WHERE NOT stateless""",
         "CREATE INDEX IF NOT EXISTS sessions_stateless ON sessions (updated_at) WHERE stateless",
     ),
+    # 11: uploaded files, their blobs (in pieces) and the sessions that refer to them
+    # (app.storage.postgres.files)
+    FILES_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

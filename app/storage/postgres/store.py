@@ -49,6 +49,7 @@ from app.storage.base import (
     utcnow,
 )
 from app.storage.postgres.checkpoints import PostgresCheckpoints
+from app.storage.postgres.files import PostgresFiles
 from app.storage.postgres.schedules import PostgresSchedules, take_firing
 from app.storage.postgres.schema import (
     BOOK_USAGE_COLUMNS,
@@ -131,7 +132,7 @@ def _scrub(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-class PostgresStore(PostgresCheckpoints, PostgresSchedules):
+class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresFiles):
     """A `Store` in PostgreSQL. Open it with `await PostgresStore.connect(url)`."""
 
     def __init__(self, pool: asyncpg.Pool, safe_url: str, *, timeout: float) -> None:

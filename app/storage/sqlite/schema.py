@@ -10,6 +10,7 @@ from typing import Final
 from app.storage import outbox
 from app.storage.base import StorageError, utcnow
 from app.storage.sqlite.checkpoints import CHECKPOINTS_MIGRATION
+from app.storage.sqlite.files import FILES_MIGRATION
 from app.storage.sqlite.schedules import SCHEDULES_MIGRATION
 
 __all__ = ["BOOK_USAGE_SELECT", "MIGRATIONS", "SCHEMA_VERSION", "migrate"]
@@ -109,6 +110,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         """CREATE INDEX IF NOT EXISTS sessions_stateless ON sessions (updated_at)
             WHERE stateless = 1""",
     ),
+    # 11: uploaded files, their blobs and the sessions that refer to them
+    # (app.storage.sqlite.files)
+    FILES_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -47,6 +47,7 @@ from app.storage.base import (
 from app.storage.rows import SQLITE, run_record, session_record, stored_message
 from app.storage.schedules import FiringFence
 from app.storage.sqlite.checkpoints import SQLiteCheckpoints
+from app.storage.sqlite.files import SQLiteFiles
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
 from app.storage.sqlite.schema import BOOK_USAGE_SELECT, SCHEMA_VERSION, migrate
 
@@ -84,7 +85,7 @@ def _make_parent_dirs(path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules):
+class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteFiles):
     """A `Store` in one SQLite file (or in memory). Open it with `await SQLiteStore.connect()`."""
 
     def __init__(self, path: str) -> None:
