@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import ServiceError, Unauthorized
 from app.http.api.errors import ProblemError, problem_response
 
-__all__ = ["BodyLimitMiddleware", "BodyTooLarge", "LoadShedMiddleware", "read_body", "replay"]
+__all__ = [
+    "BodyLimitMiddleware",
+    "BodyTooLarge",
+    "LoadShedMiddleware",
+    "read_body",
+    "replay",
+    "upload_body_limit",
+]
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+UPLOAD_PATH: Final = "/v1/files"
+"""Where files are uploaded: its body is a file of up to ``AGENT_MAX_FILE_BYTES`` and the
+multipart framing around it (``upload_body_limit``), not ``AGENT_MAX_BODY_BYTES``."""
+# the framing of an upload: boundaries, the part's headers (a long file name), small fields
+_UPLOAD_FRAMING_BYTES: Final = 65536
+
+
+def upload_body_limit(max_file_bytes: int) -> int:
+    """The most a body POSTed to ``UPLOAD_PATH`` may be: the file, and its framing."""
+    return max_file_bytes + _UPLOAD_FRAMING_BYTES
 
 
 class BodyTooLarge(HTTPException):
@@ -28,7 +48,8 @@ class BodyLimitMiddleware:
     """413 ``payload_too_large`` for a body over ``limit`` bytes.
 
     A declared ``Content-Length`` over the limit is refused before reading; a body without
-    one (chunked) is counted as it arrives and refused as soon as it passes the limit.
+    one (chunked) is counted as it arrives and refused as soon as it passes the limit. An
+    upload (``UPLOAD_PATH``) has the limit of a file instead (``upload_body_limit``).
     """
 
     def __init__(self, app: ASGIApp, *, limit: int) -> None:
@@ -40,6 +61,8 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.limit
+        if scope["path"] == UPLOAD_PATH and scope["method"] == "POST":
+            limit = max(limit, upload_body_limit(scope["app"].state.settings.max_file_bytes))
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:

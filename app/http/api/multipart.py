@@ -1,0 +1,170 @@
+"""A ``multipart/form-data`` upload read as it arrives, its file part written to a staged file.
+
+The body is fed to python-multipart's push parser piece by piece, as the server receives it;
+the file part's bytes go to a ``StagedUpload`` (a temporary file, hashed and checked on a worker
+thread), so the event loop only frames the body and memory holds about one write's worth of the
+file. Reading stops at the first byte past the file limit (``PayloadTooLarge``). Parts other
+than the file are read and dropped (the body limit bounds them); a second file part, a body
+without one, or a body that is not multipart are refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import unquote_to_bytes
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from app.errors import InvalidRequest, UnsupportedMediaType
+from app.files import StagedUpload
+
+__all__ = ["FILE_FIELD", "Upload", "read_upload"]
+
+FILE_FIELD: Final = "file"
+"""The name of the form field that carries the file."""
+
+# a part's headers: a few lines of at most this much each
+_MAX_HEADER_BYTES: Final = 8192
+
+
+@dataclass(slots=True)
+class _Part:
+    headers: dict[str, str] = field(default_factory=dict)
+    field_name: bytes = b""
+    value: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """The file part of an upload: its staged bytes, its name and its declared type."""
+
+    staged: StagedUpload
+    filename: str | None
+    declared: str | None
+
+
+def _text(raw: bytes) -> str:
+    """A header's text: UTF-8 as browsers send a file name, else Latin-1 (never fails)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def _boundary(content_type: str | None) -> bytes:
+    kind, options = parse_options_header(content_type or "")
+    if kind != b"multipart/form-data":
+        raise UnsupportedMediaType(
+            f"send the file as multipart/form-data, in a field named {FILE_FIELD!r}"
+        )
+    boundary = options.get(b"boundary")
+    if not boundary:
+        raise InvalidRequest("the multipart/form-data Content-Type has no boundary")
+    return boundary
+
+
+def _disposition(part: _Part) -> tuple[str | None, str | None]:
+    """The part's form field name and file name (RFC 7578; ``filename*`` is RFC 5987's)."""
+    _, options = parse_options_header(part.headers.get("content-disposition", "").encode("utf-8"))
+    name = options.get(b"name")
+    filename = options.get(b"filename*")
+    decoded: str | None = None
+    if filename is not None:
+        charset, _, rest = filename.partition(b"'")
+        _, _, encoded = rest.partition(b"'")
+        raw = unquote_to_bytes(encoded)
+        decoded = raw.decode("utf-8" if charset.lower() == b"utf-8" else "latin-1", "replace")
+    elif (plain := options.get(b"filename")) is not None:
+        # browsers (the HTML standard's form encoding) and httpx send a quote as %22
+        decoded = _text(plain).replace("%22", '"')
+    return (None if name is None else _text(name)), decoded
+
+
+async def read_upload(
+    chunks: AsyncIterator[bytes], content_type: str | None, staged: StagedUpload
+) -> Upload:
+    """Read a multipart body from ``chunks`` into ``staged``; the file part's name and type.
+
+    Raises ``UnsupportedMediaType`` for a body that is not multipart, ``InvalidRequest`` for
+    a malformed one or one without exactly one ``file`` part, and ``PayloadTooLarge`` as soon
+    as the file passes the limit. The caller discards ``staged`` on any error.
+    """
+    boundary = _boundary(content_type)
+    part = _Part()
+    pieces: list[bytes] = []  # of the file part, since the last write
+    found: list[_Part] = []
+    state = {"in_file": False, "files": 0, "done": False}
+
+    def on_part_begin() -> None:
+        nonlocal part
+        part = _Part()
+
+    def on_header_field(data: bytes, start: int, end: int) -> None:
+        part.field_name += data[start:end]
+
+    def on_header_value(data: bytes, start: int, end: int) -> None:
+        part.value += data[start:end]
+        if len(part.value) > _MAX_HEADER_BYTES:
+            raise InvalidRequest("a multipart header is too long")
+
+    def on_header_end() -> None:
+        part.headers[part.field_name.decode("latin-1").strip().lower()] = _text(part.value).strip()
+        part.field_name, part.value = b"", b""
+
+    def on_headers_finished() -> None:
+        name, _ = _disposition(part)
+        state["in_file"] = name == FILE_FIELD
+        if state["in_file"]:
+            state["files"] += 1
+            if state["files"] > 1:
+                raise InvalidRequest(f"send one file per request (one {FILE_FIELD!r} field)")
+            found.append(part)
+
+    def on_part_data(data: bytes, start: int, end: int) -> None:
+        if state["in_file"]:
+            pieces.append(data[start:end])
+
+    def on_part_end() -> None:
+        state["in_file"] = False
+
+    def on_end() -> None:
+        state["done"] = True
+
+    parser = MultipartParser(
+        boundary,
+        {
+            "on_part_begin": on_part_begin,
+            "on_header_field": on_header_field,
+            "on_header_value": on_header_value,
+            "on_header_end": on_header_end,
+            "on_headers_finished": on_headers_finished,
+            "on_part_data": on_part_data,
+            "on_part_end": on_part_end,
+            "on_end": on_end,
+        },
+    )
+    async for chunk in chunks:
+        if not chunk:
+            continue
+        try:
+            parser.write(chunk)
+        except MultipartParseError as exc:
+            raise InvalidRequest(f"the multipart body is malformed: {exc}") from None
+        for piece in pieces:
+            await staged.write(piece)
+        pieces.clear()
+        if state["done"]:
+            break
+    with contextlib.suppress(MultipartParseError):
+        parser.finalize()
+    if not state["done"]:
+        raise InvalidRequest("the multipart body ends before its closing boundary")
+    if not found:
+        raise InvalidRequest(f"the form has no {FILE_FIELD!r} field")
+    await staged.finish()
+    _, filename = _disposition(found[0])
+    return Upload(staged, filename, found[0].headers.get("content-type"))
