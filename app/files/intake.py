@@ -69,6 +69,7 @@ from app.errors import (
     NotFound,
     PayloadTooLarge,
     ServiceError,
+    Unavailable,
     UnsupportedMediaType,
 )
 from app.files.checks import normalise_media_type
@@ -184,16 +185,18 @@ class _Budget:
 
 
 async def take_input(
-    files: FileService,
+    files: FileService | None,
     principal: str,
     value: str | Sequence[Mapping[str, Any]],
     *,
-    limits: InputLimits,
+    limits: InputLimits | None = None,
 ) -> RunInput:
     """``value`` (a string, or native parts) as a run takes it.
 
     Checks every part first, then stores the data URLs as files of ``principal``; raises a
-    domain error (see the module's table) with nothing stored.
+    domain error (see the module's table) with nothing stored. ``limits``: by default
+    ``input_limits(files)``. Without ``files`` (a worker built without them) only text is
+    taken: a media part is ``Unavailable``.
     """
     if isinstance(value, str):
         return RunInput(value)
@@ -201,12 +204,13 @@ async def take_input(
         raise InvalidRequest("input is a string or a list of content parts")
     if not value:
         raise InvalidRequest("input has no parts: give at least one", code="empty_input")
-    if len(value) > limits.max_parts:
+    max_parts = limits.max_parts if limits is not None else DEFAULT_MAX_PARTS
+    if len(value) > max_parts:
         raise InvalidRequest(
-            f"input has {len(value)} parts; a run takes at most {limits.max_parts}: put the "
-            "text in fewer parts, or send the files over several runs",
+            f"input has {len(value)} parts; a run takes at most {max_parts}: put the text in "
+            "fewer parts, or send the files over several runs",
             code="too_many_parts",
-            extra={"max_parts": limits.max_parts},
+            extra={"max_parts": max_parts},
         )
     texts: dict[int, str] = {}
     media: list[_Media] = []
@@ -220,6 +224,12 @@ async def take_input(
             media.append(_shape(index, kind, raw))
         else:
             raise _invalid(index, f"has type {str(kind)[:40]!r}; a part is text, image or file")
+    if not media:
+        only_text = tuple(TextPart(texts[index]) for index in range(len(value)))
+        return RunInput(content_text(only_text), only_text)
+    if files is None:
+        raise Unavailable("this server keeps no files: it takes no images or documents")
+    limits = limits or input_limits(files)
     budget = _Budget(limits.max_media_bytes)
     # sizes before any work: nothing is looked up or decoded for a run that is too large
     for item in media:

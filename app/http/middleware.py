@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Final
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import ServiceError, Unauthorized
+from app.files.intake import run_body_limit
 from app.http.api.errors import ProblemError, problem_response
+from app.settings import Settings
 
 __all__ = [
     "BodyLimitMiddleware",
     "BodyTooLarge",
     "LoadShedMiddleware",
+    "body_limit",
+    "media_size",
     "read_body",
     "replay",
+    "takes_media",
     "upload_body_limit",
 ]
 
@@ -50,6 +57,11 @@ class BodyLimitMiddleware:
     A declared ``Content-Length`` over the limit is refused before reading; a body without
     one (chunked) is counted as it arrives and refused as soon as it passes the limit. An
     upload (``UPLOAD_PATH``) has the limit of a file instead (``upload_body_limit``).
+
+    A run start (``takes_media``) may carry images and documents as base64 beside it, up to
+    ``body_limit`` bytes in all: such a body, when it may pass ``limit``, is read whole
+    (refused as soon as it passes ``body_limit``), and refused unless what is not base64
+    media in it (``media_size``) is within ``limit``.
     """
 
     def __init__(self, app: ASGIApp, *, limit: int) -> None:
@@ -63,22 +75,24 @@ class BodyLimitMiddleware:
         limit = self.limit
         if scope["path"] == UPLOAD_PATH and scope["method"] == "POST":
             limit = max(limit, upload_body_limit(scope["app"].state.settings.max_file_bytes))
+        hard = limit
+        if scope["method"] == "POST" and takes_media(scope["path"]):
+            hard = max(limit, body_limit(scope["app"].state.settings, scope["path"]))
+        media = hard > limit
+        declared: int | None = None
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = 0
-                if declared > limit:
-                    response = problem_response(
-                        413,
-                        "payload_too_large",
-                        f"the request body is larger than {limit} bytes",
-                        path=scope["path"],
-                    )
-                    await response(scope, receive, send)
+                if declared > hard:
+                    await _too_large(scope, receive, send, hard)
                     return
                 break
+        if media and (declared is None or declared > limit):
+            await self._with_media(scope, receive, send, hard)
+            return
         received = 0
 
         async def counting_receive() -> Message:
@@ -94,13 +108,79 @@ class BodyLimitMiddleware:
             await self.app(scope, counting_receive, send)
         except BodyTooLarge:
             # raised where no handler could answer it (outside a route's body parsing)
-            response = problem_response(
-                413,
-                "payload_too_large",
-                f"the request body is larger than {limit} bytes",
-                path=scope["path"],
-            )
-            await response(scope, receive, send)
+            await _too_large(scope, receive, send, limit)
+
+    async def _with_media(self, scope: Scope, receive: Receive, send: Send, hard: int) -> None:
+        """A run start's body that may pass ``limit``: read whole (up to ``hard``), measured,
+        handed on."""
+        limit = self.limit
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client went away before its request was whole
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > hard:
+                await _too_large(scope, receive, send, hard)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if size > limit:
+            # a regular expression over tens of megabytes: off the loop
+            raw = not _native_run(scope["path"])  # the protocols name raw base64 fields
+            media = await asyncio.to_thread(media_size, body, raw_keys=raw)
+            if size - media > limit:
+                await _too_large(scope, receive, send, limit, media=True)
+                return
+        await self.app(scope, replay(body, receive), send)
+
+
+async def _too_large(
+    scope: Scope, receive: Receive, send: Send, limit: int, *, media: bool = False
+) -> None:
+    detail = f"the request body is larger than {limit} bytes"
+    if media:
+        detail += " (not counting images and documents in it as base64)"
+    response = problem_response(413, "payload_too_large", detail, path=scope["path"])
+    await response(scope, receive, send)
+
+
+# a base64 data URL as a JSON string (a client's JSON encoder may escape its slashes)
+_DATA_URL = rb'"data:[^",\\]{0,256};base64,[A-Za-z0-9+/=\\]*"'
+# raw base64 under the names the protocols give it (AG-UI ``data``, A2A ``bytes``/``raw``)
+_RAW_BASE64 = rb'"(?:data|bytes|raw)"\s*:\s*"[A-Za-z0-9+/=\\]*"'
+_MEDIA: Final = re.compile(_DATA_URL)
+_MEDIA_OR_RAW: Final = re.compile(_DATA_URL + rb"|" + _RAW_BASE64)
+
+
+def media_size(body: bytes, *, raw_keys: bool = False) -> int:
+    """The bytes of ``body`` that are images and documents as base64: its base64 ``data:``
+    URLs (JSON strings), and with ``raw_keys`` base64 strings named ``data``, ``bytes`` or
+    ``raw`` (the protocols' own fields). Seconds for tens of megabytes: call it in a thread."""
+    pattern = _MEDIA_OR_RAW if raw_keys else _MEDIA
+    return sum(match.end() - match.start() for match in pattern.finditer(body))
+
+
+def _native_run(path: str) -> bool:
+    return path.startswith("/v1/sessions/") and path.endswith("/runs") and path.count("/") == 4
+
+
+def takes_media(path: str) -> bool:
+    """Whether a POST to ``path`` starts a run whose body may carry base64 media (the native
+    run start, and the protocols' run starts)."""
+    return _starts_run(path) or _answer_marker(path) is not None
+
+
+def body_limit(settings: Settings, path: str) -> int:
+    """The most a body POSTed to ``path`` may be: ``AGENT_MAX_BODY_BYTES``, and for a run
+    start the base64 of ``AGENT_MAX_FILE_BYTES`` of media beside it."""
+    if takes_media(path):
+        return run_body_limit(settings.max_body_bytes, settings.max_file_bytes)
+    return settings.max_body_bytes
 
 
 class LoadShedMiddleware:
@@ -130,8 +210,7 @@ class LoadShedMiddleware:
                     return
             elif (marker := _answer_marker(path)) is not None and _full(scope):
                 # only a full worker reads the body here, to tell a start from an answer
-                limit = scope["app"].state.settings.max_body_bytes
-                body = await read_body(receive, limit)
+                body = await read_body(receive, body_limit(scope["app"].state.settings, path))
                 if body is None:
                     return  # the client went away
                 receive = replay(body, receive)

@@ -247,6 +247,8 @@ class RunRecord:
     answered its latest model call (a fallback's, after a failover), once there was one.
     `webhook_url` is where its notifications go (the request's or its agent's webhook, as
     the run started), so that whoever ends it (another worker's sweep) can notify it.
+    `input_parts` is the JSON form of its input's content parts (media by file id, never
+    bytes) when it was given as parts; `input` is then their text.
     """
 
     run_id: str
@@ -264,6 +266,7 @@ class RunRecord:
     metadata: JSONObject = field(default_factory=dict)
     model: str | None = None
     webhook_url: str | None = None
+    input_parts: tuple[JSONObject, ...] = ()
 
     def __post_init__(self) -> None:
         require_status(self.status)
@@ -313,6 +316,23 @@ def decode_json(text: str) -> JSONObject:
 
 def decode_optional_json(text: str | None) -> JSONObject | None:
     return None if text is None else decode_json(text)
+
+
+def encode_parts(parts: Sequence[Mapping[str, Any]]) -> str | None:
+    """A run's input parts (a JSON array) for storage; None for none."""
+    if not parts:
+        return None
+    return json.dumps(list(parts), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def decode_parts(text: str | None) -> tuple[JSONObject, ...]:
+    """``encode_parts``' text read back."""
+    if text is None:
+        return ()
+    value = json.loads(text)
+    if not isinstance(value, list):  # pragma: no cover - only if someone edits the database
+        raise StorageError(f"stored parts are not a JSON array: {text[:80]!r}")
+    return tuple(dict(item) for item in value)
 
 
 TITLE_MAX_CHARS: Final = 200

@@ -96,6 +96,13 @@ _STATUS_BY_CODE: dict[str, int] = {
     "unsupported_media_type": 415,
     "empty_file": 422,
     "malformed_file": 422,
+    # a run's input parts (app.files.intake)
+    "file_not_found": 404,
+    "input_too_large": 413,
+    "too_many_parts": 422,
+    "empty_input": 422,
+    "invalid_data_url": 422,
+    "unsupported_url": 422,
     "idempotency_key_in_flight": 409,
     "confirmation_required": 409,
     "approval_pending": 409,

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.config import JsonDict
 
 __all__ = [
     "SESSION_CURSOR_PATTERN",
@@ -17,6 +18,9 @@ __all__ = [
     "BackgroundAccepted",
     "CancelAnswer",
     "ExternalEventRequest",
+    "FileInputPart",
+    "ImageInputPart",
+    "InputPart",
     "MessagesView",
     "Problem",
     "RunRequest",
@@ -26,6 +30,8 @@ __all__ = [
     "SessionList",
     "SessionPatch",
     "SessionView",
+    "ShownPart",
+    "TextInputPart",
     "TurnRun",
     "is_session_id",
     "unicode_text",
@@ -135,12 +141,82 @@ class ResponseFormat(BaseModel):
         }
 
 
+class TextInputPart(BaseModel):
+    """A piece of the user's message as text."""
+
+    model_config = ConfigDict(extra="forbid", title="TextPart")
+
+    type: Literal["text"]
+    text: str = Field(description="The text; not blank (422 `empty_input`).")
+
+
+_MEDIA_SOURCE: JsonDict = {"oneOf": [{"required": ["file_id"]}, {"required": ["url"]}]}
+
+
+class _MediaInputPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_MEDIA_SOURCE)
+
+    file_id: str | None = Field(
+        None,
+        max_length=128,
+        description="One of the caller's files (`POST /v1/files`); another principal's file "
+        "and a missing one alike are 404 `file_not_found`.",
+    )
+    url: str | None = Field(
+        None,
+        description="A `data:` URL (the bytes, base64: stored as a file of the caller on "
+        "arrival, its media type checked against its bytes) or an `https` URL (handed to the "
+        "model's provider as it is, never fetched by the service). Other schemes: 422 "
+        "`unsupported_url`.",
+    )
+    filename: str | None = Field(
+        None, min_length=1, max_length=255, description="The file's name, shown to the model."
+    )
+    media_type: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="The media type the part declares; the bytes must be of it (415 "
+        "`unsupported_media_type` otherwise).",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Any:
+        if (self.file_id is None) == (self.url is None):
+            raise ValueError("give exactly one of file_id and url")
+        return self
+
+
+class ImageInputPart(_MediaInputPart):
+    """An image: PNG, JPEG, GIF or WebP."""
+
+    model_config = ConfigDict(title="ImagePart")
+
+    type: Literal["image"]
+
+
+class FileInputPart(_MediaInputPart):
+    """A document (PDF, plain text, Markdown, CSV), or an image."""
+
+    model_config = ConfigDict(title="FilePart")
+
+    type: Literal["file"]
+
+
+InputPart = Annotated[TextInputPart | ImageInputPart | FileInputPart, Field(discriminator="type")]
+
+
 class RunRequest(BaseModel):
     """``POST /v1/sessions/{session_id}/runs``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    input: str = Field(description="The user's message.")
+    input: str | list[InputPart] = Field(
+        description="The user's message: a string, or content parts (text, images, "
+        "documents), at most 64 (422 `too_many_parts`), whose images and documents come to "
+        'AGENT_MAX_FILE_BYTES at most (413 `input_too_large`). See docs/api.md, "Run input '
+        'parts".'
+    )
     agent: str = Field("default", description="Name of a configured agent.")
     stream: bool = Field(True, description="Answer text/event-stream (else JSON when done).")
     background: bool = Field(False, description="Answer 202 at once; read events separately.")
@@ -268,11 +344,36 @@ class RunResult(BaseModel):
     usage: Usage | None
 
 
+class ShownPart(BaseModel):
+    """A content part as stored and shown: media by ``file_id`` (its bytes at
+    ``GET /v1/files/{file_id}/content``) or by its ``https`` URL, never inline."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text", "image", "document"] = Field(
+        description="`image`, or `document` for any other file (an input's `file` part is "
+        "shown as the one it is)."
+    )
+    text: str | None = Field(None, description="A text part's text.")
+    file_id: str | None = None
+    url: str | None = Field(None, description="An `https` URL given as it is.")
+    media_type: str | None = None
+    filename: str | None = None
+    bytes: int | None = Field(None, description="The file's size.")
+    sha256: str | None = Field(None, description="The file's SHA-256, in hex.")
+
+
 class RunView(RunResult):
     """``GET /v1/runs/{run_id}``."""
 
     agent: str
-    input: str = Field(description="The prompt the run was started with.")
+    input: str = Field(
+        description="The prompt the run was started with: its text parts joined by a blank "
+        "line when it was given as parts."
+    )
+    input_parts: list[ShownPart] | None = Field(
+        None, description="The prompt's content parts, when it was given as parts; else null."
+    )
     model: str | None = Field(
         description="The model that answered the run's latest model call, once there was one."
     )
@@ -378,6 +479,11 @@ class MessageView(BaseModel):
     run_id: str
     created_at: str
     role: str
+    content: str | list[ShownPart] | None = Field(
+        None,
+        description="The message's text, or (a user's message given as parts) its content "
+        "parts, media by `file_id`. A tool result's images are its `parts`, alike.",
+    )
     stopped: str | None = Field(
         None,
         description="On every message of a stopped turn (a cancelled run's): the run.cancelled "

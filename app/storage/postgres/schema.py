@@ -115,6 +115,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 11: uploaded files, their blobs (in pieces) and the sessions that refer to them
     # (app.storage.postgres.files)
     FILES_MIGRATION,
+    # 12: a run's input given as content parts (media by file id)
+    ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS input_parts jsonb",),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -42,6 +42,7 @@ from app.storage.base import (
     UsageTotal,
     encode_json,
     encode_optional_json,
+    encode_parts,
     finish_on_cancel,
     message_role,
     run_update_stamps,
@@ -69,7 +70,7 @@ _SESSION_COLUMNS: Final = (
 _MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
-    " input, output, error, usage, metadata, model, webhook_url"
+    " input, output, error, usage, metadata, model, webhook_url, input_parts"
 )
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 # a stateless session the retention may delete: idle since the cut-off ($1), no run going on
@@ -483,7 +484,8 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresFiles):
             try:
                 await conn.execute(
                     f"INSERT INTO runs ({_RUN_COLUMNS})"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,"
+                    " $16)",
                     run.run_id,
                     run.session_id,
                     run.principal,
@@ -499,6 +501,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresFiles):
                     encode_json(run.metadata),
                     run.model,
                     run.webhook_url,
+                    encode_parts(run.input_parts),
                 )
             except asyncpg.UniqueViolationError as exc:
                 raise RunAlreadyExists(run.run_id) from exc

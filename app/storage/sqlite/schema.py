@@ -113,6 +113,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 11: uploaded files, their blobs and the sessions that refer to them
     # (app.storage.sqlite.files)
     FILES_MIGRATION,
+    # 12: a run's input given as content parts (media by file id), as JSON
+    ("ALTER TABLE runs ADD COLUMN input_parts TEXT",),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -38,6 +38,7 @@ from app.storage.base import (
     UsageTotal,
     encode_json,
     encode_optional_json,
+    encode_parts,
     finish_on_cancel,
     message_role,
     run_update_stamps,
@@ -67,7 +68,7 @@ _SESSION_COLUMNS: Final = (
 _MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
-    " input, output, error, usage, metadata, model, webhook_url"
+    " input, output, error, usage, metadata, model, webhook_url, input_parts"
 )
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 
@@ -587,7 +588,7 @@ def _create_run(
     try:
         db.execute(
             f"INSERT INTO runs ({_RUN_COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.run_id,
                 run.session_id,
@@ -604,6 +605,7 @@ def _create_run(
                 encode_json(run.metadata),
                 run.model,
                 run.webhook_url,
+                encode_parts(run.input_parts),
             ),
         )
     except sqlite3.IntegrityError as exc:
