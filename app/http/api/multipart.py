@@ -11,6 +11,7 @@ without one, or a body that is not multipart are refused.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Final
@@ -27,6 +28,8 @@ __all__ = ["FILE_FIELD", "Upload", "read_upload"]
 FILE_FIELD: Final = "file"
 """The name of the form field that carries the file."""
 
+# ``filename*=charset'language'percent-encoded`` (RFC 5987, RFC 6266)
+_EXTENDED_FILENAME: Final = re.compile(r"filename\*\s*=\s*([A-Za-z0-9_-]+)'[^']*'([^;\s]+)", re.I)
 # a part's headers: a few lines of at most this much each
 _MAX_HEADER_BYTES: Final = 8192
 
@@ -68,16 +71,17 @@ def _boundary(content_type: str | None) -> bytes:
 
 
 def _disposition(part: _Part) -> tuple[str | None, str | None]:
-    """The part's form field name and file name (RFC 7578; ``filename*`` is RFC 5987's)."""
-    _, options = parse_options_header(part.headers.get("content-disposition", "").encode("utf-8"))
+    """The part's form field name and file name (RFC 7578; ``filename*`` is RFC 5987's, which
+    python-multipart's header parser leaves out)."""
+    header = part.headers.get("content-disposition", "")
+    _, options = parse_options_header(header.encode("utf-8"))
     name = options.get(b"name")
-    filename = options.get(b"filename*")
+    extended = _EXTENDED_FILENAME.search(header)
     decoded: str | None = None
-    if filename is not None:
-        charset, _, rest = filename.partition(b"'")
-        _, _, encoded = rest.partition(b"'")
+    if extended is not None:
+        charset, encoded = extended.group(1), extended.group(2)
         raw = unquote_to_bytes(encoded)
-        decoded = raw.decode("utf-8" if charset.lower() == b"utf-8" else "latin-1", "replace")
+        decoded = raw.decode("utf-8" if charset.lower() == "utf-8" else "latin-1", "replace")
     elif (plain := options.get(b"filename")) is not None:
         # browsers (the HTML standard's form encoding) and httpx send a quote as %22
         decoded = _text(plain).replace("%22", '"')
