@@ -1,4 +1,6 @@
-"""Files: upload one (multipart), read its metadata and its bytes, delete it.
+"""Files: upload one (multipart), read its metadata and its bytes, delete it; the limits of
+an upload and of a run's input (``GET /v1/files/limits``, so a page can refuse a file before
+sending it).
 
 A file is the caller's: another principal's is 404 on every route. Its bytes are served as an
 attachment of the type found in them, with ``nosniff`` and a sandboxing CSP, so that a browser
@@ -18,7 +20,8 @@ from starlette.responses import JSONResponse, Response
 
 from app.auth.keys import principal_of
 from app.errors import Unavailable
-from app.files import FileRecord, FileService
+from app.files import ACCEPTED_MEDIA_TYPES, FileRecord, FileService
+from app.files.intake import input_limits
 from app.http.api.multipart import FILE_FIELD, read_upload
 from app.http.api.schemas import Problem
 from app.server.services import Services, ServicesDep
@@ -65,6 +68,15 @@ _UPLOAD_BODY: dict[str, Any] = {
 }
 
 
+class FileLimits(BaseModel):
+    """What an upload and a run's input may be."""
+
+    max_bytes: int = Field(description="Bytes of one file at most (``AGENT_MAX_FILE_BYTES``)")
+    media_types: list[str] = Field(description="The media types a file's bytes may be")
+    max_input_bytes: int = Field(description="Bytes of a run's images and documents together")
+    max_input_parts: int = Field(description="Content parts of a run's input at most")
+
+
 def _files(services: Services) -> FileService:
     if services.files is None:  # pragma: no cover - the lifespan always builds it
         raise Unavailable("files are not available on this worker", retry_after=1)
@@ -99,6 +111,29 @@ async def upload_file(request: Request, principal: Principal, services: Services
         await staged.discard()
     return JSONResponse(
         record.to_json(), status_code=201, headers={"Location": f"{UPLOAD_PATH}/{record.file_id}"}
+    )
+
+
+# before /v1/files/{file_id}, which would take "limits" for an id
+@router.get(
+    "/v1/files/limits",
+    summary="What a file and a run's input may be",
+    response_model=FileLimits,
+    responses={401: _PROBLEM},
+    dependencies=[Depends(principal_of)],
+)
+async def get_file_limits(services: ServicesDep) -> Response:
+    """The size limit of one file, the media types taken, and the bounds of a run's input
+    (its media bytes together, its parts)."""
+    files = _files(services)
+    limits = input_limits(files)
+    return JSONResponse(
+        {
+            "max_bytes": files.max_bytes,
+            "media_types": sorted(ACCEPTED_MEDIA_TYPES),
+            "max_input_bytes": limits.max_media_bytes,
+            "max_input_parts": limits.max_parts,
+        }
     )
 
 
