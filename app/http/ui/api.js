@@ -133,7 +133,8 @@ export const api = {
     });
     return response.blob();
   },
-  /** What an upload may be: {max_bytes, media_types}. */
+  /** What an upload and a run's input may be: {max_bytes, media_types, max_input_bytes,
+   * max_input_parts}. */
   fileLimits: () => json("GET", "v1/files/limits"),
   answer: (sessionId, runId, toolCallId, approved) =>
     json("POST", "external-events", {

@@ -1101,18 +1101,20 @@ const tray = new AttachmentTray({
   list: els.attachments,
   message: els.attachMessage,
   upload: (file, signal) => api.uploadFile(file, signal),
-  onUnauthorized: (retry) => needKey(retry),
+  onUnauthorized: () => needKey(null),
   announce,
   onEmpty: () => els.prompt.focus(),
 });
 
-/** The server's upload limits (GET /v1/files/limits); the contract's defaults without it. */
+/** The server's upload limits (GET /v1/files/limits); its defaults without an answer. */
 async function loadLimits() {
   try {
     const limits = await api.fileLimits();
     tray.setLimits({
       maxBytes: Number(limits.max_bytes) || DEFAULT_LIMITS.maxBytes,
       mediaTypes: Array.isArray(limits.media_types) ? limits.media_types : DEFAULT_LIMITS.mediaTypes,
+      maxInputBytes: Number(limits.max_input_bytes) || DEFAULT_LIMITS.maxInputBytes,
+      maxInputParts: Number(limits.max_input_parts) || DEFAULT_LIMITS.maxInputParts,
     });
   } catch {
     // an older server, or no key yet: the defaults, and the server's own answer on upload

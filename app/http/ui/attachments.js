@@ -13,9 +13,9 @@ let counter = 0;
 export class AttachmentTray {
   /**
    * ``list``: the tray's <ul>; ``message``: where a refusal is said; ``upload(file, signal)``:
-   * POST /v1/files, answering the stored file; ``onUnauthorized(retry)``: a 401 (ask for a key,
-   * then ``retry``); ``announce(text)``: say it to screen readers; ``onEmpty()``: the last one
-   * was removed (focus goes back to the message box).
+   * POST /v1/files, answering the stored file; ``onUnauthorized()``: an upload got 401 (ask for
+   * a key); ``announce(text)``: say it to screen readers; ``onEmpty()``: the last one was
+   * removed (focus goes back to the message box).
    */
   constructor({ list, message, upload, onUnauthorized, announce, onEmpty }) {
     this.list = list;
@@ -28,7 +28,7 @@ export class AttachmentTray {
     this.items = []; // {key, file, name, mediaType, kind, preview, status, stored, controller, el}
   }
 
-  /** The server's limits: {maxBytes, mediaTypes}. */
+  /** The server's limits (see DEFAULT_LIMITS). */
   setLimits(limits) {
     this.limits = limits;
   }
@@ -38,7 +38,7 @@ export class AttachmentTray {
     const refusals = [];
     const added = [];
     for (const file of Array.from(files || [])) {
-      const reason = this.refusal(file);
+      const reason = this.refusal(file) || this.overMessage(file);
       if (reason) {
         refusals.push(reason);
         continue;
@@ -58,11 +58,25 @@ export class AttachmentTray {
     const name = displayName(file);
     const mediaType = mediaTypeOf(file, this.limits.mediaTypes);
     if (!mediaType) {
-      return `“${name}” cannot be attached: images (PNG, JPEG, GIF, WebP), PDF and text files (.txt, .md, .csv) can.`;
+      return `“${name}” cannot be attached: only images (PNG, JPEG, GIF, WebP), PDF and text files (.txt, .md, .csv) can.`;
     }
     if (file.size === 0) return `“${name}” is empty.`;
     if (file.size > this.limits.maxBytes) {
       return `“${name}” is ${formatBytes(file.size)}: the server takes files up to ${formatBytes(this.limits.maxBytes)}.`;
+    }
+    return "";
+  }
+
+  /** Why ``file`` would not fit the message with the files already attached, or "". */
+  overMessage(file) {
+    const { maxInputBytes, maxInputParts } = this.limits;
+    // one part is kept for the text
+    if (this.items.length + 1 > maxInputParts - 1) {
+      return `“${displayName(file)}” was not attached: a message takes ${maxInputParts - 1} files at most.`;
+    }
+    const total = this.items.reduce((sum, i) => sum + i.file.size, file.size);
+    if (total > maxInputBytes) {
+      return `“${displayName(file)}” was not attached: a message's files may come to ${formatBytes(maxInputBytes)} together, and these would be ${formatBytes(total)}.`;
     }
     return "";
   }
@@ -92,13 +106,16 @@ export class AttachmentTray {
       item.stored = await this.upload(item.file, item.controller.signal);
     } catch (error) {
       if (!this.items.includes(item)) return; // removed while it went up
+      this.drop(item);
+      this.render();
       if (error instanceof ApiError && error.status === 401) {
-        this.onUnauthorized(() => this.items.includes(item) && this.send(item));
+        // attached again once there is a key: a tray waiting on a dialog that may be
+        // cancelled would hold the message back for good
+        this.say(`“${item.name}” was not attached: the server needs an API key. Attach it again once the key is saved.`);
+        this.onUnauthorized();
         return;
       }
-      this.drop(item);
       this.say(`“${item.name}” was not attached: ${reasonOf(error)}`);
-      this.render();
       return;
     }
     if (!this.items.includes(item)) return;
@@ -161,27 +178,31 @@ export class AttachmentTray {
 
   render() {
     this.list.hidden = this.items.length === 0;
-    this.list.replaceChildren(...this.items.map((item) => (item.el = this.itemEl(item))));
+    // an item's element is kept (its thumbnail is not decoded again), its state updated
+    this.list.replaceChildren(...this.items.map((item) => this.update(item)));
+  }
+
+  update(item) {
+    if (!item.el) item.el = this.itemEl(item);
+    const uploading = item.status === "uploading";
+    const kind = item.kind === "image" ? "image" : "document";
+    const label = `${item.name}, ${kind}, ${formatBytes(item.file.size)}${uploading ? ", uploading" : ""}`;
+    item.el.dataset.status = item.status;
+    item.el.setAttribute("aria-label", label);
+    item.el.setAttribute("aria-busy", uploading ? "true" : "false");
+    item.el.querySelector(".attachment-progress").hidden = !uploading;
+    return item.el;
   }
 
   itemEl(item) {
-    const uploading = item.status === "uploading";
-    const label = `${item.name}, ${item.kind === "image" ? "image" : "document"}, ${formatBytes(item.file.size)}${uploading ? ", uploading" : ""}`;
     const preview = item.preview
       ? h("img", { class: "attachment-thumb", src: item.preview, alt: "" })
       : h("span", { class: "attachment-doc" }, icon("file"), h("span", { class: "attachment-name", text: item.name }));
     return h(
       "li",
-      {
-        class: "attachment",
-        "data-kind": item.kind,
-        "data-status": item.status,
-        "aria-label": label,
-        "aria-busy": uploading ? "true" : "false",
-        title: item.name,
-      },
+      { class: "attachment", "data-kind": item.kind, title: item.name },
       preview,
-      uploading ? h("span", { class: "attachment-progress" }, h("span", { class: "spinner" })) : null,
+      h("span", { class: "attachment-progress" }, h("span", { class: "spinner" })),
       h(
         "button",
         {

@@ -33,10 +33,14 @@ const BY_EXTENSION = {
   csv: "text/csv",
 };
 
-/** The upload limits until the server says otherwise: the contract's defaults. */
+/** The limits until the server says otherwise (GET /v1/files/limits): its defaults. One file
+ * and the files of one message together take ``maxBytes`` and ``maxInputBytes`` at most; a
+ * message has ``maxInputParts`` parts at most (its files, and its text). */
 export const DEFAULT_LIMITS = Object.freeze({
   maxBytes: 20 * 1024 * 1024,
   mediaTypes: Object.keys(MEDIA_KINDS),
+  maxInputBytes: 20 * 1024 * 1024,
+  maxInputParts: 64,
 });
 
 /** The ``accept`` attribute of the file picker. */
