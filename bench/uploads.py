@@ -10,11 +10,13 @@ Servers, each its own process on 127.0.0.1, measured in alternating rounds:
 - ``postgres``: ``agent-server`` on PostgreSQL (``BENCH_POSTGRES_URL``, a scratch schema; blobs
   in 1 MiB ``bytea`` pieces).
 
-Each upload is a multipart body built before the clock starts, of a PNG of the given size whose
-bytes differ from every other upload's (so each one is stored, not deduplicated); ``same``
-rows upload one content again and again (what deduplication saves). MB/s = the file's bytes /
-the wall time from the first byte sent to the answer read, median over the uploads of all
-rounds; then each file is downloaded (``GET .../content``) and timed the same way.
+Each upload is a multipart body of a PNG of the given size whose bytes differ from every other
+upload's (so each one is stored, not deduplicated); ``same`` rows upload one content again and
+again (what deduplication saves); then the file is downloaded (``GET .../content``). Each
+transfer goes to every server in turn, so the servers are measured at the same moments of a
+shared machine. MB/s = the file's bytes / the wall time from the first byte sent to the answer
+read, median over all rounds; "paired" is the median of floor time / server time over the
+transfers taken side by side.
 """
 
 from __future__ import annotations
@@ -75,6 +77,16 @@ class Figures:
     def add(self, server: str, case: str, elapsed: float) -> None:
         self.seconds.setdefault((server, case), []).append(elapsed)
 
+    def paired(self, server: str, case: str) -> float | None:
+        """The median, over transfers taken side by side, of the floor's time over this
+        server's (the floor's upload for both upload cases): this server's speed as a share
+        of the floor's at the same moment."""
+        floor = self.seconds.get(("floor", case.replace(", same content", "")))
+        mine = self.seconds.get((server, case))
+        if not floor or not mine:
+            return None
+        return round(statistics.median(f / m for f, m in zip(floor, mine, strict=False)), 2)
+
     def mb_per_s(self, server: str, case: str, size: int) -> float | None:
         times = self.seconds.get((server, case))
         return None if not times else size / MB / statistics.median(times)
@@ -101,30 +113,31 @@ def _download(client: httpx.Client, url: str, path: str, size: int) -> float:
 
 
 def _round(
-    figures: Figures, name: str, server: Server, sizes: list[int], uploads: int, seed: int
+    figures: Figures, servers: dict[str, Server], sizes: list[int], uploads: int, seed: int
 ) -> None:
+    """Each transfer goes to every server in turn, so that the figures of the servers are
+    taken at the same moments of a shared machine (and can be compared pair by pair)."""
     with httpx.Client(timeout=120.0, trust_env=False) as client:
         for size in sizes:
-            bodies = [_form(_png(size, seed * 1000 + i), f"bench-{i}.png") for i in range(uploads)]
+            label = f"{size // MB} MB"
             same = _form(_png(size, seed * 1000 + 999), "same.png")
-            _upload(client, server.url, same)  # untimed: a warm connection, the content stored
-            stored: list[str] = []
-            # interleaved, so that both cases see the same moments of a shared machine
-            for body in bodies:
-                elapsed, file_id = _upload(client, server.url, body)
-                figures.add(name, f"upload {size // MB} MB", elapsed)
-                stored.append(file_id)
-                elapsed, _ = _upload(client, server.url, same)
-                figures.add(name, f"upload {size // MB} MB, same content", elapsed)
-            for file_id in stored:
-                path = (
-                    f"/v1/files/{file_id}/content"
-                    if name != "floor"
-                    else f"/v1/files/{size}/content"
-                )
-                figures.add(
-                    name, f"download {size // MB} MB", _download(client, server.url, path, size)
-                )
+            for server in servers.values():
+                _upload(client, server.url, same)  # untimed: a warm connection, stored content
+            for i in range(uploads):
+                for number, (name, server) in enumerate(servers.items()):
+                    body = _form(_png(size, seed * 1000 + i * 10 + number), f"bench-{i}.png")
+                    elapsed, file_id = _upload(client, server.url, body)
+                    figures.add(name, f"upload {label}", elapsed)
+                    elapsed, _ = _upload(client, server.url, same)
+                    figures.add(name, f"upload {label}, same content", elapsed)
+                    path = (
+                        f"/v1/files/{size}/content"
+                        if name == "floor"
+                        else f"/v1/files/{file_id}/content"
+                    )
+                    figures.add(
+                        name, f"download {label}", _download(client, server.url, path, size)
+                    )
 
 
 def _floor() -> Server:
@@ -182,8 +195,7 @@ def measure(sizes_mb: list[int], uploads: int, rounds: int, postgres: bool) -> d
         started = {name: start() for name, start in servers.items()}
         try:
             for round_number in range(rounds):
-                for name, server in started.items():
-                    _round(figures, name, server, sizes, uploads, seed=round_number * 10 + 1)
+                _round(figures, started, sizes, uploads, seed=round_number * 100 + 1)
         finally:
             for server in started.values():
                 server.stop()
@@ -202,6 +214,7 @@ def measure(sizes_mb: list[int], uploads: int, rounds: int, postgres: bool) -> d
                     "case": case,
                     "mb_per_s": round(value, 1),
                     "vs_floor": None if not floor else round(value / floor, 2),
+                    "paired": figures.paired(name, case),
                     "transfers": len(figures.seconds[(name, case)]),
                 }
             )
@@ -221,15 +234,16 @@ def _case_order(case: str) -> tuple[int, int, str]:
 def table(result: dict[str, object]) -> str:
     """The figures as a Markdown table."""
     lines = [
-        "| case | server | MB/s (median) | vs floor | transfers |",
-        "| --- | --- | --- | --- | --- |",
+        "| case | server | MB/s (median) | vs floor (medians) | vs floor (paired) | transfers |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     rows = result["rows"]
     assert isinstance(rows, list)
     for row in rows:
         ratio = "-" if row["vs_floor"] is None else f"{row['vs_floor']:.2f}"
+        paired = "-" if row["paired"] is None else f"{row['paired']:.2f}"
         lines.append(
-            f"| {row['case']} | {row['server']} | {row['mb_per_s']:,.1f} | {ratio} |"
+            f"| {row['case']} | {row['server']} | {row['mb_per_s']:,.1f} | {ratio} | {paired} |"
             f" {row['transfers']} |"
         )
     return "\n".join(lines)

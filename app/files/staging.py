@@ -60,13 +60,14 @@ class StagedUpload:
             await self._flush()
 
     async def finish(self) -> None:
-        """Write what is gathered and make the file durable (fsync)."""
+        """Write what is gathered and close the file (its durability is the store's: only
+        bytes not stored yet need an fsync)."""
         await self._flush()
         if self._handle is None:
             await asyncio.to_thread(self._open)
         handle = self._handle
         assert handle is not None
-        await asyncio.to_thread(_sync_and_close, handle)
+        await asyncio.to_thread(handle.close)
         self._handle = None
 
     def take(self) -> Path:
@@ -111,12 +112,6 @@ class StagedUpload:
         assert self._handle is not None
         self.check.feed(data)
         self._handle.write(data)
-
-
-def _sync_and_close(handle: BinaryIO) -> None:
-    handle.flush()
-    os.fsync(handle.fileno())
-    handle.close()
 
 
 def _unlink(path: Path) -> None:

@@ -2,8 +2,9 @@
 
 A blob is ``<dir>/files/<sha256[:2]>/<sha256>`` next to the database file (a database in
 memory keeps its blobs in a temporary directory of its own). It is written to
-``files/.staging`` first (fsync'd there, off the store's thread), then renamed into place
-inside the transaction that inserts its row: the store's write lock (``BEGIN IMMEDIATE``,
+``files/.staging`` first (and fsync'd there, off the store's thread, unless its content is
+stored already: an upload of known bytes costs no fsync), then renamed into place inside the
+transaction that inserts its row: the store's write lock (``BEGIN IMMEDIATE``,
 which every process sharing the file takes) orders every rename and unlink of a blob with the
 rows that name it, so no reader finds a row without its bytes. A blob whose last row goes is
 moved aside in the same transaction and unlinked once it committed (moved back if it did not).
@@ -123,9 +124,11 @@ class SQLiteFiles(BackgroundOperations):
     @finish_on_cancel
     async def put_file(self, record: FileRecord, content: bytes | Path) -> None:
         """Store the file, and its bytes unless stored already; see ``FileStore.put_file``."""
-        staged = await asyncio.to_thread(_stage, self.file_staging_dir, content)
+        staged, synced = await asyncio.to_thread(
+            _stage, self.file_staging_dir, content, _blob_path(self.blob_root, record.sha256)
+        )
         try:
-            await self._write(_put, record, staged, self.blob_root)
+            await self._write(_put, record, staged, synced, self.blob_root)
         finally:
             await asyncio.to_thread(_unlink, staged)  # gone already once moved into place
 
@@ -185,9 +188,9 @@ class SQLiteFiles(BackgroundOperations):
 # --- on a worker thread (not the store's) ------------------------------------------------------
 
 
-def _stage(staging: Path, content: bytes | Path) -> Path:
-    """``content`` as a staged file in ``staging``: moved there (a path), or written (bytes),
-    fsync'd either way before its rename into place can be committed."""
+def _stage(staging: Path, content: bytes | Path, final: Path) -> tuple[Path, bool]:
+    """``content`` as a staged file in ``staging``: moved there (a path) or written (bytes);
+    fsync'd unless ``final`` (its blob) exists already. The file, and whether it was synced."""
     staging.mkdir(parents=True, exist_ok=True)
     target = staging / f"{secrets.token_hex(16)}.upload"
     if isinstance(content, Path):
@@ -197,14 +200,17 @@ def _stage(staging: Path, content: bytes | Path) -> Path:
             # another file system: copy, then drop the original
             shutil.copyfile(content, target)
             _unlink(content)
-        with open(target, "rb") as handle:
-            os.fsync(handle.fileno())
-        return target
-    with open(target, "wb") as handle:
-        handle.write(content)
-        handle.flush()
+    else:
+        target.write_bytes(content)
+    if final.exists():
+        return target, False  # most likely deduplicated: _put syncs it if not after all
+    _fsync_file(target)
+    return target, True
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as handle:
         os.fsync(handle.fileno())
-    return target
 
 
 def _read_blob(root: Path, sha256: str) -> bytes:
@@ -260,7 +266,9 @@ def _fsync_dir(path: Path) -> None:
 # --- on the store's thread, in its transactions -----------------------------------------------
 
 
-def _put(db: sqlite3.Connection, record: FileRecord, staged: Path, root: Path) -> None:
+def _put(
+    db: sqlite3.Connection, record: FileRecord, staged: Path, synced: bool, root: Path
+) -> None:
     new_blob = db.execute(
         "INSERT OR IGNORE INTO file_blobs (sha256, bytes, created_at) VALUES (?, ?, ?)",
         (record.sha256, record.bytes, _ts(utcnow())),
@@ -268,6 +276,8 @@ def _put(db: sqlite3.Connection, record: FileRecord, staged: Path, root: Path) -
     final = _blob_path(root, record.sha256)
     moved = False
     if new_blob or not final.exists():
+        if not synced:  # its blob went since _stage looked: rare, and worth the wait
+            _fsync_file(staged)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staged, final)
         _fsync_dir(final.parent)
