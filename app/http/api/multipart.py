@@ -14,11 +14,14 @@ import contextlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote_to_bytes
 
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
 
 from app.errors import InvalidRequest, UnsupportedMediaType
 from app.files import StagedUpload
@@ -88,6 +91,64 @@ def _disposition(part: _Part) -> tuple[str | None, str | None]:
     return (None if name is None else _text(name)), decoded
 
 
+class _Form:
+    """The push parser's callbacks: the parts' headers, and the file part's bytes since the
+    last write (``pieces``)."""
+
+    def __init__(self) -> None:
+        self.part = _Part()
+        self.pieces: list[bytes] = []
+        self.file: _Part | None = None
+        self.in_file = False
+        self.done = False
+
+    def callbacks(self) -> MultipartCallbacks:
+        return {
+            "on_part_begin": self.on_part_begin,
+            "on_header_field": self.on_header_field,
+            "on_header_value": self.on_header_value,
+            "on_header_end": self.on_header_end,
+            "on_headers_finished": self.on_headers_finished,
+            "on_part_data": self.on_part_data,
+            "on_part_end": self.on_part_end,
+            "on_end": self.on_end,
+        }
+
+    def on_part_begin(self) -> None:
+        self.part = _Part()
+
+    def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self.part.field_name += data[start:end]
+
+    def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self.part.value += data[start:end]
+        if len(self.part.value) > _MAX_HEADER_BYTES:
+            raise InvalidRequest("a multipart header is too long")
+
+    def on_header_end(self) -> None:
+        part = self.part
+        part.headers[part.field_name.decode("latin-1").strip().lower()] = _text(part.value).strip()
+        part.field_name, part.value = b"", b""
+
+    def on_headers_finished(self) -> None:
+        name, _ = _disposition(self.part)
+        self.in_file = name == FILE_FIELD
+        if self.in_file:
+            if self.file is not None:
+                raise InvalidRequest(f"send one file per request (one {FILE_FIELD!r} field)")
+            self.file = self.part
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        if self.in_file:
+            self.pieces.append(data[start:end])
+
+    def on_part_end(self) -> None:
+        self.in_file = False
+
+    def on_end(self) -> None:
+        self.done = True
+
+
 async def read_upload(
     chunks: AsyncIterator[bytes], content_type: str | None, staged: StagedUpload
 ) -> Upload:
@@ -98,77 +159,29 @@ async def read_upload(
     as the file passes the limit. The caller discards ``staged`` on any error.
     """
     boundary = _boundary(content_type)
-    part = _Part()
-    pieces: list[bytes] = []  # of the file part, since the last write
-    found: list[_Part] = []
-    state = {"in_file": False, "files": 0, "done": False}
-
-    def on_part_begin() -> None:
-        nonlocal part
-        part = _Part()
-
-    def on_header_field(data: bytes, start: int, end: int) -> None:
-        part.field_name += data[start:end]
-
-    def on_header_value(data: bytes, start: int, end: int) -> None:
-        part.value += data[start:end]
-        if len(part.value) > _MAX_HEADER_BYTES:
-            raise InvalidRequest("a multipart header is too long")
-
-    def on_header_end() -> None:
-        part.headers[part.field_name.decode("latin-1").strip().lower()] = _text(part.value).strip()
-        part.field_name, part.value = b"", b""
-
-    def on_headers_finished() -> None:
-        name, _ = _disposition(part)
-        state["in_file"] = name == FILE_FIELD
-        if state["in_file"]:
-            state["files"] += 1
-            if state["files"] > 1:
-                raise InvalidRequest(f"send one file per request (one {FILE_FIELD!r} field)")
-            found.append(part)
-
-    def on_part_data(data: bytes, start: int, end: int) -> None:
-        if state["in_file"]:
-            pieces.append(data[start:end])
-
-    def on_part_end() -> None:
-        state["in_file"] = False
-
-    def on_end() -> None:
-        state["done"] = True
-
-    parser = MultipartParser(
-        boundary,
-        {
-            "on_part_begin": on_part_begin,
-            "on_header_field": on_header_field,
-            "on_header_value": on_header_value,
-            "on_header_end": on_header_end,
-            "on_headers_finished": on_headers_finished,
-            "on_part_data": on_part_data,
-            "on_part_end": on_part_end,
-            "on_end": on_end,
-        },
-    )
+    form = _Form()
+    try:
+        parser = MultipartParser(boundary, form.callbacks())
+    except FormParserError as exc:  # a boundary too long
+        raise InvalidRequest(f"the multipart Content-Type is not usable: {exc}") from None
     async for chunk in chunks:
         if not chunk:
             continue
         try:
             parser.write(chunk)
-        except MultipartParseError as exc:
+        except FormParserError as exc:
             raise InvalidRequest(f"the multipart body is malformed: {exc}") from None
-        for piece in pieces:
+        for piece in form.pieces:
             await staged.write(piece)
-        pieces.clear()
-        if state["done"]:
+        form.pieces.clear()
+        if form.done:
             break
-    with contextlib.suppress(MultipartParseError):
+    with contextlib.suppress(FormParserError):
         parser.finalize()
-    if not state["done"]:
+    if not form.done:
         raise InvalidRequest("the multipart body ends before its closing boundary")
-    if not found:
+    if form.file is None:
         raise InvalidRequest(f"the form has no {FILE_FIELD!r} field")
     await staged.finish()
-    _, filename = _disposition(found[0])
-    return Upload(staged, filename, found[0].headers.get("content-type"))
+    _, filename = _disposition(form.file)
+    return Upload(staged, filename, form.file.headers.get("content-type"))

@@ -99,6 +99,7 @@ async def test_what_is_not_one_file_in_a_form_is_refused(tmp_path: Path) -> None
         ("application/json", b'{"file": "x"}', UnsupportedMediaType),
         (None, _form(png()), UnsupportedMediaType),
         ("multipart/form-data", _form(png()), InvalidRequest),  # no boundary
+        (f"multipart/form-data; boundary={'b' * 300}", _form(png()), InvalidRequest),
         (CONTENT_TYPE, _form(png(), 'name="other"; filename="a.png"'), InvalidRequest),
         (CONTENT_TYPE, _form(png())[:-30], InvalidRequest),  # cut before its end
         (CONTENT_TYPE, _form(png()).replace(b"--\r\n", b"\r\n") + _form(png())[2:], InvalidRequest),
