@@ -49,7 +49,6 @@ pytestmark = [
 ]
 
 MAX_FILE_BYTES = 64 * 1024
-SHOWN_LIMIT = "64 KB"
 
 
 # --- fixtures ------------------------------------------------------------------------------
@@ -197,30 +196,37 @@ def uploads(page: Page) -> list[Request]:
 def test_attach_by_button_send_and_see_it_after_a_reload(page: Page, files_server: Server) -> None:
     page.goto(files_server.base_url)
     picture = png(96, 64, (214, 48, 72))
-    attach_by_button(page, file_payload("red square.png", "image/png", picture))
-    item = tray(page).get_by_role("listitem")
-    expect(item).to_have_count(1)
-    expect(item).to_have_attribute("data-status", "ready")
-    thumb = item.locator("img.attachment-thumb")
-    thumb.evaluate("img => img.decode()")
-    expect(item.get_by_role("button", name="Remove red square.png")).to_be_visible()
-    prompt_box(page).fill("What colour is this?")
+    recipe = b"# Tomato soup\n\n1. Roast the tomatoes.\n2. Blend.\n"
+    attach_by_button(
+        page,
+        file_payload("red square.png", "image/png", picture),
+        file_payload("soup.md", "text/markdown", recipe),
+    )
+    items = tray(page).get_by_role("listitem")
+    expect(items).to_have_count(2)
+    for item in items.all():
+        expect(item).to_have_attribute("data-status", "ready")
+    items.first.locator("img.attachment-thumb").evaluate("img => img.decode()")
+    expect(items.first.get_by_role("button", name="Remove red square.png")).to_be_visible()
+    expect(items.last.get_by_role("button", name="Remove soup.md")).to_be_visible()
+    prompt_box(page).fill("Is this the colour of the soup?")
     screenshot(page, "attachments-composing")
     prompt_box(page).press("Enter")
 
     turn = last_turn(page)
     expect(turn).to_have_attribute("data-status", "completed")
-    expect(answer(page)).to_contain_text("What colour is this?")
+    expect(answer(page)).to_contain_text("Is this the colour of the soup?")
     expect(answer(page)).to_contain_text(short_hash(picture))
+    expect(answer(page)).to_contain_text(short_hash(recipe))
     expect(tray(page)).to_be_hidden()
-    sent = turn.get_by_role("list", name="Attached files").get_by_role("img", name="red square.png")
-    image_shown(sent)
+    files = turn.get_by_role("list", name="Attached files")
+    image_shown(files.get_by_role("img", name="red square.png"))
+    expect(files.locator(".file-link.document .file-name")).to_have_text("soup.md")
 
     session: str = page.evaluate("window.agentUI.sessionId")
     parts = stored_user_parts(files_server, session)
-    images = [p for p in parts if p["type"] == "image"]
-    assert len(images) == 1 and images[0]["media_type"] == "image/png", parts
-    file_id = images[0]["file_id"]
+    assert [p["type"] for p in parts] == ["image", "document", "text"], parts
+    file_id = parts[0]["file_id"]
     with httpx.Client(base_url=files_server.base_url, timeout=10) as http:
         # what an <img src> would get: the page has to send its key
         assert http.get(f"/v1/files/{file_id}/content").status_code == 401
@@ -230,10 +236,13 @@ def test_attach_by_button_send_and_see_it_after_a_reload(page: Page, files_serve
     page.reload()
     turn = last_turn(page)
     expect(turn).to_have_attribute("data-status", "completed")
-    image_shown(
-        turn.get_by_role("list", name="Attached files").get_by_role("img", name="red square.png")
+    files = turn.get_by_role("list", name="Attached files")
+    image_shown(files.get_by_role("img", name="red square.png"))
+    expect(files.locator(".file-link.document .file-name")).to_have_text("soup.md")
+    expect(files.locator(".file-link.document .file-about")).to_have_text(
+        f"Markdown, {len(recipe)} bytes"
     )
-    expect(turn.locator(".msg.user .bubble")).to_have_text("What colour is this?")
+    expect(turn.locator(".msg.user .bubble")).to_have_text("Is this the colour of the soup?")
     screenshot(page, "attachments-sent")
 
 
@@ -336,12 +345,27 @@ def test_the_page_refuses_what_the_server_would(page: Page, files_server: Server
     big = png(8, 8, (0, 0, 0)) + b"\x00" * MAX_FILE_BYTES
     attach_by_button(page, file_payload("huge.png", "image/png", big))
     expect(message).to_be_visible()
-    expect(message).to_contain_text("“huge.png” is")
-    expect(message).to_contain_text(f"up to {SHOWN_LIMIT}")
+    expect(message).to_contain_text(f"“huge.png” is {len(big):,} bytes")
+    expect(message).to_contain_text(f"up to {MAX_FILE_BYTES:,} bytes")
     attach_by_button(page, file_payload("tool.exe", "application/x-msdownload", b"MZ\x90\x00"))
     expect(message).to_contain_text("“tool.exe” cannot be attached")
-    dispatch(page, "#composer", "drop", ("archive.zip", "application/zip", b"PK\x03\x04"))
-    expect(message).to_contain_text("“archive.zip” cannot be attached")
+    expect(message).not_to_contain_text("huge.png")
+    # several at once: each refusal on a line of its own, the file that fits attached
+    dispatch(
+        page,
+        "#composer",
+        "drop",
+        ("archive.zip", "application/zip", b"PK\x03\x04"),
+        ("huge.png", "image/png", big),
+        ("empty.txt", "text/plain", b""),
+    )
+    expect(message).to_have_text(
+        "“archive.zip” cannot be attached: only images (PNG, JPEG, GIF, WebP), PDF and text"
+        " files (.txt, .md, .csv) can.\n"
+        f"“huge.png” is {len(big):,} bytes: the server takes files up to"
+        f" {MAX_FILE_BYTES:,} bytes.\n"
+        "“empty.txt” is empty."
+    )
     expect(tray(page)).to_be_hidden()
     screenshot(page, "attachments-refused")
     assert sent == []
@@ -351,7 +375,10 @@ def test_the_page_refuses_what_the_server_would(page: Page, files_server: Server
     attach_by_button(page, file_payload("one.txt", "text/plain", text))
     expect(tray(page).get_by_role("listitem")).to_have_attribute("data-status", "ready")
     attach_by_button(page, file_payload("two.txt", "text/plain", text))
-    expect(message).to_contain_text("“two.txt” was not attached: a message's files may come to")
+    expect(message).to_have_text(
+        "“two.txt” was not attached: a message's files may come to 64 KB together, and these"
+        " would be 82 KB."
+    )
     expect(tray(page).get_by_role("listitem")).to_have_count(1)
     assert len(sent) == 1
 

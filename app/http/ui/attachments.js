@@ -45,7 +45,7 @@ export class AttachmentTray {
       }
       added.push(this.start(file));
     }
-    this.say(refusals.join(" "));
+    this.say(refusals.join("\n"));
     if (added.length) {
       this.render();
       this.announce(added.length === 1 ? `Attaching ${added[0].name}` : `Attaching ${added.length} files`);
@@ -62,7 +62,10 @@ export class AttachmentTray {
     }
     if (file.size === 0) return `“${name}” is empty.`;
     if (file.size > this.limits.maxBytes) {
-      return `“${name}” is ${formatBytes(file.size)}: the server takes files up to ${formatBytes(this.limits.maxBytes)}.`;
+      let [size, limit] = [formatBytes(file.size), formatBytes(this.limits.maxBytes)];
+      // "64 KB: up to 64 KB" says nothing: just past the limit, the bytes say it
+      if (size === limit) [size, limit] = [exactBytes(file.size), exactBytes(this.limits.maxBytes)];
+      return `“${name}” is ${size}: the server takes files up to ${limit}.`;
     }
     return "";
   }
@@ -223,6 +226,8 @@ function displayName(file) {
   const name = (file.name || "").trim();
   return name || `pasted ${kindOf(mediaTypeOf(file) || "") === "image" ? "image" : "file"}`;
 }
+
+const exactBytes = (n) => `${n.toLocaleString("en")} bytes`;
 
 /** The server's reason (its problem+json ``detail``), as one sentence. */
 function reasonOf(error) {
