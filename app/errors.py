@@ -9,6 +9,7 @@ contract; the HTTP status belongs to the edge::
      ├── NotFound            not_found: no such session, run or agent (or not the caller's)
      ├── InvalidRequest      validation_error: well-formed, but not acceptable
      │   └── RefusedValue    a protocol's field the run start refuses (http.protocols.common)
+     │       └── PartRefused  a protocol's content part the run cannot take (http.protocols.media)
      ├── Unauthorized        unauthorized: no key, or not a valid one
      ├── SessionBusy         session_busy: the session already has an active run
      ├── NotAccepted         not_accepted: an answer nobody was waiting for

@@ -40,6 +40,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, Router
 from starlette.types import Receive, Scope, Send
 
+from agent_runtime.content import DOCUMENT_MEDIA_TYPES, IMAGE_MEDIA_TYPES
 from app.agents.build import AgentProfile
 from app.errors import Unauthorized
 from app.http.middleware import read_body, replay
@@ -49,6 +50,13 @@ from app.server.services import Services
 __all__ = ["A2AEndpoint", "agent_card", "service_card"]
 
 _CALLER = "agent_runtime.a2a.caller"
+# text, the data parts that answer a question, and the images and documents a message may carry
+INPUT_MODES = [
+    "text/plain",
+    "application/json",
+    *sorted(IMAGE_MEDIA_TYPES),
+    *sorted(DOCUMENT_MEDIA_TYPES - {"text/plain"}),
+]
 _BINDINGS = ("JSONRPC", "HTTP+JSON")
 _VERSION = "0.1.0"
 
@@ -60,7 +68,7 @@ def _skill(profile: AgentProfile) -> pb.AgentSkill:
         name=profile.name,
         description=description[:500],
         tags=["agent", profile.name],
-        input_modes=["text/plain", "application/json"],
+        input_modes=INPUT_MODES,
         output_modes=["text/plain", "application/json"],
     )
 
@@ -87,7 +95,7 @@ def _card(
         supported_interfaces=interfaces,
         version=_VERSION,
         capabilities=pb.AgentCapabilities(streaming=True, push_notifications=False),
-        default_input_modes=["text/plain", "application/json"],
+        default_input_modes=INPUT_MODES,
         default_output_modes=["text/plain", "application/json"],
         skills=[_skill(profile) for profile in profiles],
     )
@@ -244,5 +252,7 @@ class A2AEndpoint:
                 await _not_utf8(path, agent)(scope, receive, send)
                 return
             receive = replay(body, receive)
-        scope[_CALLER] = TaskCaller(services, principal, agent)
+        # the service's own root (this app is mounted at /a2a): files are named under it
+        origin = str(Request(scope).url.replace(path="", query="", fragment="")).rstrip("/")
+        scope[_CALLER] = TaskCaller(services, principal, agent, origin)
         await self._router(scope, receive, send)
