@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Final
 
 from starlette.exceptions import HTTPException
@@ -12,6 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.errors import ServiceError, Unauthorized
 from app.files.intake import run_body_limit
 from app.http.api.errors import ProblemError, problem_response
+from app.http.body_media import media_size
 from app.settings import Settings
 
 __all__ = [
@@ -19,7 +19,6 @@ __all__ = [
     "BodyTooLarge",
     "LoadShedMiddleware",
     "body_limit",
-    "media_size",
     "read_body",
     "replay",
     "takes_media",
@@ -61,7 +60,7 @@ class BodyLimitMiddleware:
     A run start (``takes_media``) may carry images and documents as base64 beside it, up to
     ``body_limit`` bytes in all: such a body, when it may pass ``limit``, is read whole
     (refused as soon as it passes ``body_limit``), and refused unless what is not base64
-    media in it (``media_size``) is within ``limit``.
+    media in it (``app.http.body_media.media_size``) is within ``limit``.
     """
 
     def __init__(self, app: ASGIApp, *, limit: int) -> None:
@@ -111,11 +110,15 @@ class BodyLimitMiddleware:
             await _too_large(scope, receive, send, limit)
 
     async def _with_media(self, scope: Scope, receive: Receive, send: Send, hard: int) -> None:
-        """A run start's body that may pass ``limit``: read whole (up to ``hard``), measured,
-        handed on."""
+        """A run start's body that may pass ``limit``: read whole (up to ``hard``), and handed
+        on unless what is not media in it passes ``limit``. That is measured as it arrives
+        (each time the body doubles past ``limit``, so the cost stays that of one pass) and
+        refused as soon as it passes, as a body without media would be."""
         limit = self.limit
+        raw = not _native_run(scope["path"])  # the protocols name raw base64 fields
         chunks: list[bytes] = []
         size = 0
+        check_at = limit
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -126,17 +129,18 @@ class BodyLimitMiddleware:
                 await _too_large(scope, receive, send, hard)
                 return
             chunks.append(chunk)
-            if not message.get("more_body", False):
+            whole = not message.get("more_body", False)
+            if size > check_at or (whole and size > limit):
+                body = b"".join(chunks)
+                chunks = [body]
+                media = await asyncio.to_thread(media_size, body, raw_keys=raw, partial=not whole)
+                if size - media > limit:
+                    await _too_large(scope, receive, send, limit, media=True)
+                    return
+                check_at = max(check_at, size) * 2
+            if whole:
                 break
-        body = b"".join(chunks)
-        if size > limit:
-            # a regular expression over tens of megabytes: off the loop
-            raw = not _native_run(scope["path"])  # the protocols name raw base64 fields
-            media = await asyncio.to_thread(media_size, body, raw_keys=raw)
-            if size - media > limit:
-                await _too_large(scope, receive, send, limit, media=True)
-                return
-        await self.app(scope, replay(body, receive), send)
+        await self.app(scope, replay(b"".join(chunks), receive), send)
 
 
 async def _too_large(
@@ -147,22 +151,6 @@ async def _too_large(
         detail += " (not counting images and documents in it as base64)"
     response = problem_response(413, "payload_too_large", detail, path=scope["path"])
     await response(scope, receive, send)
-
-
-# a base64 data URL as a JSON string (a client's JSON encoder may escape its slashes)
-_DATA_URL = rb'"data:[^",\\]{0,256};base64,[A-Za-z0-9+/=\\]*"'
-# raw base64 under the names the protocols give it (AG-UI ``data``, A2A ``bytes``/``raw``)
-_RAW_BASE64 = rb'"(?:data|bytes|raw)"\s*:\s*"[A-Za-z0-9+/=\\]*"'
-_MEDIA: Final = re.compile(_DATA_URL)
-_MEDIA_OR_RAW: Final = re.compile(_DATA_URL + rb"|" + _RAW_BASE64)
-
-
-def media_size(body: bytes, *, raw_keys: bool = False) -> int:
-    """The bytes of ``body`` that are images and documents as base64: its base64 ``data:``
-    URLs (JSON strings), and with ``raw_keys`` base64 strings named ``data``, ``bytes`` or
-    ``raw`` (the protocols' own fields). Seconds for tens of megabytes: call it in a thread."""
-    pattern = _MEDIA_OR_RAW if raw_keys else _MEDIA
-    return sum(match.end() - match.start() for match in pattern.finditer(body))
 
 
 def _native_run(path: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import re
 from collections.abc import Callable
@@ -25,7 +26,6 @@ from app.http.api.schemas import (
     RunResult,
     RunView,
     SessionId,
-    TextInputPart,
 )
 from app.http.api.streaming import EventStreamResponse, RunResultResponse
 from app.runs import RunHandle, RunRequestOptions, record_view
@@ -125,23 +125,26 @@ async def _event_stream(
     )
 
 
-_FINGERPRINT_OFFLOAD = 256 * 1024
-# a body with media this large is canonicalised and hashed in a thread (its data URLs alone
-# may be tens of megabytes)
+_FINGERPRINT_OFFLOAD = 64 * 1024
+# a part's URL longer than this is hashed on its own, in a thread, before the body's
+# canonical JSON is (a data URL may be tens of megabytes, which one json.dumps call would
+# encode holding the GIL)
 
 
 async def _fingerprint(session_id: str, body: RunRequest) -> str:
     """The request's Idempotency-Key fingerprint: its session and its whole body, parts
-    (data URLs included) too."""
-    if isinstance(body.input, str) or _media_chars(body) < _FINGERPRINT_OFFLOAD:
-        return fingerprint(session_id, body.model_dump(mode="json"))
-    return await asyncio.to_thread(lambda: fingerprint(session_id, body.model_dump(mode="json")))
+    (data URLs included: by their SHA-256) too."""
+    data = body.model_dump(mode="json")
+    if not isinstance(body.input, str):
+        for part in data["input"]:
+            url = part.get("url")
+            if isinstance(url, str) and len(url) > _FINGERPRINT_OFFLOAD:
+                part["url"] = f"sha256:{await asyncio.to_thread(_digest, url)}"
+    return fingerprint(session_id, data)
 
 
-def _media_chars(body: RunRequest) -> int:
-    if isinstance(body.input, str):
-        return 0
-    return sum(len(part.url or "") for part in body.input if not isinstance(part, TextInputPart))
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _input_value(body: RunRequest) -> str | list[dict[str, Any]]:

@@ -144,7 +144,7 @@ class ResponseFormat(BaseModel):
 class TextInputPart(BaseModel):
     """A piece of the user's message as text."""
 
-    model_config = ConfigDict(extra="forbid", title="TextPart")
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["text"]
     text: str = Field(description="The text; not blank (422 `empty_input`).")
@@ -190,15 +190,11 @@ class _MediaInputPart(BaseModel):
 class ImageInputPart(_MediaInputPart):
     """An image: PNG, JPEG, GIF or WebP."""
 
-    model_config = ConfigDict(title="ImagePart")
-
     type: Literal["image"]
 
 
 class FileInputPart(_MediaInputPart):
     """A document (PDF, plain text, Markdown, CSV), or an image."""
-
-    model_config = ConfigDict(title="FilePart")
 
     type: Literal["file"]
 

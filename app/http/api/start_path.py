@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.auth.keys import principal_of
 from app.errors import Unavailable, UnsupportedMediaType
+from app.http import body_media
 from app.http.api.runs import start_run
 from app.http.api.schemas import SESSION_ID_PATTERN, SESSION_ID_RULE, RunRequest
 from app.http.middleware import body_limit, read_body, replay
@@ -207,7 +208,7 @@ async def _large(request: Request, session_id: str, body: bytes) -> Response:
 def _parse(body: bytes) -> RunRequest:
     """The body as ``RunRequest`` (in a thread); ``RequestValidationError`` as FastAPI's."""
     try:
-        data = json.loads(body)
+        data = body_media.loads(body)  # its data URLs read around the parser
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number too long
         raise RequestValidationError(
             [{"loc": ("body",), "msg": f"JSON decode error: {exc}"[:200], "type": "json_invalid"}]
