@@ -37,7 +37,15 @@ except ImportError:
 from tests.support import ui
 from tests.support.browser import screenshot
 from tests.support.server import Server, launch
-from tests.support.ui import API_KEY, SKIP, answer, last_turn, new_page, prompt_box
+from tests.support.ui import (
+    API_KEY,
+    SKIP,
+    answer,
+    last_turn,
+    new_page,
+    prompt_box,
+    wait_for_words,
+)
 
 browser = ui.browser
 context = ui.context
@@ -279,6 +287,26 @@ def test_paste_an_image_and_regenerate_with_it(page: Page, files_server: Server)
     session: str = page.evaluate("window.agentUI.sessionId")
     parts = stored_user_parts(files_server, session)
     assert [p["type"] for p in parts] == ["image"], parts
+
+
+def test_a_reload_mid_run_keeps_the_turns_picture(page: Page, files_server: Server) -> None:
+    """The live turn kept for a reload (sessionStorage) holds its files: the page draws it
+    again with its picture, fetched with the key, and follows the run to its end."""
+    page.goto(files_server.base_url)
+    picture = png(32, 32, (30, 160, 90))
+    attach_by_button(page, file_payload("green.png", "image/png", picture))
+    expect(tray(page).get_by_role("listitem")).to_have_attribute("data-status", "ready")
+    prompt_box(page).fill("slow " + " ".join(f"w{i}" for i in range(1, 30)))
+    prompt_box(page).press("Enter")
+    wait_for_words(page, 4)
+    saved = page.evaluate("JSON.parse(sessionStorage.getItem('agent-ui.active-run'))")
+    assert [a["filename"] for a in saved["turn"]["attachments"]] == ["green.png"]
+    page.reload()
+    turn = last_turn(page)
+    image_shown(turn.get_by_role("img", name="green.png"))
+    expect(turn).to_have_attribute("data-status", "completed")
+    expect(answer(page)).to_contain_text(short_hash(picture))
+    expect(page.locator("#log > .turn")).to_have_count(1)
 
 
 def test_drop_documents_and_open_one(page: Page, files_server: Server) -> None:
