@@ -170,8 +170,13 @@ class SQLiteFiles(BackgroundOperations):
     async def sweep_files(self, before: datetime, limit: int) -> FileSweep:
         """Delete unreferenced files created before ``before``, then unnamed blobs."""
         trash = self.file_staging_dir / f"{secrets.token_hex(8)}.swept"
+        # the blob files are listed outside the write lock; only the few without a row are
+        # looked at again under it (an upload's rename and its row commit together)
+        unnamed = await asyncio.to_thread(_survey, self.blob_root)
         try:
-            swept: FileSweep = await self._write(_sweep, _ts(before), limit, self.blob_root, trash)
+            swept: FileSweep = await self._write(
+                _sweep, _ts(before), limit, self.blob_root, trash, unnamed
+            )
         except BaseException:
             await asyncio.to_thread(_restore_all, trash)
             raise
@@ -220,9 +225,13 @@ def _read_blob(root: Path, sha256: str) -> bytes:
         raise FileMissing(f"the content {sha256}") from None
 
 
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
+def _unlink(path: Path) -> bool:
+    """Unlink ``path``; whether it was there."""
+    try:
         path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _discard(trash: Path) -> None:
@@ -317,21 +326,22 @@ def _delete(db: sqlite3.Connection, file_id: str, root: Path, trash: Path) -> bo
     return True
 
 
-def _drop_blob_if_unnamed(db: sqlite3.Connection, sha256: str, root: Path, trash: Path) -> None:
+def _drop_blob_if_unnamed(db: sqlite3.Connection, sha256: str, root: Path, trash: Path) -> bool:
     """Delete the blob row of ``sha256`` if no file names it, moving its bytes to ``trash``
-    (with a note of where they were, for a rollback to put them back)."""
+    (with a note of where they were, for a rollback to put them back); whether it did."""
     dropped = db.execute(
         "DELETE FROM file_blobs WHERE sha256 = ?"
         " AND NOT EXISTS (SELECT 1 FROM files WHERE sha256 = ?)",
         (sha256, sha256),
     ).rowcount
     if not dropped:
-        return
+        return False
     final = _blob_path(root, sha256)
     trash.parent.mkdir(parents=True, exist_ok=True)
     trash.with_suffix(".from").write_text(str(final))
     with contextlib.suppress(FileNotFoundError):
         os.replace(final, trash)
+    return True
 
 
 def _reference(db: sqlite3.Connection, file_ids: list[str], session_id: str) -> None:
@@ -362,7 +372,14 @@ def _count_blobs(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT COUNT(*) FROM file_blobs").fetchone()[0])
 
 
-def _sweep(db: sqlite3.Connection, before: str, limit: int, root: Path, trash: Path) -> FileSweep:
+def _sweep(
+    db: sqlite3.Connection,
+    before: str,
+    limit: int,
+    root: Path,
+    trash: Path,
+    candidates: list[str],
+) -> FileSweep:
     rows = db.execute(
         "SELECT file_id, sha256 FROM files WHERE created_at < ?"
         " AND NOT EXISTS (SELECT 1 FROM file_refs WHERE file_refs.file_id = files.file_id)"
@@ -371,32 +388,34 @@ def _sweep(db: sqlite3.Connection, before: str, limit: int, root: Path, trash: P
     ).fetchall()
     for row in rows:
         db.execute("DELETE FROM files WHERE file_id = ?", (row["file_id"],))
-    blobs = 0
-    for sha256 in {row["sha256"] for row in rows}:
-        moved = trash / sha256
-        before_count = db.total_changes
-        _drop_blob_if_unnamed(db, sha256, root, moved)
-        blobs += db.total_changes > before_count
-    blobs += _sweep_blob_files(db, root)
+    blobs = sum(
+        _drop_blob_if_unnamed(db, sha256, root, trash / sha256)
+        for sha256 in {row["sha256"] for row in rows}
+    )
+    # blob files without a row: what an upload whose transaction did not commit left
+    for start in range(0, len(candidates), 500):
+        batch = candidates[start : start + 500]
+        marks = ", ".join("?" * len(batch))
+        named = {
+            row[0]
+            for row in db.execute(f"SELECT sha256 FROM file_blobs WHERE sha256 IN ({marks})", batch)
+        }
+        for sha256 in batch:
+            # (one dropped above was moved aside already)
+            if sha256 not in named and _unlink(_blob_path(root, sha256)):
+                blobs += 1
     return FileSweep(files=len(rows), blobs=blobs)
 
 
-def _sweep_blob_files(db: sqlite3.Connection, root: Path) -> int:
-    """Unlink blob files no row names (an interrupted upload's) and stale staged uploads.
-
-    Under the write lock: no upload moves a blob into place meanwhile.
-    """
+def _survey(root: Path) -> list[str]:
+    """The names of the blob files under ``root``; stale staged uploads are removed on the
+    way (an upload in progress writes its staged file within the hour)."""
     if not root.is_dir():
-        return 0
-    named = {row[0] for row in db.execute("SELECT sha256 FROM file_blobs")}
-    removed = 0
+        return []
+    names: list[str] = []
     for shard in root.iterdir():
-        if shard.name == _STAGING or not shard.is_dir():
-            continue
-        for blob in shard.iterdir():
-            if blob.name not in named:
-                _unlink(blob)
-                removed += 1
+        if shard.name != _STAGING and shard.is_dir():
+            names.extend(blob.name for blob in shard.iterdir())
     staging = root / _STAGING
     if staging.is_dir():
         stale = time.time() - _STALE_STAGED_SECONDS
@@ -404,4 +423,4 @@ def _sweep_blob_files(db: sqlite3.Connection, root: Path) -> int:
             with contextlib.suppress(FileNotFoundError):
                 if staged.is_file() and staged.stat().st_mtime < stale:
                     staged.unlink()
-    return removed
+    return names
