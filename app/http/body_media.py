@@ -1,15 +1,18 @@
 """Base64 media inside a JSON request body: found, measured and set aside without parsing it.
 
 A run start may carry images and documents as base64 (``data:`` URLs; the protocols also
-name raw base64 ``data``, ``bytes`` or ``raw``): tens of megabytes of one JSON string. Every
-C routine that reads such a string whole (``json.loads``, ``re``, ``base64``) holds the GIL
-while it does, so even in a thread it stops the event loop for a tenth of a second or more.
-``bytes.find`` does not: it runs at memory speed. So these strings are located with it:
+name raw base64 ``data``, ``bytes``, ``raw`` or, AG-UI's data source, ``value``): tens of
+megabytes of one JSON string. Every C routine that reads such a string whole
+(``json.loads``, ``re``, ``base64``, and ``bytes.find`` of a pattern of several bytes, over
+a hundred milliseconds for 28 MB of base64) holds the GIL while it does, so even in a thread
+it stops the event loop for a tenth of a second or more. ``bytes.find`` of one byte does not:
+it is ``memchr``, a few milliseconds for the same body. So the body's string literals are
+walked from quote to quote with it (``_strings``), and the media strings among them are:
 
-- ``media_size`` tells the body limit how much of a body is media (the rest must stay within
-  ``AGENT_MAX_BODY_BYTES``);
-- ``loads`` parses a body with its large data URLs cut out and put back, so that the JSON
-  parser only reads the small remainder.
+- measured by ``media_size``, which tells the body limit how much of a body is media (the
+  rest must stay within ``AGENT_MAX_BODY_BYTES``);
+- set aside by ``loads``, which parses a body with its large media strings cut out and put
+  back, so that the JSON parser only reads the small remainder.
 
 Only string literals that need no unescaping are taken (a ``\\/``, which some encoders write
 for ``/``, is the one escape allowed); anything else is left to the JSON parser as it is.
@@ -25,39 +28,40 @@ from typing import Any, Final
 __all__ = ["LARGE_STRING", "loads", "media_size"]
 
 LARGE_STRING: Final = 64 * 1024
-"""A data URL longer than this is set aside by ``loads`` (a shorter one costs the parser
+"""A media string longer than this is set aside by ``loads`` (a shorter one costs the parser
 next to nothing)."""
 
 _MAX_CANDIDATES: Final = 1024
 # a run takes 64 parts at most: a body that names media more often than this is not one (the
 # rest of it counts as what it is, not media), and its scan stays bounded
-_DATA_URL: Final = b'"data:'
-_RAW_KEYS: Final = (b'"data"', b'"bytes"', b'"raw"')
+_MAX_STRINGS: Final = 200_000
+# the string literals walked at most (a body of nothing but empty strings stops there)
+_DATA: Final = b"data:"
+_RAW_KEYS: Final = frozenset({b"data", b"bytes", b"raw", b"value"})
 _BLANK: Final = b" \t\r\n"
 _HEADER_CHARS: Final = 256
 
 
 def media_size(body: bytes, *, raw_keys: bool = False, partial: bool = False) -> int:
     """How many bytes of ``body`` are base64 media: its base64 ``data:`` URL strings and,
-    with ``raw_keys``, the strings named ``data``, ``bytes`` or ``raw`` (quotes included).
+    with ``raw_keys``, the strings named ``data``, ``bytes``, ``raw`` or ``value`` (quotes
+    included).
 
     ``partial``: ``body`` is the start of a body still arriving, and a media string it ends
     in the middle of counts as media so far."""
-    spans = list(_data_urls(body, partial))
-    if raw_keys:
-        spans.extend(_raw_strings(body, partial))
-    return sum(end - start for start, end in _merged(spans))
+    return sum(end - start for start, end in _media(body, raw_keys=raw_keys, partial=partial))
 
 
-def loads(body: bytes) -> Any:
-    """``json.loads(body)``, with the data URLs longer than ``LARGE_STRING`` read around the
-    parser: the same value, without the parser holding the GIL over them."""
+def loads(body: bytes, *, raw_keys: bool = False) -> Any:
+    """``json.loads(body)``, with the media strings ``media_size`` names longer than
+    ``LARGE_STRING`` read around the parser: the same value, without the parser holding the
+    GIL over them."""
     cut: list[str] = []
     kept: list[bytes] = []
     at = 0
     # a placeholder no client can know, so none can be confused with a client's own string
     mark = f"\x00media-{secrets.token_hex(8)}-"
-    for start, end in _data_urls(body):
+    for start, end in _media(body, raw_keys=raw_keys):
         if end - start <= LARGE_STRING:
             continue
         try:
@@ -96,43 +100,64 @@ def _original(text: str, mark: str, cut: list[str]) -> str:
     return cut[int(text[len(mark) :])] if text.startswith(mark) else text
 
 
-def _data_urls(body: bytes, partial: bool = False) -> Iterator[tuple[int, int]]:
-    """The spans (quotes included) of the base64 data URL strings of ``body``."""
+def _media(body: bytes, *, raw_keys: bool, partial: bool = False) -> Iterator[tuple[int, int]]:
+    """The spans (quotes included) of the media strings of ``body``: base64 data URLs, and
+    with ``raw_keys`` the strings under a raw base64 key; at most ``_MAX_CANDIDATES``."""
+    found = 0
+    key: bytes | None = None  # the key whose value starts at ``value_at``
+    value_at = -1
+    for start, end, plain, closed in _strings(body, partial):
+        if found >= _MAX_CANDIDATES:
+            return
+        named = raw_keys and start == value_at and key in _RAW_KEYS
+        if plain and (named or _is_data_url(body, start, end, still_open=not closed)):
+            found += 1
+            yield start, end
+        key, value_at = None, -1
+        if closed and end - start <= 18:  # a short string followed by a colon is a key
+            colon = _skip_blank(body, end)
+            if colon < len(body) and body[colon] == ord(":"):
+                key, value_at = body[start + 1 : end - 1], _skip_blank(body, colon + 1)
+
+
+def _is_data_url(body: bytes, start: int, end: int, *, still_open: bool) -> bool:
+    """Whether the string at ``start`` is a base64 data URL (one still arriving whose header
+    is not whole yet counts as one)."""
+    if not body.startswith(_DATA, start + 1):
+        return False
+    comma = body.find(b",", start, min(end, start + _HEADER_CHARS))
+    if comma > 0:
+        return body[start:comma].endswith(b";base64")
+    return still_open and end - start < _HEADER_CHARS
+
+
+def _strings(body: bytes, partial: bool) -> Iterator[tuple[int, int, bool, bool]]:
+    """The string literals of ``body``, in order: ``(start, end, plain, closed)``, ``start``
+    at the opening quote, ``end`` past the closing one, ``plain`` when it needs no unescaping
+    but ``\\/``. Found quote by quote with ``memchr``; a quote preceded by an odd run of
+    backslashes is inside a string. ``partial``: a string still open ends with ``body``
+    (``closed`` False)."""
     at = 0
-    for _ in range(_MAX_CANDIDATES):
-        start = body.find(_DATA_URL, at)
+    for _ in range(_MAX_STRINGS):
+        start = body.find(b'"', at)
         if start < 0:
             return
-        end = _string_end(body, start, partial)
-        if end is None:
-            at = start + 1
-            continue
-        comma = body.find(b",", start, min(end, start + _HEADER_CHARS))
-        if comma > 0 and body[start:comma].endswith(b";base64"):
-            yield start, end
-        elif partial and end == len(body) and comma < 0 and end - start < _HEADER_CHARS:
-            yield start, end  # its header is still arriving
-        at = end
+        close = body.find(b'"', start + 1)
+        while close > 0 and _escaped(body, close):
+            close = body.find(b'"', close + 1)
+        if close < 0:
+            if partial:
+                yield start, len(body), _plain(body, start + 1, len(body)), False
+            return
+        yield start, close + 1, _plain(body, start + 1, close), True
+        at = close + 1
 
 
-def _raw_strings(body: bytes, partial: bool = False) -> Iterator[tuple[int, int]]:
-    """The spans of the strings named ``data``, ``bytes`` or ``raw`` in ``body``."""
-    for key in _RAW_KEYS:
-        at = 0
-        for _ in range(_MAX_CANDIDATES):
-            found = body.find(key, at)
-            if found < 0:
-                break
-            at = found + len(key)
-            colon = _skip_blank(body, at)
-            if colon >= len(body) or body[colon] != ord(":"):
-                continue
-            start = _skip_blank(body, colon + 1)
-            if start < len(body) and body[start] == ord('"'):
-                end = _string_end(body, start, partial)
-                if end is not None:
-                    yield start, end
-                    at = end
+def _plain(body: bytes, start: int, end: int) -> bool:
+    """Whether ``body[start:end]`` holds no escape but ``\\/``."""
+    if body.find(b"\\", start, end) < 0:
+        return True
+    return body.count(b"\\", start, end) == body.count(b"\\/", start, end)
 
 
 def _skip_blank(body: bytes, at: int) -> int:
@@ -141,40 +166,9 @@ def _skip_blank(body: bytes, at: int) -> int:
     return at
 
 
-def _string_end(body: bytes, start: int, partial: bool = False) -> int | None:
-    """The end (past the closing quote) of the string literal whose opening quote is at
-    ``start``, if it is one needing no unescaping but ``\\/``; else None. ``partial``: a
-    string not closed yet ends with ``body``."""
-    if _escaped(body, start):
-        return None  # a quote inside another string
-    close = body.find(b'"', start + 1)
-    if close < 0:
-        if not partial:
-            return None
-        close = len(body) - 1  # as if its quote came next
-    slashes = body.count(b"\\", start + 1, close)
-    if slashes and slashes != body.count(b"\\/", start + 1, close):
-        return None  # other escapes (or an escaped quote): the parser's to read
-    return close + 1
-
-
 def _escaped(body: bytes, at: int) -> bool:
     """Whether the character at ``at`` is escaped (an odd run of backslashes before it)."""
     count = 0
     while at - count - 1 >= 0 and body[at - count - 1] == ord("\\"):
         count += 1
     return count % 2 == 1
-
-
-def _merged(spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
-    """``spans`` sorted, overlaps merged."""
-    current: tuple[int, int] | None = None
-    for start, end in sorted(spans):
-        if current is not None and start < current[1]:
-            current = (current[0], max(current[1], end))
-            continue
-        if current is not None:
-            yield current
-        current = (start, end)
-    if current is not None:
-        yield current

@@ -159,8 +159,14 @@ def _native_run(path: str) -> bool:
 
 def takes_media(path: str) -> bool:
     """Whether a POST to ``path`` starts a run whose body may carry base64 media (the native
-    run start, and the protocols' run starts)."""
-    return _starts_run(path) or _answer_marker(path) is not None
+    run start, and the protocols' run starts: A2A's JSON-RPC endpoint among them, whose
+    method is in the body)."""
+    return _starts_run(path) or _answer_marker(path) is not None or _a2a_jsonrpc(path)
+
+
+def _a2a_jsonrpc(path: str) -> bool:
+    """``/a2a/{agent}``: A2A's JSON-RPC endpoint."""
+    return path.startswith("/a2a/") and path.count("/") == 2 and len(path) > 5
 
 
 def body_limit(settings: Settings, path: str) -> int:

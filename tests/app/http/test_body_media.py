@@ -92,3 +92,65 @@ def test_the_scan_is_bounded() -> None:
     body = b"[" + b'"data:x;base64,A",' * 5000 + b'"x"]'
     assert 0 < body_media.media_size(body) < len(body) // 2
     assert body_media.loads(body) == json.loads(body)
+
+
+RAW = base64.b64encode(bytes(range(256)) * 400).decode()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # AG-UI 1.0's data source, and the draft's binary part
+        {"messages": [{"content": [{"type": "image", "source": {"type": "data", "value": RAW}}]}]},
+        {"messages": [{"content": [{"type": "binary", "mimeType": "image/png", "data": RAW}]}]},
+        # A2A's raw bytes (1.0) and FileWithBytes (0.3), and a data URL beside them
+        {"message": {"parts": [{"raw": RAW}, {"file": {"bytes": RAW}}, {"url": URL}]}},
+        {"value": "short", "data": {"value": RAW}, "raw": ["not", "a", "string"]},
+    ],
+)
+def test_loads_with_raw_keys_reads_what_json_reads(value: Any) -> None:
+    for body in (json.dumps(value), json.dumps(value, indent=2)):
+        assert body_media.loads(body.encode(), raw_keys=True) == value
+
+
+def test_raw_base64_strings_are_cut_out_of_what_the_parser_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read: list[int] = []
+    loads = json.loads
+
+    def counting(text: bytes, **kwargs: Any) -> Any:
+        read.append(len(text))
+        return loads(text, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counting)
+    source = {"type": "data", "value": RAW, "mimeType": "image/png"}
+    body = json.dumps({"messages": [{"content": [{"type": "image", "source": source}]}]})
+    assert body_media.loads(body.encode(), raw_keys=True)["messages"][0]["content"][0] == {
+        "type": "image",
+        "source": source,
+    }
+    assert len(body) > 100_000 and read == [pytest.approx(130, abs=50)]
+    # AG-UI's "value" counts as media on the protocols' paths
+    assert body_media.media_size(body.encode(), raw_keys=True) == len(RAW) + 2
+
+
+def test_strings_are_told_apart_from_what_is_inside_them() -> None:
+    # a quote escaped inside a string does not end it: what looks like media there is text
+    tricky = {"text": f'a \\" then "{URL}" and "data": "{RAW}"', "data": RAW, "k": URL}
+    body = json.dumps(tricky).encode()
+    assert body_media.loads(body, raw_keys=True) == tricky
+    assert body_media.media_size(body, raw_keys=True) == len(RAW) + 2 + len(URL) + 2
+    # a key with blanks around its colon names its value all the same
+    spaced = b'{"value" :\n "' + RAW.encode() + b'"}'
+    assert body_media.media_size(spaced, raw_keys=True) == len(RAW) + 2
+    assert body_media.loads(spaced, raw_keys=True) == {"value": RAW}
+    # a raw key's value still arriving counts as media so far
+    arriving = b'{"source": {"type": "data", "value": "' + RAW[:5000].encode()
+    assert body_media.media_size(arriving, raw_keys=True, partial=True) == 5001
+
+
+def test_a_body_of_tiny_strings_is_walked_within_bounds() -> None:
+    body = b"[" + b'"",' * 300_000 + b'""]'
+    assert body_media.media_size(body, raw_keys=True) == 0
+    assert body_media.loads(body, raw_keys=True) == json.loads(body)

@@ -43,7 +43,7 @@ from starlette.types import Receive, Scope, Send
 from agent_runtime.content import DOCUMENT_MEDIA_TYPES, IMAGE_MEDIA_TYPES
 from app.agents.build import AgentProfile
 from app.errors import Unauthorized
-from app.http.middleware import read_body, replay
+from app.http.middleware import body_limit, read_body, replay
 from app.http.protocols.a2a.handler import RunTaskHandler, TaskCaller
 from app.server.services import Services
 
@@ -243,7 +243,8 @@ class A2AEndpoint:
                 await _error(401, "UNAUTHENTICATED", exc.detail, challenge)(scope, receive, send)
                 return
         if scope["method"] == "POST":
-            body = await read_body(receive, services.settings.max_body_bytes)
+            # the body limit outside refused what is too large (a run start carries media)
+            body = await read_body(receive, body_limit(services.settings, scope["path"]))
             if body is None:
                 return  # the client went away
             try:
