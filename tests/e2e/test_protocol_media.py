@@ -22,6 +22,7 @@ import hashlib
 import importlib.util
 import json
 import subprocess
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -101,25 +102,35 @@ def oai(server: Server, key: str = KEY) -> AsyncOpenAI:
     return AsyncOpenAI(base_url=f"{server.base_url}/openai/v1", api_key=key, max_retries=0)
 
 
-def node(server: Server, scenario: str, session: str, question: str = QUESTION) -> dict[str, Any]:
-    """One scenario of ``tests/js/media_scenarios.mjs``; what it printed."""
-    arguments = json.dumps(
-        {"id": session, "png": PNG_B64, "pdf": PDF_B64, "key": KEY, "question": question}
-    )
-    done = subprocess.run(
-        [
-            npm_clients.node(),
-            str(JS / "media_scenarios.mjs"),
-            server.base_url,
-            scenario,
-            arguments,
-        ],
-        cwd=JS,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def node(
+    server: Server, scenario: str, session: str, question: str = QUESTION, png: bytes = PNG
+) -> dict[str, Any]:
+    """One scenario of ``tests/js/media_scenarios.mjs``; what it printed. The samples go in a
+    file: a large one would not fit in an argument."""
+    samples = {
+        "id": session,
+        "png": base64.b64encode(png).decode(),
+        "pdf": PDF_B64,
+        "key": KEY,
+        "question": question,
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as file:
+        json.dump(samples, file)
+        file.flush()
+        done = subprocess.run(
+            [
+                npm_clients.node(),
+                str(JS / "media_scenarios.mjs"),
+                server.base_url,
+                scenario,
+                file.name,
+            ],
+            cwd=JS,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     assert done.returncode == 0, f"{scenario} failed:\n{done.stderr}\n{done.stdout}"
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -137,10 +148,10 @@ def a2a_message(*parts: pb.Part, context_id: str = "") -> pb.Message:
     )
 
 
-def a2a_parts(question: str = QUESTION) -> list[pb.Part]:
+def a2a_parts(question: str = QUESTION, png: bytes = PNG) -> list[pb.Part]:
     return [
         pb.Part(text=question),
-        pb.Part(raw=PNG, media_type="image/png"),
+        pb.Part(raw=png, media_type="image/png"),
         pb.Part(raw=PDF, media_type="application/pdf", filename="doc.pdf"),
     ]
 
@@ -151,9 +162,11 @@ async def send(
     surface: str,
     session: str,
     question: str = QUESTION,
+    png: bytes = PNG,
 ) -> str:
-    """Send ``question``, the PNG and the PDF through ``surface`` (its client, its parts)
-    in session ``session``; the answer's text."""
+    """Send ``question``, the PNG (``png``) and the PDF through ``surface`` (its client, its
+    parts) in session ``session``; the answer's text."""
+    png_url = f"data:image/png;base64,{base64.b64encode(png).decode()}"
     if surface == "responses":
         async with oai(server) as client:
             response = await client.responses.create(
@@ -164,7 +177,7 @@ async def send(
                         "role": "user",
                         "content": [
                             {"type": "input_text", "text": question},
-                            {"type": "input_image", "image_url": PNG_URL, "detail": "auto"},
+                            {"type": "input_image", "image_url": png_url, "detail": "auto"},
                             {"type": "input_file", "file_data": PDF_URL, "filename": "doc.pdf"},
                         ],
                     }
@@ -180,7 +193,7 @@ async def send(
                         "role": "user",
                         "content": [
                             {"type": "text", "text": question},
-                            {"type": "image_url", "image_url": {"url": PNG_URL}},
+                            {"type": "image_url", "image_url": {"url": png_url}},
                             {"type": "file", "file": {"file_data": PDF_URL, "filename": "doc.pdf"}},
                         ],
                     }
@@ -191,11 +204,13 @@ async def send(
         run = (await http.get(f"/v1/runs/{raw.headers['x-run-id']}")).json()
         return f"{run['session_id']}\n{completion.choices[0].message.content}"
     if surface in ("agui", "ai-sdk"):
-        result = node(server, "agui" if surface == "agui" else "aiSdk", session, question)
+        result = node(server, "agui" if surface == "agui" else "aiSdk", session, question, png)
         return str(result["text"])
     binding = "JSONRPC" if surface == "a2a-jsonrpc" else "HTTP+JSON"
     agent = await a2a_client(server, http, binding)
-    request = pb.SendMessageRequest(message=a2a_message(*a2a_parts(question), context_id=session))
+    request = pb.SendMessageRequest(
+        message=a2a_message(*a2a_parts(question, png), context_id=session)
+    )
     (reply,) = [r async for r in agent.send_message(request)]
     assert reply.task.status.state == pb.TASK_STATE_COMPLETED
     return "".join(p.text for p in reply.task.status.message.parts if p.HasField("text"))
@@ -307,6 +322,63 @@ async def test_a2a_history_names_files_by_url(
         if media_type:
             assert part.media_type == media_type
     assert sent.parts[2].filename == "doc.pdf"
+
+
+# --- bodies larger than AGENT_MAX_BODY_BYTES -------------------------------------------------
+
+# an image whose base64 alone is larger than the server's body limit (AGENT_MAX_BODY_BYTES,
+# 1 MiB): a run start may carry it beside a body of its own within the limit
+BIG_PNG = samples.png(1_200_000, seed=7)
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_media_beyond_the_body_limit(
+    media_server: Server, http: httpx.AsyncClient, surface: str
+) -> None:
+    session = f"big-{surface}-{uuid.uuid4().hex[:8]}"
+    answer = await send(media_server, http, surface, session, png=BIG_PNG)
+    if surface == "chat":
+        session, _, answer = answer.partition("\n")
+    content = await stored_user_message(http, session)
+    image = content[1]
+    assert (image["bytes"], image["sha256"]) == (len(BIG_PNG), hashlib.sha256(BIG_PNG).hexdigest())
+    if RUNTIME_MEDIA:
+        assert received(BIG_PNG, "image/png") in answer
+
+
+async def test_a_body_too_large_is_refused_in_each_shape(media_server: Server) -> None:
+    """Text beyond the body limit is refused however much media rides with it: 413, in the
+    OpenAI shape on its paths (problem+json elsewhere: refused before the request is read)."""
+    text = "x" * (1_048_576 + 10)
+    async with oai(media_server) as client:
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.responses.create(
+                model="default",
+                input=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_text", "text": text},
+                            {"type": "input_image", "image_url": PNG_URL, "detail": "auto"},
+                        ],
+                    }
+                ],
+            )
+    assert caught.value.status_code == 413
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["code"] == "payload_too_large"
+    assert "not counting images and documents" in caught.value.body["message"]
+    async with media_server.client(headers=AUTH) as http:
+        agui = await http.post(
+            "/v1/agents/default/ag-ui",
+            json={
+                "threadId": "too-large",
+                "runId": "r1",
+                "messages": [{"id": "u", "role": "user", "content": text}],
+            },
+        )
+    assert agui.status_code == 413
+    assert agui.json()["code"] == "payload_too_large"
 
 
 # --- refusals, each in its protocol's shape -----------------------------------------------

@@ -1,19 +1,20 @@
 // Images and documents sent by the official AG-UI client (@ag-ui/client's HttpAgent) and the AI
 // SDK's Chat (npm `ai`: DefaultChatTransport, the Chat that useChat wraps), unmodified, to a real
 // agent-server.
-// Usage: node media_scenarios.mjs BASE_URL SCENARIO SAMPLES_JSON
-// SAMPLES_JSON: {"id": <thread or chat id>, "png": <base64>, "pdf": <base64>, "key": <API key>,
-// "question": <the text sent with them>}.
+// Usage: node media_scenarios.mjs BASE_URL SCENARIO SAMPLES_FILE
+// SAMPLES_FILE: a JSON file {"id": <thread or chat id>, "png": <base64>, "pdf": <base64>,
+// "key": <API key>, "question": <the text sent with them>}.
 // Prints one JSON object: what the scenario observed. Exits non-zero on a failed check, on any
 // error the client raises that the scenario did not expect, and on any warning it prints.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { HttpAgent, verifyEvents } from "@ag-ui/client";
 import { AbstractChat, DefaultChatTransport } from "ai";
 import { from, lastValueFrom, toArray } from "rxjs";
 
-const [base, scenario, samplesJson] = process.argv.slice(2);
-const { id, png, pdf, key, question } = JSON.parse(samplesJson);
+const [base, scenario, samplesFile] = process.argv.slice(2);
+const { id, png, pdf, key, question } = JSON.parse(readFileSync(samplesFile, "utf8"));
 const headers = { Authorization: `Bearer ${key}` };
 
 const warnings = [];
