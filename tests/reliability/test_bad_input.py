@@ -118,6 +118,14 @@ _SEMANTIC_CODES = frozenset(
         "schedule_timing",
         "unknown_agent",
         "webhook_url_refused",
+        # a run's input parts: a blank text, a URL of another scheme, a data URL that does not
+        # decode or whose bytes are not whole, too many parts
+        "empty_input",
+        "unsupported_url",
+        "invalid_data_url",
+        "empty_file",
+        "malformed_file",
+        "too_many_parts",
     }
 )
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.config import JsonDict
+from pydantic.json_schema import SkipJsonSchema
 
 __all__ = [
     "SESSION_CURSOR_PATTERN",
@@ -152,33 +153,48 @@ class TextInputPart(BaseModel):
 
 _MEDIA_SOURCE: JsonDict = {"oneOf": [{"required": ["file_id"]}, {"required": ["url"]}]}
 
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+"""The media types an image part may declare (``agent_runtime.content.IMAGE_MEDIA_TYPES``)."""
+FILE_TYPES = (*IMAGE_TYPES, "application/pdf", "text/plain", "text/markdown", "text/csv")
+"""The media types a file part may declare (images, and ``DOCUMENT_MEDIA_TYPES``)."""
+
+
+def _no_default(schema: JsonDict) -> None:
+    # a member that may be left out but not null: its schema has no ``default: null``
+    schema.pop("default", None)
+
+
+def _optional(**kwargs: Any) -> Any:
+    """A member that may be left out, but is a string when given (not null)."""
+    return Field(None, json_schema_extra=_no_default, **kwargs)
+
 
 class _MediaInputPart(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_MEDIA_SOURCE)
 
-    file_id: str | None = Field(
-        None,
+    file_id: str | SkipJsonSchema[None] = _optional(
+        min_length=1,
         max_length=128,
         description="One of the caller's files (`POST /v1/files`); another principal's file "
         "and a missing one alike are 404 `file_not_found`.",
     )
-    url: str | None = Field(
-        None,
+    url: str | SkipJsonSchema[None] = _optional(
+        min_length=1,
         description="A `data:` URL (the bytes, base64: stored as a file of the caller on "
         "arrival, its media type checked against its bytes) or an `https` URL (handed to the "
         "model's provider as it is, never fetched by the service). Other schemes: 422 "
         "`unsupported_url`.",
     )
-    filename: str | None = Field(
-        None, min_length=1, max_length=255, description="The file's name, shown to the model."
+    filename: str | SkipJsonSchema[None] = _optional(
+        min_length=1, max_length=255, description="The file's name, shown to the model."
     )
-    media_type: str | None = Field(
-        None,
-        min_length=1,
-        max_length=255,
-        description="The media type the part declares; the bytes must be of it (415 "
-        "`unsupported_media_type` otherwise).",
-    )
+
+    @field_validator("file_id", "url", "filename", "media_type", mode="before", check_fields=False)
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("leave it out rather than null")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> Any:
@@ -191,12 +207,20 @@ class ImageInputPart(_MediaInputPart):
     """An image: PNG, JPEG, GIF or WebP."""
 
     type: Literal["image"]
+    media_type: Literal[IMAGE_TYPES] | SkipJsonSchema[None] = _optional(  # type: ignore[valid-type]
+        description="The image's media type, if the part says it: its bytes must be of it "
+        "(415 `unsupported_media_type` otherwise)."
+    )
 
 
 class FileInputPart(_MediaInputPart):
     """A document (PDF, plain text, Markdown, CSV), or an image."""
 
     type: Literal["file"]
+    media_type: Literal[FILE_TYPES] | SkipJsonSchema[None] = _optional(  # type: ignore[valid-type]
+        description="The file's media type, if the part says it: its bytes must be of it "
+        "(415 `unsupported_media_type` otherwise)."
+    )
 
 
 InputPart = Annotated[TextInputPart | ImageInputPart | FileInputPart, Field(discriminator="type")]

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from agent_runtime import AgentCore
-from agent_runtime.content import DocumentPart, ImagePart, TextPart, part_to_dict
+from agent_runtime.content import (
+    DOCUMENT_MEDIA_TYPES,
+    IMAGE_MEDIA_TYPES,
+    DocumentPart,
+    ImagePart,
+    TextPart,
+    part_to_dict,
+)
 from agent_runtime.messages import AssistantMessage, UserMessage
 from agent_runtime.model import ModelEvent, ModelRequest, ModelResponse, Usage
 from agent_runtime.testing import FunctionModel
@@ -24,6 +31,7 @@ from app.errors import ServiceError
 from app.files import FileService
 from app.files.intake import InputLimits, RunInput, discard_input, take_input
 from app.http.api.parts import shown_message, shown_parts
+from app.http.api.schemas import FILE_TYPES, IMAGE_TYPES
 from app.runs import RunRequestOptions
 from app.runs.checkpoints import first_checkpoint, resumed_options
 from app.runs.turns import stopped_turn
@@ -387,3 +395,8 @@ async def test_a_run_asks_its_agent_the_parts_and_stores_them_by_reference(
     # the session's messages refer to the file now: it stays while they do
     assert await store.file_references(file_id) == ["s-parts"]
     assert len(json.dumps(stored)) < 1000  # by reference, never the bytes
+
+
+def test_the_api_s_media_types_are_the_runtime_s() -> None:
+    assert set(IMAGE_TYPES) == IMAGE_MEDIA_TYPES
+    assert set(FILE_TYPES) == IMAGE_MEDIA_TYPES | DOCUMENT_MEDIA_TYPES
