@@ -12,7 +12,8 @@ walked from quote to quote with it (``_strings``), and the media strings among t
 - measured by ``media_size``, which tells the body limit how much of a body is media (the
   rest must stay within ``AGENT_MAX_BODY_BYTES``);
 - set aside by ``loads``, which parses a body with its large media strings cut out and put
-  back, so that the JSON parser only reads the small remainder.
+  back, so that the JSON parser only reads the small remainder (``set_aside`` hands them
+  apart to a reader whose library parses the body itself).
 
 Only string literals that need no unescaping are taken (a ``\\/``, which some encoders write
 for ``/``, is the one escape allowed); anything else is left to the JSON parser as it is.
@@ -22,10 +23,10 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-__all__ = ["LARGE_STRING", "loads", "media_size"]
+__all__ = ["LARGE_STRING", "loads", "media_size", "set_aside"]
 
 LARGE_STRING: Final = 64 * 1024
 """A media string longer than this is set aside by ``loads`` (a shorter one costs the parser
@@ -56,11 +57,29 @@ def loads(body: bytes, *, raw_keys: bool = False) -> Any:
     """``json.loads(body)``, with the media strings ``media_size`` names longer than
     ``LARGE_STRING`` read around the parser: the same value, without the parser holding the
     GIL over them."""
+    # a placeholder no client can know, so none can be confused with a client's own string
+    mark = f"\x00media-{secrets.token_hex(8)}-"
+    rest, cut = set_aside(body, lambda n, _: f"{mark}{n}", raw_keys=raw_keys)
+    if not cut:
+        return json.loads(body)
+    return _put_back(json.loads(rest), mark, cut)
+
+
+def set_aside(
+    body: bytes,
+    placeholder: Callable[[int, str], str],
+    *,
+    raw_keys: bool | frozenset[bytes] = False,
+) -> tuple[bytes, list[str]]:
+    """``body`` with each media string longer than ``LARGE_STRING`` replaced by the string
+    ``placeholder(n, text)`` (the n-th one, and its text), and those texts (unescaped).
+    ``raw_keys`` may name the raw base64 keys to take (the default ones for True).
+
+    For a reader that parses the body itself (a library's), and is handed the texts apart.
+    """
     cut: list[str] = []
     kept: list[bytes] = []
     at = 0
-    # a placeholder no client can know, so none can be confused with a client's own string
-    mark = f"\x00media-{secrets.token_hex(8)}-"
     for start, end in _media(body, raw_keys=raw_keys):
         if end - start <= LARGE_STRING:
             continue
@@ -68,15 +87,15 @@ def loads(body: bytes, *, raw_keys: bool = False) -> Any:
             text = body[start + 1 : end - 1].decode("ascii")
         except UnicodeDecodeError:
             continue  # not base64: the parser reads it (and the run refuses it)
+        text = text.replace("\\/", "/") if "\\" in text else text
         kept.append(body[at:start])
-        kept.append(json.dumps(f"{mark}{len(cut)}").encode())
-        cut.append(text.replace("\\/", "/") if "\\" in text else text)
+        kept.append(json.dumps(placeholder(len(cut), text)).encode())
+        cut.append(text)
         at = end
     if not cut:
-        return json.loads(body)
+        return body, cut
     kept.append(body[at:])
-    value = json.loads(b"".join(kept))
-    return _put_back(value, mark, cut)
+    return b"".join(kept), cut
 
 
 def _put_back(value: Any, mark: str, cut: list[str]) -> Any:
@@ -100,16 +119,20 @@ def _original(text: str, mark: str, cut: list[str]) -> str:
     return cut[int(text[len(mark) :])] if text.startswith(mark) else text
 
 
-def _media(body: bytes, *, raw_keys: bool, partial: bool = False) -> Iterator[tuple[int, int]]:
+def _media(
+    body: bytes, *, raw_keys: bool | frozenset[bytes], partial: bool = False
+) -> Iterator[tuple[int, int]]:
     """The spans (quotes included) of the media strings of ``body``: base64 data URLs, and
-    with ``raw_keys`` the strings under a raw base64 key; at most ``_MAX_CANDIDATES``."""
+    with ``raw_keys`` the strings under a raw base64 key (those it names, or the default
+    ones); at most ``_MAX_CANDIDATES``."""
+    names = raw_keys if isinstance(raw_keys, frozenset) else _RAW_KEYS if raw_keys else None
     found = 0
     key: bytes | None = None  # the key whose value starts at ``value_at``
     value_at = -1
     for start, end, plain, closed in _strings(body, partial):
         if found >= _MAX_CANDIDATES:
             return
-        named = raw_keys and start == value_at and key in _RAW_KEYS
+        named = names is not None and start == value_at and key in names
         if plain and (named or _is_data_url(body, start, end, still_open=not closed)):
             found += 1
             yield start, end

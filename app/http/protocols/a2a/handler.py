@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -82,6 +82,9 @@ class TaskCaller:
     agent: str
     base_url: str = ""
     """The service's URL as the caller reached it (a task's history names files under it)."""
+    media: Mapping[str, str] = field(default_factory=dict)
+    """The base64 strings the guard set aside from the body, by their placeholders
+    (``set_media_aside``)."""
 
 
 def _caller(context: ServerCallContext) -> TaskCaller:
@@ -200,7 +203,7 @@ class RunTaskHandler(RequestHandler):
         self, caller: TaskCaller, params: pb.SendMessageRequest, *, background: bool
     ) -> tuple[RunHandle, TaskBuilder]:
         message = params.message
-        parts = await message_parts(message)
+        parts = await message_parts(message, caller.media)
         check_text("message.parts", parts)
         if not (has_media(parts) or parts_text(parts, "").strip()):
             raise InvalidParamsError(

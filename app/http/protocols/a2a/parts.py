@@ -14,6 +14,7 @@ The other way, a task's history shows the stored input: text as text parts, a st
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ from a2a.types import a2a_pb2 as pb
 from app.http.protocols.media import (
     NativePart,
     PartRefused,
+    data_url,
     data_url_of_bytes,
     kind_of,
     media_part,
@@ -34,8 +36,15 @@ __all__ = ["history_parts", "message_parts"]
 _OFF_LOOP_BYTES = 256 * 1024
 
 
-async def message_parts(message: pb.Message, param: str = "message.parts") -> list[NativePart]:
-    """The message's parts, in order, as native parts (``PartRefused`` for what cannot go)."""
+async def message_parts(
+    message: pb.Message, media: Mapping[str, str] | None = None, param: str = "message.parts"
+) -> list[NativePart]:
+    """The message's parts, in order, as native parts (``PartRefused`` for what cannot go).
+
+    ``media``: the base64 strings set aside from the request's body, by the placeholders the
+    SDK parsed in their place (``app.http.protocols.a2a.endpoint.set_media_aside``).
+    """
+    media = media or {}
     parts: list[NativePart] = []
     for index, part in enumerate(message.parts):
         where = f"{param}[{index}]"
@@ -44,12 +53,12 @@ async def message_parts(message: pb.Message, param: str = "message.parts") -> li
             if part.text:
                 parts.append(text_part(part.text))
         elif content == "raw":
-            parts.append(await _raw(part, where))
+            parts.append(await _raw(part, where, media))
         elif content == "url":
             parts.append(
                 media_part(
                     where,
-                    url=part.url,
+                    url=media.get(part.url, part.url),
                     media_type=part.media_type or None,
                     filename=part.filename or None,
                 )
@@ -65,14 +74,18 @@ async def message_parts(message: pb.Message, param: str = "message.parts") -> li
     return parts
 
 
-async def _raw(part: pb.Part, where: str) -> NativePart:
+async def _raw(part: pb.Part, where: str, media: Mapping[str, str]) -> NativePart:
     media_type = part.media_type
     if not media_type:
         raise PartRefused(where, f"{where}: a file's bytes need their mediaType")
     if kind_of(media_type) is None:
         raise PartRefused(where, f"{where}: the mediaType is empty")
     raw = part.raw
-    if len(raw) > _OFF_LOOP_BYTES:
+    # the base64 the body carried, set aside before the SDK parsed it: as it came
+    original = media.get(base64.b64encode(raw).decode("ascii")) if len(raw) == 24 else None
+    if original is not None:
+        url = data_url(media_type, original)
+    elif len(raw) > _OFF_LOOP_BYTES:
         url = await asyncio.to_thread(data_url_of_bytes, media_type, raw)
     else:
         url = data_url_of_bytes(media_type, raw)

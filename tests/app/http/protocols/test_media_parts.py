@@ -9,13 +9,16 @@ own name of the field, never dropped.
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from a2a.types import a2a_pb2 as pb
+from google.protobuf import json_format
 
 from app.errors import ServiceError, UnsupportedMediaType
+from app.http.protocols.a2a.endpoint import set_media_aside
 from app.http.protocols.a2a.parts import history_parts, message_parts
 from app.http.protocols.agui import AgUiMessage
 from app.http.protocols.agui import user_parts as agui_parts
@@ -390,3 +393,38 @@ def test_bytes_encoded_piece_by_piece_are_the_whole_base64(size: int) -> None:
     data = bytes(i % 251 for i in range(size))
     expected = "data:image/png;base64," + base64.b64encode(data).decode()
     assert data_url_of_bytes("image/png", data) == expected
+
+
+async def test_a2a_base64_is_set_aside_before_the_sdk_parses_it() -> None:
+    """A large bytes field or data URL reaches the SDK's parser as a short placeholder and
+    the intake as the base64 the client sent."""
+    big = PNG + bytes(range(256)) * 2000
+    encoded = base64.b64encode(big).decode()
+    url = f"data:application/pdf;base64,{encoded}"
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": "m",
+                "role": "ROLE_USER",
+                "parts": [
+                    {"text": "two files"},
+                    {"raw": encoded, "mediaType": "image/png"},
+                    {"url": url, "mediaType": "application/pdf", "metadata": {"raw": "kept"}},
+                ],
+            }
+        },
+    }
+    body = json.dumps(request).encode()
+    rest, media = set_media_aside(body)
+    assert len(rest) < 1000 and len(media) == 2
+    message = json_format.ParseDict(json.loads(rest)["params"], pb.SendMessageRequest()).message
+    assert len(message.parts[1].raw) == 24  # the placeholder's bytes, not the image's
+    assert message.parts[2].metadata["raw"] == "kept"  # a short string is left as it is
+    parts = await message_parts(message, media)
+    assert parts[1]["url"] == f"data:image/png;base64,{encoded}"
+    assert parts[2]["url"] == url
+    # without the guard's table, the same placeholder is only bytes
+    assert (await message_parts(message))[1]["url"] != parts[1]["url"]
