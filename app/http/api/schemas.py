@@ -85,7 +85,10 @@ def unicode_text(data: Any, *, stored: bool = True, where: str = "body") -> Any:
         name, value = pending.pop()
         if isinstance(value, str):
             try:
-                value.encode("utf-8")
+                # an ASCII string (a data URL's megabytes of base64) holds no surrogate, and
+                # isascii is a flag the string keeps: no pass over it on the event loop
+                if not value.isascii():
+                    value.encode("utf-8")
             except UnicodeEncodeError:
                 raise ValueError(
                     f"{name} contains a lone UTF-16 surrogate, which is not text"
