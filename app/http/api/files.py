@@ -15,12 +15,13 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
 from app.auth.keys import principal_of
 from app.errors import Unavailable
-from app.files import ACCEPTED_MEDIA_TYPES, FileRecord, FileService
+from app.files import ACCEPTED_MEDIA_TYPES, FILE_ID_PATTERN, FileRecord, FileService
 from app.files.intake import input_limits
 from app.http.api.multipart import FILE_FIELD, read_upload
 from app.http.api.schemas import Problem
@@ -29,6 +30,23 @@ from app.server.services import Services, ServicesDep
 __all__ = ["UPLOAD_PATH", "content_disposition", "router"]
 
 router = APIRouter(tags=["files"])
+
+
+class _FileIdConvertor(Convertor[str]):
+    """A path segment that has the shape of a file id (``app.files.records``): the file
+    routes match no other, so ``/v1/files/limits`` is not taken for one and each path's
+    ``Allow`` names its own methods only (any other segment is a plain 404)."""
+
+    regex = FILE_ID_PATTERN.removeprefix("^").removesuffix("$")
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("file_id", _FileIdConvertor())
 
 Principal = Annotated[str, Depends(principal_of)]
 
@@ -114,7 +132,7 @@ async def upload_file(request: Request, principal: Principal, services: Services
     )
 
 
-# before /v1/files/{file_id}, which would take "limits" for an id
+# (the file routes take only a file id: "limits" is never one, see _FileIdConvertor)
 @router.get(
     "/v1/files/limits",
     summary="What a file and a run's input may be",
@@ -138,7 +156,7 @@ async def get_file_limits(services: ServicesDep) -> Response:
 
 
 @router.get(
-    "/v1/files/{file_id}",
+    "/v1/files/{file_id:file_id}",
     summary="A file's metadata",
     response_model=FileView,
     responses={401: _PROBLEM, 404: _PROBLEM},
@@ -150,11 +168,14 @@ async def get_file(file_id: str, principal: Principal, services: ServicesDep) ->
 
 
 @router.get(
-    "/v1/files/{file_id}/content",
+    "/v1/files/{file_id:file_id}/content",
     summary="A file's bytes",
     response_class=Response,
     responses={
-        200: {"content": {"application/octet-stream": {}}, "description": "The bytes"},
+        200: {
+            "content": {kind: {} for kind in sorted(ACCEPTED_MEDIA_TYPES)},
+            "description": "The bytes, of the type stored (text as UTF-8)",
+        },
         304: {"description": "Not modified (``If-None-Match`` named its ETag)"},
         401: _PROBLEM,
         404: _PROBLEM,
@@ -174,7 +195,7 @@ async def get_file_content(
 
 
 @router.delete(
-    "/v1/files/{file_id}",
+    "/v1/files/{file_id:file_id}",
     summary="Delete a file",
     status_code=204,
     responses={401: _PROBLEM, 404: _PROBLEM, 409: _PROBLEM},
