@@ -10,7 +10,6 @@ session's stored messages refer to (``reference``) cannot be deleted until the s
 from __future__ import annotations
 
 import asyncio
-import logging
 import unicodedata
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
@@ -24,8 +23,6 @@ from app.files.staging import StagedUpload
 from app.storage import FileInUse, FileMissing, SessionNotFound, Store
 
 __all__ = ["FILENAME_MAX_CHARS", "FileService", "clean_filename"]
-
-logger = logging.getLogger("app.files")
 
 FILENAME_MAX_CHARS = 255
 """The longest file name kept (a longer one is cut, keeping its extension)."""
