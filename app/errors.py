@@ -9,10 +9,15 @@ contract; the HTTP status belongs to the edge::
      ├── NotFound            not_found: no such session, run or agent (or not the caller's)
      ├── InvalidRequest      validation_error: well-formed, but not acceptable
      │   └── RefusedValue    a protocol's field the run start refuses (http.protocols.common)
+     │       └── PartRefused  a protocol's content part the run cannot take (http.protocols.media)
      ├── Unauthorized        unauthorized: no key, or not a valid one
      ├── SessionBusy         session_busy: the session already has an active run
      ├── NotAccepted         not_accepted: an answer nobody was waiting for
-     ├── Conflict            the request no longer fits the resource's state (turn_not_latest)
+     ├── Conflict            the request no longer fits the resource's state (turn_not_latest,
+     │                       file_in_use)
+     ├── PayloadTooLarge     payload_too_large: a body or a file over its limit
+     ├── UnsupportedMediaType  unsupported_media_type: content of a type the service does not
+     │                       take, or not the type it was declared as
      ├── Overloaded          overloaded: no slot and no room in the queue (retry later)
      ├── BudgetExceeded      budget_exceeded: a daily token budget is used up (retry after reset)
      ├── Draining            draining: this worker is shutting down (retry elsewhere)
@@ -38,10 +43,12 @@ __all__ = [
     "NotAccepted",
     "NotFound",
     "Overloaded",
+    "PayloadTooLarge",
     "ServiceError",
     "SessionBusy",
     "Unauthorized",
     "Unavailable",
+    "UnsupportedMediaType",
     "UpstreamError",
 ]
 
@@ -106,6 +113,19 @@ class Conflict(ServiceError):
     """The request was made against a state that has changed (a turn that is no longer last)."""
 
     code = "conflict"
+
+
+class PayloadTooLarge(ServiceError):
+    """A request body, or a file in it, is larger than the service takes (413)."""
+
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(ServiceError):
+    """Content whose bytes are of a type the service does not take, or not of the type it was
+    declared as (415)."""
+
+    code = "unsupported_media_type"
 
 
 class Overloaded(ServiceError):

@@ -22,7 +22,16 @@ from starlette.types import Scope
 
 from app.auth.keys import Authenticator
 from app.http.api import agents as agents_api
-from app.http.api import capabilities, external_events, health, runs, schedules, sessions, usage
+from app.http.api import (
+    capabilities,
+    external_events,
+    files,
+    health,
+    runs,
+    schedules,
+    sessions,
+    usage,
+)
 from app.http.api.docs import DOCS_PATHS, install_docs
 from app.http.api.errors import CatchAllMiddleware, install_error_handlers
 from app.http.api.openapi import install_openapi
@@ -123,6 +132,7 @@ def _install_routes(app: FastAPI, settings: Settings, mcp: DeferredEndpoint[McpE
     app.include_router(sessions.router)
     app.include_router(usage.router)
     app.include_router(schedules.router)
+    app.include_router(files.router)
     app.include_router(external_events.router)
     app.include_router(health.router)
     app.include_router(openai_protocol.router)

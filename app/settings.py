@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     config: str | None = None
     """Path of a TOML file defining agents (see docs/api.md, "Agents")."""
     max_body_bytes: Annotated[int, Field(ge=1)] = 1_048_576
+    max_file_bytes: Annotated[int, Field(ge=1)] = 20_971_520
+    """Bytes of one file at most (``POST /v1/files``, a ``data:`` URL in a run's input);
+    ``POST /v1/files`` takes bodies of this plus the multipart framing."""
     cors_origins: str = ""
     allowed_hosts: str = "localhost,127.0.0.1,::1"
     """Host names (any port) requests may name in ``Host`` and their ``Origin``: the guard
@@ -121,6 +124,9 @@ class Settings(BaseSettings):
     """Seconds a stateless protocol call's session (a chat completion, a response without a
     conversation or with ``store: false``, an MCP call without ``session_id``) is kept after
     its last use; then it is deleted with its messages and runs (``app.runs.stateless``)."""
+    file_retention: Annotated[float, Field(gt=0)] = 7 * 86400.0
+    """Seconds an uploaded file that no stored conversation refers to is kept; then every
+    worker's sweep deletes it (and its bytes, when no other file has the same)."""
     event_log_max_events: Annotated[int, Field(ge=16)] = 100_000
     """Events kept per run; beyond it the oldest are dropped (a replay from there has a gap)."""
     redis_max_connections: Annotated[int, Field(ge=2)] = 128
@@ -303,6 +309,7 @@ class Settings(BaseSettings):
         "webhook_poll_interval",
         "webhook_retention",
         "stateless_retention",
+        "file_retention",
     )
     @classmethod
     def _finite(cls, value: float) -> float:

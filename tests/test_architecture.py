@@ -27,7 +27,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"http"}),  # routes and protocols; they reach the worker through server.services
     frozenset({"server"}),  # a worker: lifespan, services, readiness, supervisor, guard
     frozenset(
-        {"auth", "agents", "admission", "runs", "schedules", "webhooks", "capabilities"}
+        {"auth", "agents", "admission", "runs", "schedules", "webhooks", "capabilities", "files"}
     ),  # the service's domain
     frozenset({"telemetry"}),  # logs, metrics, traces of everything above
     frozenset({"bus", "storage"}),  # shared state: the event logs and locks, the records

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from agent_runtime.agent import AgentCore
 from agent_runtime.bindings import ModelBinding, ModelBindings, binding_from_spec
 from agent_runtime.compaction import LlmCompactor
+from agent_runtime.content import ContentStore
 from agent_runtime.errors import ConfigurationError, ProviderError
 from agent_runtime.extensions.confirmation import ConfirmationExtension
 from agent_runtime.integrations.lifespan import warm_up
@@ -121,10 +122,13 @@ async def build_core(
     profile: AgentProfile,
     owned: list[ModelBinding] | None = None,
     tracer: RunTracer | None = None,
+    content_store: ContentStore | None = None,
 ) -> AgentCore:
     """The ``AgentCore`` of one agent, on the running loop; its MCP tools come at warm-up.
 
     A compaction model of its own is appended to ``owned``: the caller closes it after the core.
+    ``content_store`` keeps the bytes of its messages' images and documents (the service's
+    files); None: the runtime's own, in memory.
     """
     if profile.model is None:
         specs = [settings.model, *settings.fallback_model_list]
@@ -177,6 +181,7 @@ async def build_core(
         name=profile.name,
         skills=SkillManager(profile.skills) if profile.skills else None,
         tracer=tracer,
+        content_store=content_store,
         **options,
     )
 
@@ -467,9 +472,13 @@ async def _close_all(closers: Sequence[Callable[[], Any]]) -> None:
 
 
 async def build_agents(
-    settings: Settings, config: ServiceConfig, tracer: RunTracer | None = None
+    settings: Settings,
+    config: ServiceConfig,
+    tracer: RunTracer | None = None,
+    content_store: ContentStore | None = None,
 ) -> ConfiguredAgents:
-    """Every agent's ``AgentCore`` on the running loop, and an MCP client per server.
+    """Every agent's ``AgentCore`` on the running loop (sharing ``content_store``), and an MCP
+    client per server.
 
     Nothing is started: ``preflight`` and ``warm_up`` do that.
     """
@@ -479,7 +488,7 @@ async def build_agents(
         for name, profile in config.agents.items():
             own: list[ModelBinding] = []
             try:
-                cores[name] = await build_core(settings, profile, own, tracer)
+                cores[name] = await build_core(settings, profile, own, tracer, content_store)
             except ConfigurationError as exc:
                 if config.path is not None:
                     raise ConfigError(config.path, key_path("agents", name), str(exc)) from exc

@@ -24,7 +24,11 @@ __all__ = ["LocalSessionQueue", "QueueEntry", "QueueState", "SessionQueue"]
 
 @dataclass(frozen=True, slots=True)
 class QueueEntry:
-    """A queued run: what ``GET /v1/runs/{id}`` shows of it before it starts."""
+    """A queued run: what ``GET /v1/runs/{id}`` shows of it before it starts.
+
+    ``input_parts``: the JSON form of its input's content parts (media by reference), when
+    it was given as parts.
+    """
 
     run_id: str
     session_id: str
@@ -33,6 +37,7 @@ class QueueEntry:
     input: str
     created_at: float
     metadata: dict[str, Any] = field(default_factory=dict)
+    input_parts: list[dict[str, Any]] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

@@ -5,7 +5,8 @@ and a ``Content-Security-Policy``: data (JSON, problem answers, event streams, m
 strictest one, which allows nothing; the pages and their files one of these:
 
 - The UI (``/``): scripts, styles, fetches and images from this origin only; no inline script
-  or style, no ``eval``, no plugins, no ``<base>``. Images may be ``data:`` (the favicon).
+  or style, no ``eval``, no plugins, no ``<base>``. Images may be ``data:`` (the favicon) or
+  ``blob:`` (stored files, fetched with the API key, which an ``<img>`` cannot send).
 - ``/docs`` (``app.http.api.docs``): the same, except that Swagger UI sets inline styles.
 - ``frame-ancestors 'none'`` (and ``X-Frame-Options: DENY`` for old browsers) unless
   ``AGENT_FRAME_ANCESTORS`` names the origins allowed to frame the pages: no other site can put
@@ -27,7 +28,7 @@ _UI: Final = (
     "default-src 'self'",
     "script-src 'self'",
     "style-src 'self'",
-    "img-src 'self' data:",
+    "img-src 'self' data: blob:",
     "font-src 'self'",
     "connect-src 'self'",
     "object-src 'none'",

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from agent_runtime.checkpoints import RunCheckpoint
+from agent_runtime.content import parts_from_dicts
 from agent_runtime.messages import UserMessage
 from agent_runtime.model import Usage
 from app.runs.context import RunContext
@@ -74,7 +75,7 @@ def first_checkpoint(handle: RunHandle) -> RunCheckpoint:
         session_id=handle.session_id,
         step=0,
         prompt=handle.input,
-        added=(UserMessage(handle.input),),
+        added=(UserMessage(handle.options.prompt),),
         iteration=0,
         usage=Usage(),
         calls=(),
@@ -107,9 +108,10 @@ def request_options(options: RunRequestOptions) -> dict[str, Any]:
 def resumed_options(
     record: RunRecord, data: Mapping[str, Any], profile_timeout: float | None
 ) -> RunRequestOptions:
-    """The options of a run resumed from a checkpoint stored as ``data``: the request's own,
-    with what is left of its deadline (``run_timeout`` counts from the run's start, as it does
-    for a run that never moved; past it, the resumed run times out at once)."""
+    """The options of a run resumed from a checkpoint stored as ``data``: the request's own
+    (its input, parts included, from its record), with what is left of its deadline
+    (``run_timeout`` counts from the run's start, as it does for a run that never moved; past
+    it, the resumed run times out at once)."""
     kept = data.get(REQUEST_KEY)
     request: Mapping[str, Any] = kept if isinstance(kept, Mapping) else {}
     stored: dict[str, Any] = {name: request.get(name) for name in STORED_OPTIONS}
@@ -122,6 +124,7 @@ def resumed_options(
         stored["response_format"] = None
     return RunRequestOptions(
         input=record.input,
+        parts=tuple(parts_from_dicts(record.input_parts)),
         agent=record.agent,
         background=True,
         on_disconnect="continue",

@@ -275,7 +275,7 @@ class Driver:
             )
         else:
             source = agent.stream(
-                handle.input, config=config, conversation=list(history), **options
+                handle.options.prompt, config=config, conversation=list(history), **options
             )
         return cast(AsyncGenerator[AgentEvent, None], source)
 

@@ -68,7 +68,7 @@ class FinalWrite:
         if outcome.status == "completed" and outcome.messages:
             turn = [message_to_dict(m) for m in outcome.messages]
         elif outcome.status == "cancelled":
-            turn = stopped_turn(handle.input, outcome.messages, outcome.data["reason"])
+            turn = stopped_turn(handle.options.prompt, outcome.messages, outcome.data["reason"])
         if turn is not None:
             turn = mark_branch(turn, handle.options.branch_from)
         return cls(handle, outcome, turn)

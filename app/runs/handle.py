@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
+from agent_runtime.content import ContentPart, TextPart, part_to_dict
 from agent_runtime.messages import Message
 from agent_runtime.model import Usage
 from agent_runtime.run_options import OPTION_NAMES, RunOptions
@@ -32,6 +33,7 @@ __all__ = [
     "new_run_id",
     "now",
     "record_view",
+    "stored_parts",
 ]
 
 CANCEL_REASONS = frozenset({"client_disconnected", "cancel_requested", "shutdown", "superseded"})
@@ -55,9 +57,15 @@ def _iso(moment: datetime | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class RunRequestOptions:
-    """What a run request asks for (validated at the HTTP edge)."""
+    """What a run request asks for (validated at the HTTP edge).
+
+    ``input`` is the run's text (its title, its record, its logs); ``parts`` its content
+    parts when it was given as parts (``app.files.intake``: media by file id or https URL,
+    never bytes), else empty: the run is asked ``parts`` if there are any, else ``input``.
+    """
 
     input: str
+    parts: tuple[ContentPart, ...] = ()
     agent: str = "default"
     background: bool = False
     on_disconnect: Literal["cancel", "continue"] = "cancel"
@@ -86,6 +94,20 @@ class RunRequestOptions:
     stateless: bool = False
     """A stateless protocol call's run: a session it creates is not listed and is deleted
     once idle for ``AGENT_STATELESS_RETENTION`` (``app.runs.stateless``)."""
+
+    @property
+    def file_ids(self) -> tuple[str, ...]:
+        """The ids of the files the parts refer to (``ref``), each once."""
+        return tuple(
+            dict.fromkeys(
+                part.ref for part in self.parts if not isinstance(part, TextPart) and part.ref
+            )
+        )
+
+    @property
+    def prompt(self) -> str | list[ContentPart]:
+        """What the run asks its agent: the parts, or the text when there are none."""
+        return list(self.parts) if self.parts else self.input
 
     def run_options(self) -> RunOptions:
         """The runtime's options this request sets (those not None)."""
@@ -280,6 +302,7 @@ class RunHandle:
             "session_id": self.session_id,
             "agent": self.agent,
             "input": self.input,
+            "input_parts": stored_parts(self.options.parts),
             "status": status,
             "queue_position": None,
             "created_at": _iso(self.created_at),
@@ -305,6 +328,11 @@ class RunHandle:
         }
 
 
+def stored_parts(parts: Sequence[ContentPart]) -> list[dict[str, Any]] | None:
+    """The JSON form of a run's input parts, as its record keeps them (None: no parts)."""
+    return [part_to_dict(part) for part in parts] if parts else None
+
+
 def record_view(record: RunRecord) -> dict[str, Any]:
     """``GET /v1/runs/{id}`` for a stored run."""
     return {
@@ -312,6 +340,7 @@ def record_view(record: RunRecord) -> dict[str, Any]:
         "session_id": record.session_id,
         "agent": record.agent,
         "input": record.input,
+        "input_parts": list(record.input_parts) if record.input_parts else None,
         "status": record.status,
         "queue_position": None,
         "created_at": _iso(record.created_at),

@@ -37,7 +37,7 @@ from app.bus.queue import LocalSessionQueue, QueueEntry, SessionQueue
 from app.bus.wire import iso_ms
 from app.errors import Conflict, Draining, NotFound, Overloaded, ServiceError, SessionBusy
 from app.runs.context import RunContext
-from app.runs.handle import Outcome, RunHandle, RunRequestOptions, new_run_id
+from app.runs.handle import Outcome, RunHandle, RunRequestOptions, new_run_id, stored_parts
 from app.storage import RunRecord, RunStatus, SessionOwnedByOther, StorageError
 
 __all__ = [
@@ -101,6 +101,7 @@ def queued_view(entry: QueueEntry, position: int | None) -> dict[str, Any]:
         "session_id": entry.session_id,
         "agent": entry.agent,
         "input": entry.input,
+        "input_parts": entry.input_parts,
         "status": "queued",
         "queue_position": position,
         "created_at": iso_ms(entry.created_at),
@@ -175,6 +176,7 @@ class Multitask:
             input=options.input,
             created_at=time.time(),
             metadata=dict(options.metadata),
+            input_parts=stored_parts(options.parts),
         )
         position = await queue.push(
             entry, front=False, limit=self._max_queue, ttl=self._context.lease_ttl
@@ -238,6 +240,7 @@ class Multitask:
             input=options.input,
             created_at=time.time(),
             metadata=dict(options.metadata),
+            input_parts=stored_parts(options.parts),
         )
         queue = self.queue
         await queue.push(entry, front=True, limit=None, ttl=context.lease_ttl)
@@ -362,6 +365,7 @@ class Multitask:
             input=entry.input,
             created_at=datetime.fromtimestamp(entry.created_at, UTC),
             metadata=entry.metadata,
+            input_parts=tuple(entry.input_parts or ()),
         )
         try:
             await store.create_run(record)

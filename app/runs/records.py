@@ -13,7 +13,7 @@ import contextlib
 import logging
 
 from app.errors import NotFound
-from app.runs.handle import RunHandle
+from app.runs.handle import RunHandle, stored_parts
 from app.storage import (
     RunRecord,
     RunStatus,
@@ -50,6 +50,7 @@ class RunRecords:
             principal=handle.principal,
             agent=handle.agent,
             input=handle.input,
+            input_parts=tuple(stored_parts(handle.options.parts) or ()),
             status=handle.status,
             created_at=handle.created_at,
             started_at=handle.started_at,

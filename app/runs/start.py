@@ -45,6 +45,7 @@ from app.runs.records import RunRecords
 from app.runs.stopping import RunStopper
 from app.runs.turns import remove_replaced_turn
 from app.storage import SessionOwnedByOther, SessionRecord
+from app.storage.files import FileMissing
 
 if TYPE_CHECKING:
     from app.runs.multitask import StartFn
@@ -207,6 +208,8 @@ class Starter(Generic[BusyT]):
             # this run's id, so end it; it stores nothing more (see RunRecords.stored)
             self._stopper.cancel_local(handle.run_id, "cancel_requested")
             raise
+        if options.file_ids:
+            await self._reference_files(handle)
         logger.info(
             "run accepted",
             extra={
@@ -219,6 +222,21 @@ class Starter(Generic[BusyT]):
             },
         )
         return handle
+
+    async def _reference_files(self, handle: RunHandle) -> None:
+        """Record that the session's messages refer to the files of the run's input (they
+        cannot be deleted from now on); a file deleted since the input was taken ends the run
+        before its model reads it (404 ``file_not_found``)."""
+        try:
+            await self._context.store.reference_files(handle.options.file_ids, handle.session_id)
+        except BaseException as exc:
+            self._stopper.cancel_local(handle.run_id, "cancel_requested")
+            if isinstance(exc, FileMissing):
+                raise NotFound(
+                    "a file of the run's input was deleted before the run started",
+                    code="file_not_found",
+                ) from None
+            raise
 
     async def _budget(self, principal: str, agent: str) -> BudgetHold | None:
         """The run's reservation of its token budgets; ``BudgetExceeded`` when one is used up."""

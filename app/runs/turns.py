@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agent_runtime.content import Prompt
 from agent_runtime.messages import AssistantMessage, Message, UserMessage, message_to_dict
 from app.errors import Conflict, NotFound
 from app.storage import Store
@@ -31,17 +32,20 @@ from app.storage import Store
 __all__ = ["model_history", "remove_replaced_turn", "stopped_turn", "store_stopped_turn"]
 
 
-def stopped_turn(prompt: str, messages: Sequence[Message], reason: str) -> list[dict[str, Any]]:
+def stopped_turn(prompt: Prompt, messages: Sequence[Message], reason: str) -> list[dict[str, Any]]:
     """The stored form of a stopped run's turn: ``messages`` (the runtime's ``run.cancelled``
     messages; empty for a run stopped before it reached the runtime) marked with ``reason``.
 
-    A run that never got as far as its first message still keeps its input. An assistant
-    message with neither text nor tool calls says nothing and is left out, unless it holds
-    the reasoning of a call cut short while the model was thinking: that is kept for the
-    reader, and left out of what the model is given again (``model_history``). The signed
-    reasoning state never is stored (``message_to_dict`` leaves it out).
+    A run that never got as far as its first message still keeps its input (its parts, by
+    reference, when it was given some). An assistant message with neither text nor tool calls
+    says nothing and is left out, unless it holds the reasoning of a call cut short while the
+    model was thinking: that is kept for the reader, and left out of what the model is given
+    again (``model_history``). The signed reasoning state never is stored (``message_to_dict``
+    leaves it out).
     """
-    turn: list[Message] = list(messages) or [UserMessage(prompt)]
+    turn: list[Message] = list(messages) or [
+        UserMessage(prompt if isinstance(prompt, str) else list(prompt))
+    ]
     stored: list[dict[str, Any]] = []
     for message in turn:
         data = message_to_dict(message)
@@ -72,7 +76,7 @@ async def store_stopped_turn(
     store: Store,
     session_id: str,
     run_id: str,
-    prompt: str,
+    prompt: Prompt,
     messages: Sequence[Message],
     reason: str,
     *,

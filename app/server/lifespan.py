@@ -38,6 +38,7 @@ from app.auth.stream_tokens import open_stream_tokens
 from app.bus import open_bus
 from app.bus.base import Bus
 from app.capabilities.jobs import MediaJobs
+from app.files import FileRetention, FileService
 from app.runs import RunManager
 from app.runs.handle import RunRequestOptions
 from app.runs.stateless import StatelessReaper
@@ -104,7 +105,10 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
         tracing = Tracing.from_environment(capture_content=settings.trace_content)
         if tracing is not None:
             stack.push_async_callback(tracing.aclose)
-        agents = await build_agents(settings, config, tracing.tracer if tracing else None)
+        files = FileService(store, max_bytes=settings.max_file_bytes)
+        agents = await build_agents(
+            settings, config, tracing.tracer if tracing else None, files.content_store()
+        )
         # LIFO: the MCP clients close after the agents that use them
         stack.push_async_callback(agents.close_mcp)
         stack.push_async_callback(agents.aclose)
@@ -155,6 +159,8 @@ async def start_services(settings: Settings, metrics: Metrics | None = None) -> 
             media=MediaJobs(agents, admission, queue_timeout=settings.queue_timeout),
             tracing=tracing,
             webhooks=webhooks,
+            files=files,
+            file_retention=FileRetention(store, retention=settings.file_retention),
         )
         await _add_background_services(services, config)
         if webhooks is not None and webhooks.sender is not None:
@@ -334,6 +340,8 @@ async def stop_services(services: Services) -> None:
             await services.scheduler.aclose()
         if services.stateless is not None:
             await services.stateless.aclose()
+        if services.file_retention is not None:
+            await services.file_retention.aclose()
         await services.manager.drain(services.settings.drain_timeout)
     finally:
         await services.manager.aclose()
@@ -449,6 +457,8 @@ def make_lifespan(
                 services.scheduler.start()
             if services.stateless is not None:  # stopped by stop_services too
                 services.stateless.start()
+            if services.file_retention is not None:  # stopped by stop_services too
+                services.file_retention.start()
             yield
         finally:
             hook.uninstall()

@@ -12,6 +12,7 @@ from app.admission.slots import Admission
 from app.agents.build import ConfiguredAgents
 from app.bus.base import Bus
 from app.errors import Unavailable
+from app.files import FileRetention, FileService
 from app.runs import RunManager
 from app.server.readiness import DependencyWatch
 from app.settings import Settings
@@ -65,6 +66,11 @@ class Services:
     ``AGENT_SCHEDULER_ENABLED=0``."""
     stateless: StatelessReaper | None = None
     """Deletes stateless sessions idle past ``AGENT_STATELESS_RETENTION`` (started by the
+    lifespan)."""
+    files: FileService | None = None
+    """The principals' files (``/v1/files``), also the agents' content store."""
+    file_retention: FileRetention | None = None
+    """Deletes unreferenced files older than ``AGENT_FILE_RETENTION`` (started by the
     lifespan)."""
 
     @property

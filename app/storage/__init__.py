@@ -24,6 +24,7 @@ from app.storage.base import (
     UsageTotal,
 )
 from app.storage.checkpoints import CheckpointRecord
+from app.storage.files import FileInUse, FileMissing, FileRecord, FileStore, FileSweep
 from app.storage.outbox import (
     ClaimedWebhook,
     WebhookAttempt,
@@ -39,6 +40,11 @@ __all__ = [
     "UNFINISHED_STATUSES",
     "CheckpointRecord",
     "ClaimedWebhook",
+    "FileInUse",
+    "FileMissing",
+    "FileRecord",
+    "FileStore",
+    "FileSweep",
     "JSONObject",
     "PostgresStore",
     "RunAlreadyExists",

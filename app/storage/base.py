@@ -11,6 +11,8 @@ Errors form one tree::
      ├── RunAlreadyExists       a second run with the same id
      ├── StaleFence             a fenced write whose token is older than one already used
      ├── FiringLost             a firing no longer held with that token (app.storage.schedules)
+     ├── FileInUse              a file a stored conversation refers to (app.storage.files)
+     ├── FileMissing            a file, or its bytes, not stored (app.storage.files)
      ├── CheckpointFenced       a checkpoint of a run this worker no longer holds
      │                          (app.runs.checkpoints)
      └── CheckpointUnavailable  a once-only tool call's start could not be recorded
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from app.storage.threads import ThreadQuery
 
 from app.storage.common import JSONObject, StorageError, require_aware, utcnow
+from app.storage.files import FileStore
 from app.storage.outbox import (
     ClaimedWebhook,
     WebhookAttempt,
@@ -245,6 +248,8 @@ class RunRecord:
     answered its latest model call (a fallback's, after a failover), once there was one.
     `webhook_url` is where its notifications go (the request's or its agent's webhook, as
     the run started), so that whoever ends it (another worker's sweep) can notify it.
+    `input_parts` is the JSON form of its input's content parts (media by file id, never
+    bytes) when it was given as parts; `input` is then their text.
     """
 
     run_id: str
@@ -262,6 +267,7 @@ class RunRecord:
     metadata: JSONObject = field(default_factory=dict)
     model: str | None = None
     webhook_url: str | None = None
+    input_parts: tuple[JSONObject, ...] = ()
 
     def __post_init__(self) -> None:
         require_status(self.status)
@@ -316,6 +322,23 @@ def decode_json(text: str) -> JSONObject:
 
 def decode_optional_json(text: str | None) -> JSONObject | None:
     return None if text is None else decode_json(text)
+
+
+def encode_parts(parts: Sequence[Mapping[str, Any]]) -> str | None:
+    """A run's input parts (a JSON array) for storage; None for none."""
+    if not parts:
+        return None
+    return json.dumps(list(parts), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def decode_parts(text: str | None) -> tuple[JSONObject, ...]:
+    """``encode_parts``' text read back."""
+    if text is None:
+        return ()
+    value = json.loads(text)
+    if not isinstance(value, list):  # pragma: no cover - only if someone edits the database
+        raise StorageError(f"stored parts are not a JSON array: {text[:80]!r}")
+    return tuple(dict(item) for item in value)
 
 
 TITLE_MAX_CHARS: Final = 200
@@ -403,8 +426,8 @@ def _log_orphan_failure(name: str, task: asyncio.Task[Any]) -> None:
 # --- the protocol -------------------------------------------------------------------------
 
 
-class Store(Protocol):
-    """Sessions, their conversations and their runs.
+class Store(FileStore, Protocol):
+    """Sessions, their conversations and their runs (and files: ``FileStore``).
 
     Every method may raise `StorageUnavailable`. Implementations are safe to share between
     the tasks of one event loop. Cancelling a caller does not interrupt its operation: the

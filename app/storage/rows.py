@@ -20,6 +20,7 @@ from app.storage.base import (
     UsageTotal,
     decode_json,
     decode_optional_json,
+    decode_parts,
 )
 from app.storage.checkpoints import CheckpointRecord
 from app.storage.schedules import FiringRecord, ScheduleRecord
@@ -108,6 +109,7 @@ def run_record(row: Row, dialect: Dialect) -> RunRecord:
         metadata=decode_json(row["metadata"]),
         model=row["model"],
         webhook_url=row["webhook_url"],
+        input_parts=decode_parts(row["input_parts"]),
     )
 
 

@@ -6,6 +6,7 @@ input-required round trip of a confirmation; and A2A 0.3 compatibility behind AG
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
 
+from tests.support import files as samples
 from tests.support.server import Server, launch
 
 KEY = "sk-a2a-test"
@@ -224,5 +226,42 @@ async def test_a2a_v03_compatibility(tmp_path_factory: pytest.TempPathFactory) -
             body = reply.json()
             assert body["result"]["kind"] == "task"
             assert body["result"]["status"]["state"] == "completed"
+            # 0.3's file part (FileWithBytes): stored as a file, named by URL in the history
+            image = samples.png()
+            with_file = await http.post(
+                "/a2a/default",
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "message/send",
+                    "params": {
+                        "message": {
+                            "kind": "message",
+                            "messageId": str(uuid.uuid4()),
+                            "role": "user",
+                            "parts": [
+                                {"kind": "text", "text": "and a picture"},
+                                {
+                                    "kind": "file",
+                                    "file": {
+                                        "bytes": base64.b64encode(image).decode(),
+                                        "mimeType": "image/png",
+                                        "name": "dot.png",
+                                    },
+                                },
+                            ],
+                        }
+                    },
+                },
+            )
+            task = with_file.json()["result"]
+            assert task["status"]["state"] == "completed"
+            sent = task["history"][0]["parts"][1]
+            assert sent["kind"] == "file"
+            assert sent["file"]["mimeType"] == "image/png"
+            assert sent["file"]["name"] == "dot.png"
+            assert "bytes" not in sent["file"]
+            assert sent["file"]["uri"].startswith(f"{server.base_url}/v1/files/file_")
+            assert (await http.get(sent["file"]["uri"])).content == image
     finally:
         server.stop()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import logging
 import re
 from collections.abc import Callable
@@ -13,7 +15,9 @@ from starlette.responses import JSONResponse, Response
 
 from app.auth.keys import principal_of
 from app.bus.base import BusError
+from app.files.intake import RunInput, discard_input, take_input
 from app.http.api.errors import ProblemError
+from app.http.api.parts import shown_parts
 from app.http.api.schemas import (
     BackgroundAccepted,
     CancelAnswer,
@@ -42,7 +46,7 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 _PROBLEMS: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "content": {"application/problem+json": {}}}
-    for status in (401, 404, 409, 413, 422, 429, 503)
+    for status in (401, 404, 409, 413, 415, 422, 429, 503)
 }
 
 
@@ -121,6 +125,54 @@ async def _event_stream(
     )
 
 
+_FINGERPRINT_OFFLOAD = 64 * 1024
+# a part's URL longer than this is hashed on its own, in a thread, before the body's
+# canonical JSON is (a data URL may be tens of megabytes, which one json.dumps call would
+# encode holding the GIL)
+
+
+async def _fingerprint(session_id: str, body: RunRequest) -> str:
+    """The request's Idempotency-Key fingerprint: its session and its whole body, parts
+    (data URLs included: by their SHA-256) too."""
+    data = body.model_dump(mode="json")
+    if not isinstance(body.input, str):
+        for part in data["input"]:
+            url = part.get("url")
+            if isinstance(url, str) and len(url) > _FINGERPRINT_OFFLOAD:
+                part["url"] = f"sha256:{await asyncio.to_thread(_digest, url)}"
+    return fingerprint(session_id, data)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _input_value(body: RunRequest) -> str | list[dict[str, Any]]:
+    """The request's input as ``take_input`` reads it: the string, or the parts' fields."""
+    if isinstance(body.input, str):
+        return body.input
+    return [part.model_dump(exclude_none=True) for part in body.input]
+
+
+def _options(body: RunRequest, taken: RunInput) -> RunRequestOptions:
+    """The run's options: the request's, with its input as taken (text and parts)."""
+    return RunRequestOptions(
+        input=taken.text,
+        parts=taken.parts,
+        agent=body.agent,
+        background=body.background,
+        on_disconnect=body.on_disconnect,
+        run_timeout=body.run_timeout,
+        max_iterations=body.max_iterations,
+        metadata=body.metadata or {},
+        replaces=body.replaces,
+        skill=body.skill,
+        response_format=body.response_format.runtime_form() if body.response_format else None,
+        multitask_strategy=body.multitask_strategy,
+        webhook_url=body.webhook_url,
+    )
+
+
 @router.post(
     "/v1/sessions/{session_id}/runs",
     summary="Start a run",
@@ -149,31 +201,23 @@ async def start_run(
     claim: Claim | None = None
     if idempotency_key is not None:
         key = check_key(idempotency_key)
-        print_ = fingerprint(session_id, body.model_dump(mode="json"))
-        claim = await manager.idempotency.claim(principal, key, print_)
+        claim = await manager.idempotency.claim(
+            principal, key, await _fingerprint(session_id, body)
+        )
         if claim.run_id is not None:
             return await _replay(services, principal, body, claim.run_id, last_event_id)
-    options = RunRequestOptions(
-        input=body.input,
-        agent=body.agent,
-        background=body.background,
-        on_disconnect=body.on_disconnect,
-        run_timeout=body.run_timeout,
-        max_iterations=body.max_iterations,
-        metadata=body.metadata or {},
-        replaces=body.replaces,
-        skill=body.skill,
-        response_format=body.response_format.runtime_form() if body.response_format else None,
-        multitask_strategy=body.multitask_strategy,
-        webhook_url=body.webhook_url,
-    )
+    taken: RunInput | None = None
     try:
-        handle = await manager.submit(principal, session_id, options)
+        # after the key's claim: a repeat of the request stores none of its data URLs again
+        taken = await take_input(services.files, principal, _input_value(body), limits=None)
+        handle = await manager.submit(principal, session_id, _options(body, taken))
     except BaseException:
         if claim is not None:
             # nothing started: a retry with the key may start the run
             with contextlib.suppress(BusError):
                 await manager.idempotency.give_up(claim)
+        if taken is not None and taken.stored and services.files is not None:
+            await asyncio.shield(discard_input(services.files, principal, taken))
         raise
     run_id = handle.run_id
     if claim is not None:
@@ -301,9 +345,11 @@ async def get_run(run_id: str, principal: Principal, services: ServicesDep) -> R
         if queued is None:
             raise _not_found(run_id)
         queued["events_url"] = events_url(services, run_id, principal)
+        queued["input_parts"] = shown_parts(queued.get("input_parts"))
         return JSONResponse(queued)
     view = manager.handle_view(found) if isinstance(found, RunHandle) else record_view(found)
     view["events_url"] = events_url(services, run_id, principal)
+    view["input_parts"] = shown_parts(view.get("input_parts"))
     return JSONResponse(view)
 
 

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.config import JsonDict
+from pydantic.json_schema import SkipJsonSchema
 
 __all__ = [
     "SESSION_CURSOR_PATTERN",
@@ -17,6 +19,9 @@ __all__ = [
     "BackgroundAccepted",
     "CancelAnswer",
     "ExternalEventRequest",
+    "FileInputPart",
+    "ImageInputPart",
+    "InputPart",
     "MessagesView",
     "Problem",
     "RunRequest",
@@ -26,6 +31,8 @@ __all__ = [
     "SessionList",
     "SessionPatch",
     "SessionView",
+    "ShownPart",
+    "TextInputPart",
     "TurnRun",
     "is_session_id",
     "unicode_text",
@@ -78,7 +85,10 @@ def unicode_text(data: Any, *, stored: bool = True, where: str = "body") -> Any:
         name, value = pending.pop()
         if isinstance(value, str):
             try:
-                value.encode("utf-8")
+                # an ASCII string (a data URL's megabytes of base64) holds no surrogate, and
+                # isascii is a flag the string keeps: no pass over it on the event loop
+                if not value.isascii():
+                    value.encode("utf-8")
             except UnicodeEncodeError:
                 raise ValueError(
                     f"{name} contains a lone UTF-16 surrogate, which is not text"
@@ -135,12 +145,101 @@ class ResponseFormat(BaseModel):
         }
 
 
+class TextInputPart(BaseModel):
+    """A piece of the user's message as text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"]
+    text: str = Field(description="The text; not blank (422 `empty_input`).")
+
+
+_MEDIA_SOURCE: JsonDict = {"oneOf": [{"required": ["file_id"]}, {"required": ["url"]}]}
+
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+"""The media types an image part may declare (``agent_runtime.content.IMAGE_MEDIA_TYPES``)."""
+FILE_TYPES = (*IMAGE_TYPES, "application/pdf", "text/plain", "text/markdown", "text/csv")
+"""The media types a file part may declare (images, and ``DOCUMENT_MEDIA_TYPES``)."""
+
+
+def _no_default(schema: JsonDict) -> None:
+    # a member that may be left out but not null: its schema has no ``default: null``
+    schema.pop("default", None)
+
+
+def _optional(**kwargs: Any) -> Any:
+    """A member that may be left out, but is a string when given (not null)."""
+    return Field(None, json_schema_extra=_no_default, **kwargs)
+
+
+class _MediaInputPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_MEDIA_SOURCE)
+
+    file_id: str | SkipJsonSchema[None] = _optional(
+        min_length=1,
+        max_length=128,
+        description="One of the caller's files (`POST /v1/files`); another principal's file "
+        "and a missing one alike are 404 `file_not_found`.",
+    )
+    url: str | SkipJsonSchema[None] = _optional(
+        min_length=1,
+        description="A `data:` URL (the bytes, base64: stored as a file of the caller on "
+        "arrival, its media type checked against its bytes) or an `https` URL (handed to the "
+        "model's provider as it is, never fetched by the service). Other schemes: 422 "
+        "`unsupported_url`.",
+    )
+    filename: str | SkipJsonSchema[None] = _optional(
+        min_length=1, max_length=255, description="The file's name, shown to the model."
+    )
+
+    @field_validator("file_id", "url", "filename", "media_type", mode="before", check_fields=False)
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("leave it out rather than null")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Any:
+        if (self.file_id is None) == (self.url is None):
+            raise ValueError("give exactly one of file_id and url")
+        return self
+
+
+class ImageInputPart(_MediaInputPart):
+    """An image: PNG, JPEG, GIF or WebP."""
+
+    type: Literal["image"]
+    media_type: Literal[IMAGE_TYPES] | SkipJsonSchema[None] = _optional(  # type: ignore[valid-type]
+        description="The image's media type, if the part says it: its bytes must be of it "
+        "(415 `unsupported_media_type` otherwise)."
+    )
+
+
+class FileInputPart(_MediaInputPart):
+    """A document (PDF, plain text, Markdown, CSV), or an image."""
+
+    type: Literal["file"]
+    media_type: Literal[FILE_TYPES] | SkipJsonSchema[None] = _optional(  # type: ignore[valid-type]
+        description="The file's media type, if the part says it: its bytes must be of it "
+        "(415 `unsupported_media_type` otherwise)."
+    )
+
+
+InputPart = Annotated[TextInputPart | ImageInputPart | FileInputPart, Field(discriminator="type")]
+
+
 class RunRequest(BaseModel):
     """``POST /v1/sessions/{session_id}/runs``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    input: str = Field(description="The user's message.")
+    input: str | list[InputPart] = Field(
+        description="The user's message: a string, or content parts (text, images, "
+        "documents), at most 64 (422 `too_many_parts`), whose images and documents come to "
+        'AGENT_MAX_FILE_BYTES at most (413 `input_too_large`). See docs/api.md, "Run input '
+        'parts".'
+    )
     agent: str = Field("default", description="Name of a configured agent.")
     stream: bool = Field(True, description="Answer text/event-stream (else JSON when done).")
     background: bool = Field(False, description="Answer 202 at once; read events separately.")
@@ -277,11 +376,36 @@ class RunResult(BaseModel):
     usage: Usage | None
 
 
+class ShownPart(BaseModel):
+    """A content part as stored and shown: media by ``file_id`` (its bytes at
+    ``GET /v1/files/{file_id}/content``) or by its ``https`` URL, never inline."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text", "image", "document"] = Field(
+        description="`image`, or `document` for any other file (an input's `file` part is "
+        "shown as the one it is)."
+    )
+    text: str | None = Field(None, description="A text part's text.")
+    file_id: str | None = None
+    url: str | None = Field(None, description="An `https` URL given as it is.")
+    media_type: str | None = None
+    filename: str | None = None
+    bytes: int | None = Field(None, description="The file's size.")
+    sha256: str | None = Field(None, description="The file's SHA-256, in hex.")
+
+
 class RunView(RunResult):
     """``GET /v1/runs/{run_id}``."""
 
     agent: str
-    input: str = Field(description="The prompt the run was started with.")
+    input: str = Field(
+        description="The prompt the run was started with: its text parts joined by a blank "
+        "line when it was given as parts."
+    )
+    input_parts: list[ShownPart] | None = Field(
+        None, description="The prompt's content parts, when it was given as parts; else null."
+    )
     model: str | None = Field(
         description="The model that answered the run's latest model call, once there was one."
     )
@@ -387,6 +511,11 @@ class MessageView(BaseModel):
     run_id: str
     created_at: str
     role: str
+    content: str | list[ShownPart] | None = Field(
+        None,
+        description="The message's text, or (a user's message given as parts) its content "
+        "parts, media by `file_id`. A tool result's images are its `parts`, alike.",
+    )
     stopped: str | None = Field(
         None,
         description="On every message of a stopped turn (a cancelled run's): the run.cancelled "

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from app.auth.keys import principal_of
 from app.bus.wire import iso_ms
 from app.http.api.errors import ProblemError
+from app.http.api.parts import shown_message
 from app.http.api.schemas import (
     SESSION_CURSOR_PATTERN,
     MessagesView,
@@ -176,7 +177,7 @@ async def get_messages(
     )
     messages: list[dict[str, Any]] = [
         {
-            **item.message,
+            **shown_message(item.message),
             "position": item.position,
             "run_id": item.run_id,
             "created_at": iso_ms(item.created_at.timestamp()),

@@ -22,6 +22,7 @@ from app.bus.base import WireEvent
 from app.bus.wire import encode_data
 from app.errors import InvalidRequest, NotFound, ServiceError, SessionBusy
 from app.http.api.schemas import SESSION_ID_PATTERN, unicode_text
+from app.http.protocols.bodies import OffLoopJSONRoute
 from app.http.protocols.common import (
     SSE_HEADERS,
     answer_confirmation,
@@ -34,13 +35,25 @@ from app.http.protocols.common import (
     start_run,
     stream_run,
 )
+from app.http.protocols.media import (
+    FILE_PROVIDER,
+    NativePart,
+    PartRefused,
+    data_url,
+    has_media,
+    media_part,
+    parts_text,
+    run_input,
+    text_part,
+    unsupported_kind,
+)
 from app.runs import RunRequestOptions
 from app.server.services import Services, ServicesDep
 
 __all__ = ["AgUiEncoder", "router"]
 
 # described by the protocol's own specification, not in /openapi.json
-router = APIRouter(tags=["AG-UI"], include_in_schema=False)
+router = APIRouter(tags=["AG-UI"], include_in_schema=False, route_class=OffLoopJSONRoute)
 
 Principal = Annotated[str, Depends(principal_of)]
 
@@ -103,16 +116,95 @@ def _refusal(code: str, message: str) -> Response:
     return Response(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-def _text_of(message: AgUiMessage) -> str:
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def user_parts(message: AgUiMessage, param: str) -> list[NativePart]:
+    """A user message's content as native parts, in order: ``text``, and ``image`` and
+    ``document`` parts whose ``source`` is ``data`` (base64 and its ``mimeType``), ``url``
+    (https or data) or ``file`` (the id of one of the caller's files); also the draft's
+    ``binary`` part (``mimeType`` and one of ``data``, ``url``, ``id``).
+
+    ``audio`` and ``video`` parts, and anything else, are refused: nothing a user sent is
+    dropped.
+    """
     content = message.content
     if isinstance(content, str):
-        return content
-    if not content:
-        return ""
-    return "\n".join(
-        part["text"]
-        for part in content
-        if part.get("type") == "text" and isinstance(part.get("text"), str)
+        return [text_part(content)] if content else []
+    parts: list[NativePart] = []
+    for index, part in enumerate(content or ()):
+        where = f"{param}[{index}]"
+        kind = part.get("type")
+        if kind == "text":
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise PartRefused(where, f"{where}: a text part needs its text")
+            if text:
+                parts.append(text_part(text))
+        elif kind in ("image", "document"):
+            parts.append(_sourced(part, where, "image" if kind == "image" else "file"))
+        elif kind == "binary":
+            parts.append(_binary(part, where))
+        elif kind in ("audio", "video"):
+            raise unsupported_kind(where, kind)
+        else:
+            raise PartRefused(
+                where,
+                f"{where}: a part of type {kind!r} cannot be sent to the agent; a user message "
+                "takes text, image and document parts",
+            )
+    return parts
+
+
+def _sourced(part: dict[str, Any], where: str, kind: Literal["image", "file"]) -> NativePart:
+    source = part.get("source")
+    if not isinstance(source, dict):
+        raise PartRefused(where, f"{where}: an image or document part needs its source")
+    origin = source.get("type")
+    value = _string(source.get("value"))
+    mime = _string(source.get("mimeType"))
+    metadata = part.get("metadata")
+    filename = _string(metadata.get("filename")) if isinstance(metadata, dict) else None
+    if value is None:
+        raise PartRefused(f"{where}.source", f"{where}.source: a source needs its value")
+    if origin == "data":
+        if not mime:
+            raise PartRefused(
+                f"{where}.source", f"{where}.source: a data source needs its mimeType"
+            )
+        url = data_url(mime, value)
+        return media_part(where, url=url, media_type=mime, filename=filename, kind=kind)
+    if origin == "url":
+        return media_part(where, url=value, media_type=mime, filename=filename, kind=kind)
+    if origin == "file":
+        provider = _string(source.get("provider"))
+        if provider not in (None, FILE_PROVIDER):
+            raise PartRefused(
+                f"{where}.source",
+                f"{where}.source: a file handle of {provider!r} cannot be read here; give "
+                f"the file_id of a file uploaded to POST /v1/files (provider {FILE_PROVIDER!r}"
+                ") or the bytes",
+            )
+        return media_part(where, file_id=value, media_type=mime, filename=filename, kind=kind)
+    raise PartRefused(
+        f"{where}.source", f"{where}.source: a source's type is data, url or file, not {origin!r}"
+    )
+
+
+def _binary(part: dict[str, Any], where: str) -> NativePart:
+    mime = _string(part.get("mimeType"))
+    if not mime:
+        raise PartRefused(where, f"{where}: a binary part needs its mimeType")
+    data, url, file_id = (_string(part.get(key)) for key in ("data", "url", "id"))
+    if sum(value is not None for value in (data, url, file_id)) != 1:
+        raise PartRefused(where, f"{where}: a binary part needs exactly one of data, url and id")
+    return media_part(
+        where,
+        url=data_url(mime, data) if data is not None else url,
+        file_id=file_id,
+        media_type=mime,
+        filename=_string(part.get("filename")),
     )
 
 
@@ -155,12 +247,27 @@ async def run_agent(
     on_disconnect = props.on_disconnect
     if body.resume:
         return await _resume(services, principal, body, on_disconnect)
-    user = next((m for m in reversed(body.messages) if m.role == "user"), None)
-    text = "" if user is None else _text_of(user)
-    if not text.strip():
-        raise InvalidRequest("messages: the input needs a user message with text content")
+    found = next(
+        ((i, m) for i, m in reversed(list(enumerate(body.messages))) if m.role == "user"), None
+    )
+    if found is None:
+        raise InvalidRequest("messages: the input needs a user message with content")
+    param = f"messages[{found[0]}].content"
+    # a part the run cannot take, or a file that cannot be stored: the protocol's own
+    # RUN_ERROR, as for a run that cannot start
+    try:
+        parts = user_parts(found[1], param)
+    except ServiceError as exc:
+        return _refusal(exc.code, exc.detail)
+    if not (has_media(parts) or parts_text(parts).strip()):
+        raise InvalidRequest("messages: the input needs a user message with content")
+    try:
+        taken = await run_input(services, principal, parts)
+    except ServiceError as exc:
+        return _refusal(exc.code, exc.detail)
     options = RunRequestOptions(
-        input=text,
+        input=taken.text,
+        parts=taken.parts,
         agent=agent,
         on_disconnect=on_disconnect,
         run_timeout=props.run_timeout,
@@ -168,7 +275,8 @@ async def run_agent(
         metadata={"ag_ui": {"runId": body.runId}},
     )
     try:
-        handle = await start_run(services, principal, body.threadId, options)
+        async with taken:
+            handle = await start_run(services, principal, body.threadId, options)
     except SessionBusy as exc:
         code = await busy_reason(services, exc, principal)
         if code == "interrupt_pending":

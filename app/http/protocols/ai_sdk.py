@@ -27,6 +27,7 @@ from app.bus.base import WireEvent
 from app.bus.wire import encode_data
 from app.errors import InvalidRequest, NotFound, SessionBusy
 from app.http.api.schemas import SESSION_ID_PATTERN, SessionId, unicode_text
+from app.http.protocols.bodies import OffLoopJSONRoute
 from app.http.protocols.common import (
     active_run,
     answer_confirmation,
@@ -39,13 +40,22 @@ from app.http.protocols.common import (
     start_run,
     stream_run,
 )
+from app.http.protocols.media import (
+    NativePart,
+    PartRefused,
+    has_media,
+    media_part,
+    parts_text,
+    run_input,
+    text_part,
+)
 from app.runs import RunRequestOptions
 from app.server.services import ServicesDep
 
 __all__ = ["UI_MESSAGE_STREAM_HEADERS", "UIMessageStreamEncoder", "router"]
 
 # described by the protocol's own specification, not in /openapi.json
-router = APIRouter(tags=["Vercel AI SDK"], include_in_schema=False)
+router = APIRouter(tags=["Vercel AI SDK"], include_in_schema=False, route_class=OffLoopJSONRoute)
 
 Principal = Annotated[str, Depends(principal_of)]
 
@@ -66,6 +76,9 @@ class UIPart(_Loose):
     toolCallId: str | None = None
     state: str | None = None
     approval: dict[str, Any] | None = None
+    mediaType: str | None = None
+    url: str | None = None
+    filename: str | None = None
 
 
 class UIMessage(_Loose):
@@ -98,6 +111,39 @@ class ChatRequest(_Loose):
 
 def _part(chunk: dict[str, Any]) -> bytes:
     return b"data: " + encode_data(chunk).encode() + b"\n\n"
+
+
+def user_parts(message: UIMessage, param: str) -> list[NativePart]:
+    """A user message's ``text`` and ``file`` parts as native parts, in order.
+
+    A ``file`` part's ``url`` is a data URL or an https URL; its ``mediaType`` says whether it
+    is an image or a document (a data URL must agree with it). Any other part is refused:
+    nothing a user sent is dropped.
+    """
+    parts: list[NativePart] = []
+    for index, part in enumerate(message.parts):
+        where = f"{param}[{index}]"
+        if part.type == "text":
+            if part.text:
+                parts.append(text_part(part.text))
+        elif part.type == "file":
+            if not part.mediaType:
+                raise PartRefused(where, f"{where}: a file part needs its mediaType")
+            parts.append(
+                media_part(
+                    where,
+                    url=part.url or "",
+                    media_type=part.mediaType,
+                    filename=part.filename,
+                )
+            )
+        else:
+            raise PartRefused(
+                where,
+                f"{where}: a part of type {part.type!r} cannot be sent to the agent; a user "
+                "message takes text and file parts",
+            )
+    return parts
 
 
 def _approvals(message: UIMessage) -> list[tuple[str, bool]]:
@@ -154,16 +200,19 @@ async def chat(
         )
     if last.role != "user":
         raise InvalidRequest("messages: the last message must be a user message")
-    text = "\n".join(p.text for p in last.parts if p.type == "text" and p.text)
-    if not text.strip():
-        raise InvalidRequest("messages: the last user message has no text part")
+    index = len(body.messages) - 1
+    parts = user_parts(last, f"messages[{index}].parts")
+    if not (has_media(parts) or parts_text(parts).strip()):
+        raise InvalidRequest("messages: the last user message has no text or file part")
+    taken = await run_input(services, principal, parts)
     # regenerate: the new run takes the place of the latest turn (the client dropped its
     # answer), so the model does not see the answer it replaces
     replaces = None
     if body.trigger == "regenerate-message":
         replaces = await latest_run(services, body.id, principal)
     options = RunRequestOptions(
-        input=text,
+        input=taken.text,
+        parts=taken.parts,
         agent=agent,
         on_disconnect=body.on_disconnect,
         run_timeout=body.run_timeout,
@@ -172,7 +221,8 @@ async def chat(
         replaces=replaces,
     )
     try:
-        handle = await start_run(services, principal, body.id, options)
+        async with taken:
+            handle = await start_run(services, principal, body.id, options)
     except SessionBusy as exc:
         if await busy_reason(services, exc, principal) == "interrupt_pending":
             raise SessionBusy(

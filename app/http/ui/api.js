@@ -52,11 +52,13 @@ async function problemOf(response) {
   });
 }
 
-async function send(method, path, { json, signal, extraHeaders, keepalive } = {}) {
-  const init = { method, headers: headers(extraHeaders), signal, cache: "no-store", keepalive };
+async function send(method, path, { json, body, signal, extraHeaders, keepalive, cache = "no-store" } = {}) {
+  const init = { method, headers: headers(extraHeaders), signal, cache, keepalive };
   if (json !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(json);
+  } else if (body !== undefined) {
+    init.body = body; // FormData: the browser writes the multipart Content-Type and boundary
   }
   let response;
   try {
@@ -115,6 +117,25 @@ export const api = {
   renameSession: (sessionId, title) => json("PATCH", `v1/sessions/${seg(sessionId)}`, { json: { title } }),
   /** The configured agents: {agents: [{name, description, model, skills, ready}]}. */
   agents: () => json("GET", "v1/agents"),
+  /** Upload one file (multipart field ``file``): {file_id, filename, media_type, bytes, ...}. */
+  uploadFile(file, signal) {
+    const form = new FormData();
+    form.append("file", file, file.name || "file");
+    return json("POST", "v1/files", { body: form, signal });
+  },
+  /** A stored file's bytes, as a Blob. A file never changes under its id, so the browser's
+   * cache may answer. */
+  async fileContent(fileId, signal) {
+    const response = await send("GET", `v1/files/${seg(fileId)}/content`, {
+      extraHeaders: { Accept: "*/*" },
+      signal,
+      cache: "default",
+    });
+    return response.blob();
+  },
+  /** What an upload and a run's input may be: {max_bytes, media_types, max_input_bytes,
+   * max_input_parts}. */
+  fileLimits: () => json("GET", "v1/files/limits"),
   answer: (sessionId, runId, toolCallId, approved) =>
     json("POST", "external-events", {
       json: {

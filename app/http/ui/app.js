@@ -3,11 +3,13 @@
 // localStorage for when the server cannot be asked).
 
 import { api, ApiError } from "./api.js";
+import { AttachmentTray } from "./attachments.js";
 import { ConfirmDialog } from "./confirm.js";
 import { copyText, plainTitle } from "./markdown.js";
+import { ACCEPT, adoptFileUrl, DEFAULT_LIMITS, fileUrl, releaseFileUrls } from "./media.js";
 import { readEventStream } from "./sse.js";
 import { MAX_SESSIONS, newSendKey, newSessionId, store } from "./store.js";
-import { h, newTurn, TurnView, turnOptions, turnsFromMessages } from "./view.js";
+import { contentFiles, h, newTurn, TurnView, turnOptions, turnsFromMessages } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 const els = {
@@ -37,6 +39,11 @@ const els = {
   agentSelect: $("agent"),
   rename: $("rename"),
   jump: $("jump"),
+  composerWrap: $("composer-wrap"),
+  attach: $("attach"),
+  fileInput: $("file-input"),
+  attachments: $("attachments"),
+  attachMessage: $("attach-message"),
 };
 
 const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
@@ -217,8 +224,9 @@ function renderSessions() {
 
 /** A prompt as a list entry's title until the server's is known: one line, as the server
  * keeps it (its Markdown is stripped where it is shown). */
-function titleOf(prompt) {
-  return (prompt || "").trim().replace(/\s+/g, " ").slice(0, 200);
+function titleOf(prompt, attachments = []) {
+  const text = (prompt || "").trim().replace(/\s+/g, " ").slice(0, 200);
+  return text || attachments.find((a) => a.filename)?.filename || "";
 }
 
 /**
@@ -363,6 +371,7 @@ async function loadSession() {
   const token = ++loadToken;
   const id = sessionId;
   els.log.replaceChildren();
+  releaseFileUrls();
   showEmpty(false);
   let messages = [];
   if (!store.sessions().some((s) => s.id === id)) {
@@ -412,10 +421,10 @@ async function loadSession() {
     const info = await api.session(id);
     const runId = info.active_run_id;
     if (token === loadToken && runId && !current && !known.has(runId)) {
-      const prompt = await promptOf(runId);
+      const held = await promptOf(runId);
       if (token !== loadToken || current) return;
       showEmpty(false);
-      follow(runId, newTurn(prompt, runId), 0);
+      follow(runId, newTurn(held.text, runId, held.attachments), 0);
     }
   } catch {
     // 404: a new session; anything else shows up on the next action
@@ -429,13 +438,29 @@ function persist(run) {
   store.setActiveRun({ runId: run.runId, sessionId: run.sessionId, lastSeq: run.lastSeq, turn: run.view.turn });
 }
 
-/** The prompt a run was started with (for a run this tab did not start), or null. */
+/** The prompt a run was started with (for a run this tab did not start): {text, attachments};
+ * text is null when it is not known. */
 async function promptOf(runId) {
+  let input;
   try {
-    return (await api.getRun(runId)).input ?? null;
+    input = (await api.getRun(runId)).input;
   } catch {
-    return null; // the turn goes without its prompt, as before the field existed
+    input = null; // the turn goes without its prompt, as before the field existed
   }
+  if (!Array.isArray(input)) return { text: input ?? null, attachments: [] };
+  const text = input
+    .filter((part) => part?.type === "text")
+    .map((part) => part.text || "")
+    .join("\n\n");
+  return { text, attachments: contentFiles(input) };
+}
+
+/** A run's ``input``: the text alone, or the files as content parts, then the text. */
+function inputOf(prompt, attachments) {
+  if (!attachments.length) return prompt;
+  const parts = attachments.map((a) => ({ type: a.kind === "image" ? "image" : "file", file_id: a.file_id }));
+  if (prompt.trim()) parts.push({ type: "text", text: prompt });
+  return parts;
 }
 
 function newRun(view) {
@@ -445,10 +470,10 @@ function newRun(view) {
 /** POST the run; a network failure (no answer at all) sends the same POST again with the same
  * Idempotency-Key a few times: the server attaches a repeat to the run the first one may have
  * started, so a dropped connection never doubles the user's turn. */
-async function startWithKey(run, prompt, options) {
+async function startWithKey(run, input, options) {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await api.startRun(sessionId, prompt, run.connection.signal, options);
+      return await api.startRun(sessionId, input, run.connection.signal, options);
     } catch (error) {
       const lost = error instanceof ApiError && error.code === "network";
       if (!lost || run.abandoned || attempt >= SEND_RETRIES) throw error;
@@ -459,21 +484,22 @@ async function startWithKey(run, prompt, options) {
 }
 
 /**
- * Send ``prompt`` as a new run. With ``replacing`` (a turn's element, for regenerate and edit)
- * the run takes the place of that turn, the session's last: the old turn is hidden while the
- * run starts, removed once it has, and shown again if the start fails. ``key`` is the send's
- * Idempotency-Key: the Retry of a failed send keeps it, so a retry that reaches a run the
- * failed attempt did start follows that run instead of starting a second.
+ * Send ``prompt`` as a new run, with the stored files of ``attachments`` (see newTurn). With
+ * ``replacing`` (a turn's element, for regenerate and edit) the run takes the place of that
+ * turn, the session's last: the old turn is hidden while the run starts, removed once it has,
+ * and shown again if the start fails. ``key`` is the send's Idempotency-Key: the Retry of a
+ * failed send keeps it, so a retry that reaches a run the failed attempt did start follows
+ * that run instead of starting a second. ``strategy``: the multitask_strategy.
  */
-async function send(prompt, replacing = null, key = newSendKey(), strategy = null) {
-  if (current || !prompt.trim()) return;
+async function send(prompt, { replacing = null, key = newSendKey(), strategy = null, attachments = [] } = {}) {
+  if (current || !(prompt.trim() || attachments.length)) return;
   showEmpty(false);
   const replaces = replacing?.dataset.runId || null;
   if (replacing) replacing.hidden = true;
-  const view = new TurnView(newTurn(prompt));
+  const view = new TurnView(newTurn(prompt, null, attachments));
   els.log.append(view.el);
   scrollToEnd(true);
-  store.touchSession(sessionId, titleOf(prompt));
+  store.touchSession(sessionId, titleOf(prompt, attachments));
   renderSessions();
   const run = newRun(view);
   current = run;
@@ -482,7 +508,8 @@ async function send(prompt, replacing = null, key = newSendKey(), strategy = nul
   run.connection = new AbortController();
   let response;
   try {
-    response = await startWithKey(run, prompt, { agent: chosenAgent(), replaces, key, strategy });
+    const input = inputOf(prompt, attachments);
+    response = await startWithKey(run, input, { agent: chosenAgent(), replaces, key, strategy });
   } catch (error) {
     if (run.abandoned) return;
     current = null;
@@ -643,7 +670,7 @@ function finish(run) {
   confirmDialog.settled(null);
   setBusy(false);
   const turn = run.view.turn;
-  store.touchSession(run.sessionId, titleOf(turn.prompt));
+  store.touchSession(run.sessionId, titleOf(turn.prompt, turn.attachments));
   renderSessions();
   refreshSessions();
   if (turn.status === "completed") announce("Answer complete");
@@ -682,12 +709,17 @@ const ERROR_TITLES = {
   session_busy: "This conversation already has a run in progress",
   unauthorized: "This server needs an API key",
   payload_too_large: "That message is too long for the server",
+  input_too_large: "The attached files are too large together",
+  too_many_parts: "That message has too many attachments",
+  file_not_found: "An attached file is no longer on the server",
+  unsupported_media_type: "The server does not take one of the attached files",
   validation_error: "The server did not accept the request",
   network: "The server could not be reached",
   internal: "The server failed to answer",
 };
 
 function startFailed(view, error, prompt, replacing = null, key = undefined) {
+  const attachments = view.turn.attachments || [];
   const err = error instanceof ApiError ? error : new ApiError({ detail: describe(error) });
   const title = ERROR_TITLES[err.code] || err.title || `Error ${err.status}`;
   let detail = err.detail ? err.detail.charAt(0).toUpperCase() + err.detail.slice(1) : "";
@@ -696,7 +728,7 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
   retry.addEventListener("click", () => {
     if (current) return;
     view.el.remove();
-    send(prompt, replacing?.isConnected ? replacing : null, key);
+    send(prompt, { replacing: replacing?.isConnected ? replacing : null, key, attachments });
   });
   if (err.retryAfter !== null && err.retryAfter !== undefined) {
     const seconds = err.retryAfter;
@@ -720,7 +752,7 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
             if (current) return;
             view.el.remove();
             // a new send: another body under the old key would be refused as a reuse
-            send(prompt, null, newSendKey(), strategy);
+            send(prompt, { strategy, attachments });
           },
         }),
       );
@@ -738,7 +770,7 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
           button.disabled = false;
           if (current) return;
           view.el.remove();
-          follow(runId, newTurn(held, runId), 0);
+          follow(runId, newTurn(held.text, runId, held.attachments), 0);
         },
       }),
     );
@@ -750,7 +782,7 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
   if (err.status === 401) {
     needKey(() => {
       view.el.remove();
-      send(prompt, replacing?.isConnected ? replacing : null, key);
+      send(prompt, { replacing: replacing?.isConnected ? replacing : null, key, attachments });
     });
   }
   scrollToEnd(true);
@@ -826,6 +858,7 @@ function saveKey(event) {
   announce("API key saved");
   refreshSessions(); // the key's own conversations
   loadAgents();
+  loadLimits();
   if (then) then();
   else loadSession();
 }
@@ -892,7 +925,7 @@ function startEdit(turnEl) {
   const actions = turnEl.querySelector(".user-actions");
   const close = () => {
     form.remove();
-    bubble.hidden = false;
+    bubble.hidden = !view.turn.prompt;
     if (actions) actions.hidden = false;
     turnEl.querySelector("[data-action=edit]")?.focus();
   };
@@ -909,11 +942,12 @@ function startEdit(turnEl) {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const text = box.value;
-    if (!text.trim() || current) return;
+    const attachments = view.turn.attachments || [];
+    if (!(text.trim() || attachments.length) || current) return;
     form.remove();
-    bubble.hidden = false;
+    bubble.hidden = !view.turn.prompt;
     if (actions) actions.hidden = false;
-    send(text, turnEl);
+    send(text, { replacing: turnEl, attachments });
   });
   bubble.hidden = true;
   if (actions) actions.hidden = true;
@@ -936,7 +970,7 @@ function onTurnAction(button) {
       startEdit(turnEl);
       break;
     case "regenerate":
-      if (view && !current) send(view.turn.prompt || "", turnEl);
+      if (view && !current) send(view.turn.prompt || "", { replacing: turnEl, attachments: view.turn.attachments || [] });
       break;
   }
 }
@@ -1043,10 +1077,112 @@ function autoGrow() {
 
 function submitPrompt() {
   const text = els.prompt.value;
-  if (!text.trim() || current) return;
+  if (current) return;
+  if (tray.uploading()) {
+    tray.say("Wait a moment: the files are still uploading.");
+    return;
+  }
+  const files = tray.attachments();
+  if (!text.trim() && !files.length) return;
+  // the bytes just uploaded are what the turn shows: no need to fetch them back
+  const attachments = files.map(({ blob, ...file }) => {
+    adoptFileUrl(file.file_id, blob);
+    return file;
+  });
   els.prompt.value = "";
   autoGrow();
-  send(text);
+  tray.clear();
+  send(text, { attachments });
+}
+
+// --- attachments -------------------------------------------------------------------------
+
+const tray = new AttachmentTray({
+  list: els.attachments,
+  message: els.attachMessage,
+  upload: (file, signal) => api.uploadFile(file, signal),
+  onUnauthorized: () => needKey(null),
+  announce,
+  onEmpty: () => els.prompt.focus(),
+});
+
+/** The server's upload limits (GET /v1/files/limits); its defaults without an answer. */
+async function loadLimits() {
+  try {
+    const limits = await api.fileLimits();
+    tray.setLimits({
+      maxBytes: Number(limits.max_bytes) || DEFAULT_LIMITS.maxBytes,
+      mediaTypes: Array.isArray(limits.media_types) ? limits.media_types : DEFAULT_LIMITS.mediaTypes,
+      maxInputBytes: Number(limits.max_input_bytes) || DEFAULT_LIMITS.maxInputBytes,
+      maxInputParts: Number(limits.max_input_parts) || DEFAULT_LIMITS.maxInputParts,
+    });
+  } catch {
+    // an older server, or no key yet: the defaults, and the server's own answer on upload
+  }
+}
+
+const carriesFiles = (event) => Array.from(event.dataTransfer?.types || []).includes("Files");
+
+function wireAttachments() {
+  els.fileInput.accept = ACCEPT;
+  els.attach.addEventListener("click", () => els.fileInput.click());
+  els.fileInput.addEventListener("change", () => {
+    tray.add(els.fileInput.files);
+    els.fileInput.value = ""; // the same file, picked again, is a change again
+  });
+  els.prompt.addEventListener("paste", (event) => {
+    const files = Array.from(event.clipboardData?.files || []);
+    if (!files.length) return;
+    tray.add(files);
+    // text that came with the files (from an office document, say) is still pasted as text
+    if (!Array.from(event.clipboardData.types).includes("text/plain")) event.preventDefault();
+  });
+  // files dropped on the composer are attached; dropped anywhere else they are not opened
+  // in place of the page
+  let depth = 0;
+  const zone = els.composerWrap;
+  const dragging = (on) => (zone.dataset.dragging = on ? "true" : "false");
+  zone.addEventListener("dragenter", (event) => {
+    if (!carriesFiles(event)) return;
+    event.preventDefault();
+    depth += 1;
+    dragging(true);
+  });
+  zone.addEventListener("dragover", (event) => {
+    if (!carriesFiles(event)) return;
+    event.preventDefault();
+    event.dataTransfer.dropEffect = "copy";
+  });
+  zone.addEventListener("dragleave", () => {
+    depth = Math.max(0, depth - 1);
+    if (!depth) dragging(false);
+  });
+  zone.addEventListener("drop", (event) => {
+    depth = 0;
+    dragging(false);
+    if (!event.dataTransfer?.files?.length) return;
+    event.preventDefault();
+    tray.add(event.dataTransfer.files);
+    els.prompt.focus();
+  });
+  for (const type of ["dragover", "drop"]) {
+    window.addEventListener(type, (event) => {
+      if (carriesFiles(event) && !zone.contains(event.target)) event.preventDefault();
+    });
+  }
+}
+
+/** Open a stored file (an image or a document of the conversation) in a new tab. */
+async function openFile(link) {
+  const fileId = link.dataset.fileId;
+  try {
+    const url = await fileUrl(fileId);
+    const opener = h("a", { href: url, target: "_blank", rel: "noopener noreferrer" });
+    opener.click();
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) return needKey(() => openFile(link));
+    toast(`Could not open the file: ${describe(error)}`);
+  }
 }
 
 function wire() {
@@ -1081,6 +1217,13 @@ function wire() {
     if (event.key === "Escape") closeSidebar();
   });
   els.log.addEventListener("click", (event) => {
+    const file = event.target.closest("a[data-file-id]");
+    if (file && !event.ctrlKey && !event.metaKey && !event.shiftKey) {
+      // the file's own URL cannot carry the API key: its bytes are fetched with it
+      event.preventDefault();
+      openFile(file);
+      return;
+    }
     const code = event.target.closest("[data-copy=code]");
     if (code) {
       copyFrom(code, code.closest(".code-block")?.querySelector("pre")?.textContent || "");
@@ -1126,11 +1269,13 @@ function wire() {
 }
 
 wire();
+wireAttachments();
 watchScrolling();
 renderSessions();
 loadSession();
 refreshSessions();
 loadAgents();
+loadLimits();
 // straight to typing; not on touch screens, where focus would pop the keyboard up
 if (matchMedia("(hover: hover)").matches) els.prompt.focus();
 

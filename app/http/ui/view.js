@@ -8,6 +8,7 @@
 // keeps it open while it streams.
 
 import { renderMarkdown } from "./markdown.js";
+import { fileUrl, formatBytes, typeLabel } from "./media.js";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
@@ -40,6 +41,8 @@ const ICONS = {
   copy: "M9 9h10v11H9zM5 15V4h10",
   edit: "M4 20h4L19 9l-4-4L4 16zM14 6l4 4",
   redo: "M4 12a8 8 0 1 0 2.3-5.7M4 4v4.5h4.5",
+  clip: "M20 11.5l-8.2 8.2a5 5 0 0 1-7.1-7.1l8.5-8.5a3.3 3.3 0 0 1 4.7 4.7l-8.5 8.5a1.7 1.7 0 0 1-2.4-2.4L14.8 7",
+  file: "M14 3H7a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h10a2 2 0 0 0 2-2V8zM14 3v5h5M9 13h6M9 17h6",
 };
 
 /** The error result the runtime gives a tool call that a stop cut short. */
@@ -75,10 +78,13 @@ function row(label, value) {
   return h("div", { class: "tool-row" }, h("span", { class: "tool-label", text: label }), value);
 }
 
-export function newTurn(prompt, runId = null) {
+/** A turn's model: ``attachments`` are the files sent with the prompt,
+ * [{kind: "image" | "document", file_id, media_type, filename, bytes}]. */
+export function newTurn(prompt, runId = null, attachments = []) {
   return {
     runId,
     prompt,
+    attachments,
     parts: [],
     status: "sending",
     agent: null,
@@ -152,7 +158,8 @@ export class TurnView {
         "div",
         { class: "msg user" },
         h("h3", { class: "sr-only", text: "You" }),
-        h("div", { class: "bubble" }, turn.prompt),
+        turn.attachments?.length ? attachmentList(turn.attachments) : null,
+        h("div", { class: "bubble", hidden: !turn.prompt }, turn.prompt),
         h(
           "div",
           { class: "turn-actions user-actions", role: "group", "aria-label": "Message actions" },
@@ -603,7 +610,8 @@ export function turnsFromMessages(messages, runs = []) {
   const tools = new Map();
   for (const message of messages) {
     if (message.role === "user" || !turn || turn.runId !== message.run_id) {
-      turn = newTurn(message.role === "user" ? contentText(message.content) : null, message.run_id);
+      const user = message.role === "user";
+      turn = newTurn(user ? contentText(message.content) : null, message.run_id, user ? contentFiles(message.content) : []);
       turn.status = "completed";
       const run = byRun.get(message.run_id);
       if (run) {
@@ -655,9 +663,77 @@ function resultOf(text) {
   }
 }
 
+/**
+ * The files among a stored message's content parts ({type: "image" | "document", file_id,
+ * media_type, filename, bytes}), or among a run's input parts ({type: "image" | "file",
+ * file_id}); parts that name no stored file (an https URL) are not shown.
+ */
+export function contentFiles(content) {
+  if (!Array.isArray(content)) return [];
+  return content
+    .filter((c) => c && typeof c === "object" && ["image", "document", "file"].includes(c.type) && c.file_id)
+    .map((c) => ({
+      kind: c.type === "image" ? "image" : "document",
+      file_id: String(c.file_id),
+      media_type: c.media_type || null,
+      filename: c.filename || null,
+      bytes: Number.isFinite(c.bytes) ? c.bytes : Number.isFinite(c.size) ? c.size : null,
+    }));
+}
+
+/** The files sent with a prompt: images as pictures, documents as chips; each opens the file. */
+function attachmentList(attachments) {
+  return h(
+    "ul",
+    { class: "turn-files", "aria-label": "Attached files" },
+    attachments.map((file) => h("li", {}, fileLink(file))),
+  );
+}
+
+function fileLink(file) {
+  const name = file.filename || (file.kind === "image" ? "image" : "document");
+  const about = [typeLabel(file.media_type), formatBytes(file.bytes)].filter(Boolean).join(", ");
+  // the plain URL works where no key is needed (a middle click, say); a click fetches the
+  // bytes with the key and opens them (app.js)
+  const link = h("a", {
+    class: `file-link ${file.kind}`,
+    href: `v1/files/${encodeURIComponent(file.file_id)}/content`,
+    target: "_blank",
+    rel: "noopener noreferrer",
+    "data-file-id": file.file_id,
+    title: about ? `${name} (${about})` : name,
+  });
+  if (file.kind === "image") {
+    const img = h("img", { class: "file-image", alt: name, "data-state": "loading" });
+    fileUrl(file.file_id).then(
+      (url) => {
+        img.src = url;
+        img.dataset.state = "loaded";
+      },
+      () => {
+        img.dataset.state = "missing";
+        link.append(h("span", { class: "file-missing", text: "image unavailable" }));
+      },
+    );
+    link.append(img);
+  } else {
+    link.append(
+      icon("file"),
+      h("span", { class: "file-name", text: name }),
+      about ? h("span", { class: "file-about", text: about }) : null,
+    );
+  }
+  return link;
+}
+
 function contentText(content) {
   if (content === null || content === undefined) return "";
   if (typeof content === "string") return content;
-  if (Array.isArray(content)) return content.map((c) => (typeof c === "string" ? c : c?.text || "")).join("");
+  if (Array.isArray(content)) {
+    return content
+      .filter((c) => typeof c === "string" || c?.type === undefined || c?.type === "text")
+      .map((c) => (typeof c === "string" ? c : c?.text || ""))
+      .join("\n\n");
+  }
   return JSON.stringify(content);
 }

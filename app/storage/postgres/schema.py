@@ -8,6 +8,7 @@ from typing import Any, Final
 from app.storage import outbox
 from app.storage.base import StorageError
 from app.storage.postgres.checkpoints import CHECKPOINTS_MIGRATION
+from app.storage.postgres.files import FILES_MIGRATION
 from app.storage.postgres.schedules import SCHEDULES_MIGRATION
 from app.storage.postgres.threads import THREADS_MIGRATION
 
@@ -134,6 +135,11 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE usage ADD COLUMN IF NOT EXISTS cache_write_tokens bigint",
         "ALTER TABLE usage ADD COLUMN IF NOT EXISTS reasoning_tokens bigint",
     ),
+    # 13: uploaded files, their blobs (in pieces) and the sessions that refer to them
+    # (app.storage.postgres.files)
+    FILES_MIGRATION,
+    # 14: a run's input given as content parts (media by file id)
+    ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS input_parts jsonb",),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

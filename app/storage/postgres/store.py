@@ -42,6 +42,7 @@ from app.storage.base import (
     UsageTotal,
     encode_json,
     encode_optional_json,
+    encode_parts,
     finish_on_cancel,
     message_role,
     run_update_stamps,
@@ -49,6 +50,7 @@ from app.storage.base import (
     utcnow,
 )
 from app.storage.postgres.checkpoints import PostgresCheckpoints
+from app.storage.postgres.files import PostgresFiles
 from app.storage.postgres.schedules import PostgresSchedules, take_firing
 from app.storage.postgres.schema import (
     BOOK_USAGE_COLUMNS,
@@ -76,7 +78,7 @@ _SESSION_COLUMNS: Final = (
 _MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
-    " input, output, error, usage, metadata, model, webhook_url"
+    " input, output, error, usage, metadata, model, webhook_url, input_parts"
 )
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 # a stateless session the retention may delete: idle since the cut-off ($1), no run going on
@@ -139,7 +141,7 @@ def _scrub(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads):
+class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, PostgresFiles):
     """A `Store` in PostgreSQL. Open it with `await PostgresStore.connect(url)`."""
 
     def __init__(self, pool: asyncpg.Pool, safe_url: str, *, timeout: float) -> None:
@@ -490,7 +492,8 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads):
             try:
                 await conn.execute(
                     f"INSERT INTO runs ({_RUN_COLUMNS})"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,"
+                    " $16)",
                     run.run_id,
                     run.session_id,
                     run.principal,
@@ -506,6 +509,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads):
                     encode_json(run.metadata),
                     run.model,
                     run.webhook_url,
+                    encode_parts(run.input_parts),
                 )
             except asyncpg.UniqueViolationError as exc:
                 raise RunAlreadyExists(run.run_id) from exc

@@ -10,6 +10,7 @@ from typing import Final
 from app.storage import outbox
 from app.storage.base import StorageError, utcnow
 from app.storage.sqlite.checkpoints import CHECKPOINTS_MIGRATION
+from app.storage.sqlite.files import FILES_MIGRATION
 from app.storage.sqlite.schedules import SCHEDULES_MIGRATION
 from app.storage.sqlite.threads import THREADS_MIGRATION
 
@@ -130,6 +131,11 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE usage ADD COLUMN cache_write_tokens INTEGER",
         "ALTER TABLE usage ADD COLUMN reasoning_tokens INTEGER",
     ),
+    # 13: uploaded files, their blobs and the sessions that refer to them
+    # (app.storage.sqlite.files)
+    FILES_MIGRATION,
+    # 14: a run's input given as content parts (media by file id), as JSON
+    ("ALTER TABLE runs ADD COLUMN input_parts TEXT",),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

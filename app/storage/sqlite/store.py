@@ -38,6 +38,7 @@ from app.storage.base import (
     UsageTotal,
     encode_json,
     encode_optional_json,
+    encode_parts,
     finish_on_cancel,
     message_role,
     run_update_stamps,
@@ -54,6 +55,7 @@ from app.storage.rows import (
 )
 from app.storage.schedules import FiringFence
 from app.storage.sqlite.checkpoints import SQLiteCheckpoints
+from app.storage.sqlite.files import SQLiteFiles
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
 from app.storage.sqlite.schema import BOOK_USAGE_SELECT, SCHEMA_VERSION, migrate
 from app.storage.sqlite.threads import SQLiteThreads
@@ -74,7 +76,7 @@ _SESSION_COLUMNS: Final = (
 _MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
-    " input, output, error, usage, metadata, model, webhook_url"
+    " input, output, error, usage, metadata, model, webhook_url, input_parts"
 )
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 
@@ -92,7 +94,7 @@ def _make_parent_dirs(path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads):
+class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles):
     """A `Store` in one SQLite file (or in memory). Open it with `await SQLiteStore.connect()`."""
 
     def __init__(self, path: str) -> None:
@@ -594,7 +596,7 @@ def _create_run(
     try:
         db.execute(
             f"INSERT INTO runs ({_RUN_COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.run_id,
                 run.session_id,
@@ -611,6 +613,7 @@ def _create_run(
                 encode_json(run.metadata),
                 run.model,
                 run.webhook_url,
+                encode_parts(run.input_parts),
             ),
         )
     except sqlite3.IntegrityError as exc:

@@ -37,6 +37,8 @@ async def test_every_answer_carries_the_headers(serve: Serve) -> None:
         assert ui["style-src"] == "'self'"
         assert ui["default-src"] == "'self'" and ui["object-src"] == "'none'"
         assert ui["base-uri"] == "'none'"
+        # stored files are fetched with the API key and shown through object URLs
+        assert ui["img-src"] == "'self' data: blob:"
         api = directives(answers["json"].headers["content-security-policy"])
         assert api["default-src"] == "'none'"
         docs = directives(answers["docs"].headers["content-security-policy"])

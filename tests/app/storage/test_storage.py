@@ -717,6 +717,7 @@ async def test_a_database_at_schema_1_is_upgraded_by_workers_starting_together(
     await _execute(old, "ALTER TABLE runs DROP COLUMN fence")
     await _execute(old, "ALTER TABLE sessions DROP COLUMN fence")
     await _execute(old, "ALTER TABLE runs DROP COLUMN webhook_url")
+    await _execute(old, "ALTER TABLE runs DROP COLUMN input_parts")
     await _execute(old, "DROP INDEX sessions_listed")
     await _execute(old, "DROP INDEX sessions_stateless")
     await _execute(old, "ALTER TABLE sessions DROP COLUMN stateless")

@@ -17,6 +17,9 @@ message as an internal error).
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import secrets
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -40,17 +43,26 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, Router
 from starlette.types import Receive, Scope, Send
 
+from agent_runtime.content import DOCUMENT_MEDIA_TYPES, IMAGE_MEDIA_TYPES
 from app.agents.build import AgentProfile
 from app.errors import Unauthorized
-from app.http.middleware import read_body, replay
+from app.http import body_media
+from app.http.middleware import body_limit, read_body, replay
 from app.http.protocols.a2a.caching import card_response
 from app.http.protocols.a2a.handler import RunTaskHandler, TaskCaller
-from app.http.protocols.a2a.parts import INPUT_MODES
+from app.http.protocols.bodies import OFF_LOOP_BYTES
 from app.server.services import Services
 
 __all__ = ["A2AEndpoint", "agent_card", "service_card"]
 
 _CALLER = "agent_runtime.a2a.caller"
+# text, the data parts that answer a question, and the images and documents a message may carry
+INPUT_MODES = [
+    "text/plain",
+    "application/json",
+    *sorted(IMAGE_MEDIA_TYPES),
+    *sorted(DOCUMENT_MEDIA_TYPES - {"text/plain"}),
+]
 _BINDINGS = ("JSONRPC", "HTTP+JSON")
 _VERSION = "0.1.0"
 
@@ -62,7 +74,7 @@ def _skill(profile: AgentProfile) -> pb.AgentSkill:
         name=profile.name,
         description=description[:500],
         tags=["agent", profile.name],
-        input_modes=list(INPUT_MODES),
+        input_modes=INPUT_MODES,
         output_modes=["text/plain", "application/json"],
     )
 
@@ -89,7 +101,7 @@ def _card(
         supported_interfaces=interfaces,
         version=_VERSION,
         capabilities=pb.AgentCapabilities(streaming=True, push_notifications=False),
-        default_input_modes=list(INPUT_MODES),
+        default_input_modes=INPUT_MODES,
         default_output_modes=["text/plain", "application/json"],
         skills=[_skill(profile) for profile in profiles],
     )
@@ -250,15 +262,49 @@ class A2AEndpoint:
                 challenge = {"WWW-Authenticate": 'Bearer realm="agent-server"'}
                 await _error(401, "UNAUTHENTICATED", exc.detail, challenge)(scope, receive, send)
                 return
+        media: dict[str, str] = {}
         if scope["method"] == "POST":
-            body = await read_body(receive, services.settings.max_body_bytes)
-            if body is None:
+            # the body limit outside refused what is too large (a run start carries media)
+            read = await read_body(receive, body_limit(services.settings, scope["path"]))
+            if read is None:
                 return  # the client went away
+            body = read
+            if len(body) > OFF_LOOP_BYTES:
+                body, media = await asyncio.to_thread(set_media_aside, body)
             try:
                 body.decode("utf-8")
             except UnicodeDecodeError:
                 await _not_utf8(path, agent)(scope, receive, send)
                 return
             receive = replay(body, receive)
-        scope[_CALLER] = TaskCaller(services, principal, agent)
+        # the service's own root (this app is mounted at /a2a): files are named under it
+        origin = str(Request(scope).url.replace(path="", query="", fragment="")).rstrip("/")
+        scope[_CALLER] = TaskCaller(services, principal, agent, origin, media)
         await self._router(scope, receive, send)
+
+
+# A2A's bytes fields: a 1.0 Part's raw, a 0.3 FileWithBytes' bytes
+_BYTES_KEYS = frozenset({b"raw", b"bytes"})
+
+
+def set_media_aside(body: bytes) -> tuple[bytes, dict[str, str]]:
+    """``body`` with its large base64 strings (bytes fields, data URLs) replaced by short
+    placeholders, and what each placeholder stands for (``TaskCaller.media``).
+
+    The SDK parses the body on the event loop, JSON and then protobuf, whose base64 decoding
+    of 20 MB of an image takes half a second; it parses the placeholders instead, and the
+    handler puts the originals back (``message_parts``), handing the base64 to the intake as
+    it came. A bytes field's placeholder is base64 of random bytes (the SDK decodes it); a
+    data URL's keeps its header. Random, so that no client can name one.
+    """
+    originals: dict[str, str] = {}
+
+    def placeholder(_: int, text: str) -> str:
+        token = base64.b64encode(secrets.token_bytes(24)).decode("ascii")
+        if text[:5].lower() == "data:":
+            token = f"{text[: text.find(',', 0, 300) + 1]}{token}"
+        originals[token] = text
+        return token
+
+    rest, _ = body_media.set_aside(body, placeholder, raw_keys=_BYTES_KEYS)
+    return rest, originals

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import (
     A2AError,
+    ContentTypeNotSupportedError,
     ExtendedAgentCardNotConfiguredError,
     InternalError,
     InvalidParamsError,
@@ -35,10 +36,18 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from app.errors import InvalidRequest, NotAccepted, NotFound, ServiceError, SessionBusy
+from app.errors import (
+    InvalidRequest,
+    NotAccepted,
+    NotFound,
+    PayloadTooLarge,
+    ServiceError,
+    SessionBusy,
+    UnsupportedMediaType,
+)
 from app.http.api.schemas import is_session_id
-from app.http.protocols.a2a.parts import refuse_unsupported_parts
-from app.http.protocols.a2a.tasks import STATE_OF_STATUS, TaskBuilder, data_of, text_of
+from app.http.protocols.a2a.parts import history_parts, message_parts, refuse_unsupported_parts
+from app.http.protocols.a2a.tasks import STATE_OF_STATUS, TaskBuilder, data_of
 from app.http.protocols.common import (
     answer_confirmation,
     check_session_id,
@@ -47,7 +56,9 @@ from app.http.protocols.common import (
     new_session_id,
     snapshot,
 )
+from app.http.protocols.media import has_media, parts_text, run_input
 from app.runs import RunHandle, RunRequestOptions
+from app.runs.handle import stored_parts
 from app.server.services import Services
 from app.storage import RunRecord, SessionCursor
 
@@ -69,6 +80,11 @@ class TaskCaller:
     services: Services
     principal: str
     agent: str
+    base_url: str = ""
+    """The service's URL as the caller reached it (a task's history names files under it)."""
+    media: Mapping[str, str] = field(default_factory=dict)
+    """The base64 strings the guard set aside from the body, by their placeholders
+    (``set_media_aside``)."""
 
 
 def _caller(context: ServerCallContext) -> TaskCaller:
@@ -84,9 +100,11 @@ def _a2a_error(exc: ServiceError) -> A2AError:
     data = {"code": exc.code, **{key: str(value) for key, value in exc.extra.items()}}
     if exc.retry_after is not None:
         data["retryAfter"] = str(exc.retry_after)
-    if isinstance(exc, NotFound):
+    if isinstance(exc, UnsupportedMediaType):
+        return ContentTypeNotSupportedError(exc.detail, data=data)
+    if isinstance(exc, NotFound) and exc.code != "file_not_found":
         return TaskNotFoundError(exc.detail, data=data)
-    if isinstance(exc, InvalidRequest | NotAccepted):
+    if isinstance(exc, InvalidRequest | NotAccepted | NotFound | PayloadTooLarge):
         return InvalidParamsError(exc.detail, data=data)
     if isinstance(exc, SessionBusy):
         return InvalidRequestError(exc.detail, data=data)
@@ -138,11 +156,15 @@ def _mapped_stream(
     return stream
 
 
-def _builder(found: RunHandle | RunRecord) -> TaskBuilder:
+def _builder(found: RunHandle | RunRecord, base_url: str = "") -> TaskBuilder:
+    stored = (
+        stored_parts(found.options.parts) if isinstance(found, RunHandle) else found.input_parts
+    )
     return TaskBuilder(
         run_id=found.run_id,
         session_id=found.session_id,
         input_text=found.input,
+        input_parts=history_parts(stored or (), base_url),
         created_at=found.created_at,
     )
 
@@ -165,10 +187,10 @@ class RunTaskHandler(RequestHandler):
         )
         if found is None or found.agent != caller.agent:
             raise TaskNotFoundError(f"no task {task_id!r}")
-        builder = _builder(found)
+        builder = _builder(found, caller.base_url)
         documents = await snapshot(caller.services.bus.events, found.run_id)
         if documents is None:
-            return found, _from_record(found)
+            return found, _from_record(found, caller.base_url)
         for document in documents:
             if builder.done and not builder.terminal:
                 builder.resume()  # the question it stopped at was answered: read on
@@ -181,20 +203,24 @@ class RunTaskHandler(RequestHandler):
         self, caller: TaskCaller, params: pb.SendMessageRequest, *, background: bool
     ) -> tuple[RunHandle, TaskBuilder]:
         message = params.message
-        refuse_unsupported_parts(message)
-        text = text_of(message)
-        check_text("message.parts", text)
-        if not text.strip():
-            raise InvalidParamsError("the message needs a text part: it is the agent's input")
+        parts = await message_parts(message, caller.media)
+        check_text("message.parts", parts)
+        if not (has_media(parts) or parts_text(parts, "").strip()):
+            raise InvalidParamsError(
+                "the message needs a text or file part: it is the agent's input"
+            )
         session_id = check_session_id("contextId", message.context_id or new_session_id("ctx"))
+        taken = await run_input(caller.services, caller.principal, parts, separator="")
         options = RunRequestOptions(
-            input=text,
+            input=taken.text,
+            parts=taken.parts,
             agent=caller.agent,
             background=background,
             on_disconnect="continue",
         )
-        handle = await caller.services.manager.start(caller.principal, session_id, options)
-        return handle, _builder(handle)
+        async with taken:
+            handle = await caller.services.manager.start(caller.principal, session_id, options)
+        return handle, _builder(handle, caller.base_url)
 
     async def _answer(
         self, caller: TaskCaller, message: pb.Message
@@ -339,7 +365,7 @@ class RunTaskHandler(RequestHandler):
             records = [r for r in records if STATE_OF_STATUS.get(r.status) == params.status]
         records.sort(key=lambda r: r.created_at, reverse=True)
         history = params.history_length if params.HasField("history_length") else None
-        tasks = [_from_record(r).task(history) for r in records[:size]]
+        tasks = [_from_record(r, caller.base_url).task(history) for r in records[:size]]
         if not params.include_artifacts:
             for task in tasks:
                 del task.artifacts[:]
@@ -404,9 +430,9 @@ class RunTaskHandler(RequestHandler):
         raise ExtendedAgentCardNotConfiguredError()
 
 
-def _from_record(record: RunHandle | RunRecord) -> TaskBuilder:
+def _from_record(record: RunHandle | RunRecord, base_url: str = "") -> TaskBuilder:
     """A task from its stored run alone (its log expired, or a list): state and answer."""
-    builder = _builder(record)
+    builder = _builder(record, base_url)
     status = record.status
     if status == "completed":
         content = (record.output or {}).get("content")

@@ -23,7 +23,7 @@ question (``done``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,7 +37,6 @@ __all__ = [
     "agent_message",
     "data_of",
     "data_part",
-    "text_of",
     "user_message",
 ]
 
@@ -61,11 +60,6 @@ def data_part(value: Mapping[str, Any]) -> pb.Part:
     part = pb.Part()
     json_format.ParseDict(dict(value), part.data)
     return part
-
-
-def text_of(message: pb.Message) -> str:
-    """The text of a message's text parts."""
-    return "".join(part.text for part in message.parts if part.HasField("text"))
 
 
 def data_of(message: pb.Message) -> list[dict[str, Any]]:
@@ -93,14 +87,17 @@ def _timestamp(ts: Any = None) -> timestamp_pb2.Timestamp:
     return stamp
 
 
-def user_message(run_id: str, session_id: str, text: str) -> pb.Message:
-    """The run's input as the task's first message."""
+def user_message(
+    run_id: str, session_id: str, text: str, parts: Sequence[pb.Part] = ()
+) -> pb.Message:
+    """The run's input as the task's first message: its parts (files by reference), or its
+    text."""
     return pb.Message(
         message_id=f"{run_id}-input",
         context_id=session_id,
         task_id=run_id,
         role=pb.ROLE_USER,
-        parts=[pb.Part(text=text)],
+        parts=list(parts) or [pb.Part(text=text)],
     )
 
 
@@ -129,6 +126,7 @@ class TaskBuilder:
         run_id: str,
         session_id: str,
         input_text: str,
+        input_parts: Sequence[pb.Part] = (),
         state: pb.TaskState = pb.TASK_STATE_SUBMITTED,
         created_at: datetime | None = None,
     ) -> None:
@@ -138,7 +136,7 @@ class TaskBuilder:
         self.pending_call: str | None = None  # the held tool call, while input is required
         self.pending_seq = 0  # the seq of its question
         self.last_seq = 0  # the seq of the last wire event read
-        self._input = user_message(run_id, session_id, input_text)
+        self._input = user_message(run_id, session_id, input_text, input_parts)
         self._state = state
         self._status_message: pb.Message | None = None
         self._timestamp = _timestamp(created_at)

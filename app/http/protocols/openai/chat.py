@@ -25,9 +25,10 @@ from fastapi import APIRouter, Depends
 from starlette.responses import JSONResponse, Response
 
 from app.auth.keys import principal_of
-from app.errors import InvalidRequest, NotFound, ServiceError
+from app.errors import InvalidRequest, NotFound, ServiceError, UnsupportedMediaType
 from app.http.api.errors import openai_error_body, status_of
 from app.http.api.streaming import EventStreamResponse
+from app.http.protocols.bodies import OffLoopJSONRoute
 from app.http.protocols.common import (
     LogResultResponse,
     RefusedValue,
@@ -37,11 +38,12 @@ from app.http.protocols.common import (
     dumps,
     new_session_id,
 )
+from app.http.protocols.media import NativePart, has_media, parts_text, run_input
 from app.http.protocols.openai.parameters import chat_response_format, refuse_unhonoured_chat
+from app.http.protocols.openai.parts import chat_content
 from app.http.protocols.openai.schemas import (
     ChatCompletionRequest,
     invalid_value,
-    message_text,
     refuse_client_tools,
 )
 from app.runs import RunRequestOptions
@@ -50,7 +52,7 @@ from app.server.services import ServicesDep
 __all__ = ["ChatBuilder", "router"]
 
 # not in /openapi.json: the OpenAI API reference describes these paths
-router = APIRouter(tags=["openai"], include_in_schema=False)
+router = APIRouter(tags=["openai"], include_in_schema=False, route_class=OffLoopJSONRoute)
 
 Principal = Annotated[str, Depends(principal_of)]
 
@@ -240,14 +242,16 @@ _USAGE_FIELDS = (
 )
 
 
-def _last_user_text(messages: list[dict[str, Any]]) -> str:
-    for message in reversed(messages):
+def _last_user_parts(messages: list[dict[str, Any]]) -> list[NativePart]:
+    """The last user message's parts (text, images, files): the run's input."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
         if message.get("role") == "user":
-            text = message_text(message.get("content"))
-            if text.strip():
-                return text
+            parts = chat_content(message.get("content"), f"messages[{index}].content")
+            if has_media(parts) or parts_text(parts, "").strip():
+                return parts
             break
-    raise InvalidRequest("messages: the last user message must have text")
+    raise InvalidRequest("messages: the last user message must have content")
 
 
 @router.post("/openai/v1/chat/completions", summary="Create a chat completion (run an agent)")
@@ -259,22 +263,29 @@ async def create_chat_completion(
         check_fields(body)
         refuse_unhonoured_chat(body.model_extra or {})
         response_format = chat_response_format(body.response_format)
-    except RefusedValue as exc:
+        parts = _last_user_parts(body.messages)
+    except (RefusedValue, UnsupportedMediaType) as exc:  # a bad value or part
         return invalid_value(exc)
     refuse_client_tools(body.tools)
-    text = _last_user_text(body.messages)
     manager = services.manager
-    handle = await manager.start(
-        principal,
-        new_session_id("chat"),
-        RunRequestOptions(
-            input=text,
-            agent=body.model,
-            metadata=body.metadata or {},
-            stateless=True,
-            response_format=response_format,
-        ),
-    )
+    manager.profile(body.model)  # an unknown model is a 404 before any file is stored
+    try:
+        taken = await run_input(services, principal, parts, separator="")
+    except ServiceError as exc:
+        return invalid_value(exc)
+    async with taken:
+        handle = await manager.start(
+            principal,
+            new_session_id("chat"),
+            RunRequestOptions(
+                input=taken.text,
+                parts=taken.parts,
+                agent=body.model,
+                metadata=body.metadata or {},
+                stateless=True,
+                response_format=response_format,
+            ),
+        )
     run_id = handle.run_id
     cancel = cancel_on_disconnect(manager, handle)
 

@@ -18,8 +18,9 @@ from starlette.responses import JSONResponse, Response
 
 from app.auth.keys import principal_of
 from app.bus.base import LogNotFound
-from app.errors import InvalidRequest, NotAccepted, NotFound
+from app.errors import InvalidRequest, NotAccepted, NotFound, ServiceError, UnsupportedMediaType
 from app.http.api.streaming import EventStreamResponse
+from app.http.protocols.bodies import OffLoopJSONRoute
 from app.http.protocols.common import (
     LogResultResponse,
     RefusedValue,
@@ -31,11 +32,13 @@ from app.http.protocols.common import (
     new_session_id,
     snapshot,
 )
+from app.http.protocols.media import NativePart, has_media, parts_text, run_input, text_part
 from app.http.protocols.openai.parameters import (
     refuse_unhonoured_responses,
     responses_text_format,
     sampling_echo,
 )
+from app.http.protocols.openai.parts import responses_content
 from app.http.protocols.openai.response_events import (
     ResponseBuilder,
     format_response_id,
@@ -56,7 +59,7 @@ from app.storage import RunRecord
 __all__ = ["router"]
 
 # not in /openapi.json: the OpenAI API reference describes these paths
-router = APIRouter(tags=["openai"], include_in_schema=False)
+router = APIRouter(tags=["openai"], include_in_schema=False, route_class=OffLoopJSONRoute)
 
 Principal = Annotated[str, Depends(principal_of)]
 
@@ -65,14 +68,17 @@ _WAITING_EVENT = "confirmation_requested"
 _CANCEL_WAIT = 10.0
 
 
-def _parse_input(body: ResponsesRequest) -> tuple[str | None, str | None, list[ApprovalAnswer]]:
-    """``(text, instructions, approvals)`` of the request's input."""
+def _parse_input(
+    body: ResponsesRequest,
+) -> tuple[list[NativePart] | None, str | None, list[ApprovalAnswer]]:
+    """``(parts, instructions, approvals)`` of the request's input: the last user message's
+    parts (text, images, files), the instructions, the approval answers."""
     if isinstance(body.input, str):
-        return body.input, body.instructions, []
-    text: str | None = None
+        return [text_part(body.input)], body.instructions, []
+    parts: list[NativePart] | None = None
     instructions = body.instructions
     approvals: list[ApprovalAnswer] = []
-    for item in body.input:
+    for index, item in enumerate(body.input):
         kind = item.get("type")
         if kind == "mcp_approval_response":
             try:
@@ -84,7 +90,7 @@ def _parse_input(body: ResponsesRequest) -> tuple[str | None, str | None, list[A
         elif kind in (None, "message") and "role" in item:
             role = item["role"]
             if role == "user":
-                text = message_text(item.get("content"))
+                parts = responses_content(item.get("content"), f"input[{index}].content")
             elif role in ("system", "developer") and body.instructions is None:
                 instructions = message_text(item.get("content"))
             # earlier assistant turns: the session already holds the conversation
@@ -97,7 +103,7 @@ def _parse_input(body: ResponsesRequest) -> tuple[str | None, str | None, list[A
             )
         else:
             raise InvalidRequest(f"input: items of type {kind!r} are not supported")
-    return text, instructions, approvals
+    return parts, instructions, approvals
 
 
 def _conversation(body: ResponsesRequest) -> str | None:
@@ -249,19 +255,19 @@ async def create_response(
         check_fields(body)
         session_id = _conversation(body)
         asked = _asked(body)
-    except RefusedValue as exc:
+        parts, instructions, approvals = _parse_input(body)
+    except (RefusedValue, UnsupportedMediaType) as exc:  # a bad value or part
         return invalid_value(exc)
     refuse_client_tools(body.tools)
-    text, instructions, approvals = _parse_input(body)
     if approvals:
-        if text is not None:
+        if parts is not None:
             raise InvalidRequest(
                 "input: send an mcp_approval_response alone, then the next message once the "
                 "response it continues is over"
             )
         return await _answer_approvals(body, approvals, principal, services, asked)
-    if text is None or not text.strip():
-        raise InvalidRequest("input: expected a string or a user message with text")
+    if parts is None or not (has_media(parts) or parts_text(parts, "").strip()):
+        raise InvalidRequest("input: expected a string or a user message with content")
     manager = services.manager
     manager.profile(body.model)  # an unknown model is a 404 before anything is created
     if body.previous_response_id is not None:
@@ -274,17 +280,23 @@ async def create_response(
     stateless = body.store is False or session_id is None
     if session_id is None:
         session_id = new_session_id("conv")
-    options = RunRequestOptions(
-        input=text,
-        agent=body.model,
-        background=body.background,
-        on_disconnect="continue" if body.background else "cancel",
-        metadata=body.metadata or {},
-        system_prompt=instructions,
-        stateless=stateless,
-        response_format=asked.response_format,
-    )
-    handle = await manager.start(principal, session_id, options)
+    try:
+        taken = await run_input(services, principal, parts, separator="")
+    except ServiceError as exc:
+        return invalid_value(exc)
+    async with taken:
+        options = RunRequestOptions(
+            input=taken.text,
+            parts=taken.parts,
+            agent=body.model,
+            background=body.background,
+            on_disconnect="continue" if body.background else "cancel",
+            metadata=body.metadata or {},
+            system_prompt=instructions,
+            stateless=stateless,
+            response_format=asked.response_format,
+        )
+        handle = await manager.start(principal, session_id, options)
     builder = _builder(
         handle,
         handle.run_id,

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, PayloadTooLarge, ServiceError
 from app.http.api.errors import openai_error_body
 from app.http.protocols.common import RefusedValue
 
@@ -104,7 +104,8 @@ def refuse_client_tools(tools: list[Any] | None) -> None:
 
 
 def message_text(content: Any) -> str:
-    """The text of a message's ``content``: a string, or text parts (other parts are refused)."""
+    """The text of a system or developer message's ``content``: a string, or text parts
+    (instructions are text: other parts are refused)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -118,14 +119,19 @@ def message_text(content: Any) -> str:
                 texts.append(part["text"])
             else:
                 raise InvalidRequest(
-                    f"content part of type {kind!r} is not supported: only text parts are"
+                    f"content part of type {kind!r} is not supported in instructions: a "
+                    "system or developer message takes text parts only"
                 )
         return "".join(texts)
     raise InvalidRequest("a message's content must be a string or a list of text parts")
 
 
-def invalid_value(exc: RefusedValue) -> Response:
-    """The 400 answering a refused text or id, ``param`` naming its field."""
-    body = openai_error_body(400, exc.code, exc.detail)
-    body["error"]["param"] = exc.param
-    return JSONResponse(body, status_code=400)
+def invalid_value(exc: ServiceError) -> Response:
+    """The 400 answering a refused value or part of the input (``RefusedValue``, or the
+    intake's refusal of an image or a document), ``param`` naming its field, as OpenAI's API
+    answers a bad value; 413 for media over the run's limit."""
+    status = 413 if isinstance(exc, PayloadTooLarge) else 400
+    body = openai_error_body(status, exc.code, exc.detail)
+    param = exc.param if isinstance(exc, RefusedValue) else exc.extra.get("param")
+    body["error"]["param"] = param if isinstance(param, str) else None
+    return JSONResponse(body, status_code=status)
