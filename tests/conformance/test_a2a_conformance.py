@@ -116,11 +116,11 @@ async def test_a_subscription_to_a_waiting_task_lasts_until_it_ends(
 @pytest.mark.parametrize(
     "part",
     [
-        pb.Part(url="https://example.com/cat.png", media_type="image/png"),
+        pb.Part(url="https://example.com/song.mp3", media_type="audio/mpeg"),
         pb.Part(raw=b"\x00\x01", media_type="application/octet-stream", filename="blob.bin"),
         pb.Part(text="plain words", media_type="application/x-unknown"),
     ],
-    ids=["url-image", "raw-bytes", "text-of-another-type"],
+    ids=["url-audio", "raw-bytes", "text-of-another-type"],
 )
 async def test_a_part_it_cannot_take_is_content_type_not_supported(
     a2a_server: Server, http: httpx.AsyncClient, binding: str, part: pb.Part
@@ -149,7 +149,7 @@ async def test_json_rpc_error_code_is_32005(a2a_server: Server, http: httpx.Asyn
                 "message": {
                     "messageId": "m-1",
                     "role": "ROLE_USER",
-                    "parts": [{"url": "https://example.com/a.png", "mediaType": "image/png"}],
+                    "parts": [{"url": "https://example.com/a.mp3", "mediaType": "audio/mpeg"}],
                 }
             },
         },

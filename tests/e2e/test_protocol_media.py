@@ -574,6 +574,8 @@ def wire_blocks(provider: Provider, question: str) -> list[dict[str, Any]]:
             "type": "document",
             "source": {"type": "base64", "media_type": "application/pdf", "data": PDF_B64},
             "title": "doc.pdf",
+            # prompt caching is on by default: the conversation so far ends in a breakpoint
+            "cache_control": {"type": "ephemeral"},
         },
     ]
 

@@ -28,6 +28,7 @@ from app.http.protocols.media import (
     data_url_of_bytes,
     kind_of,
     media_part,
+    media_refused,
     text_part,
 )
 
@@ -51,6 +52,13 @@ async def message_parts(
         where = f"{param}[{index}]"
         content = part.WhichOneof("content")
         if content == "text":
+            media_type = part.media_type.lower()
+            if media_type and not media_type.startswith("text/"):
+                raise media_refused(
+                    where,
+                    f"{where}: a text part of type {media_type} is not an input this agent "
+                    "takes (text parts are text/*)",
+                )
             if part.text:
                 parts.append(text_part(part.text))
         elif content == "raw":
