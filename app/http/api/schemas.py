@@ -154,6 +154,9 @@ class TextInputPart(BaseModel):
     text: str = Field(description="The text; not blank (422 `empty_input`).")
 
 
+# no store holds a NUL exactly: refused by the schema, so the OpenAPI document says so
+_NO_NUL = r"^[^\x00]*$"
+
 _MEDIA_SOURCE: JsonDict = {"oneOf": [{"required": ["file_id"]}, {"required": ["url"]}]}
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
@@ -178,18 +181,23 @@ class _MediaInputPart(BaseModel):
     file_id: str | SkipJsonSchema[None] = _optional(
         min_length=1,
         max_length=128,
+        pattern=_NO_NUL,
         description="One of the caller's files (`POST /v1/files`); another principal's file "
         "and a missing one alike are 404 `file_not_found`.",
     )
     url: str | SkipJsonSchema[None] = _optional(
         min_length=1,
+        pattern=_NO_NUL,
         description="A `data:` URL (the bytes, base64: stored as a file of the caller on "
         "arrival, its media type checked against its bytes) or an `https` URL (handed to the "
         "model's provider as it is, never fetched by the service). Other schemes: 422 "
         "`unsupported_url`.",
     )
     filename: str | SkipJsonSchema[None] = _optional(
-        min_length=1, max_length=255, description="The file's name, shown to the model."
+        min_length=1,
+        max_length=255,
+        pattern=_NO_NUL,
+        description="The file's name, shown to the model.",
     )
 
     @field_validator("file_id", "url", "filename", "media_type", mode="before", check_fields=False)
