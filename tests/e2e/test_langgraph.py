@@ -7,6 +7,7 @@ the demo's ``delete NAME`` confirmation is an interrupt answered with ``command.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import uuid
@@ -20,6 +21,7 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import NotFoundError, UnprocessableEntityError
 
 from tests.support import npm as npm_clients
+from tests.support.files import pdf, png
 from tests.support.npm import JS
 from tests.support.server import Server, launch
 
@@ -275,3 +277,44 @@ async def test_a_fork_from_an_earlier_checkpoint(client: LangGraphClient) -> Non
     ]
     with pytest.raises((NotFoundError, httpx.HTTPStatusError)):
         await client.runs.wait(tid, "default", input=_human("x"), checkpoint_id=str(uuid.uuid4()))
+
+
+async def test_images_and_documents_in_langchain_content_blocks(client: LangGraphClient) -> None:
+    image, document = png(), pdf()
+    thread: Any = await client.threads.create()
+    content: Any = [
+        {"type": "text", "text": "what are these?"},
+        {
+            "type": "image_url",
+            "image_url": {"url": "data:image/png;base64," + base64.b64encode(image).decode()},
+        },
+        {
+            "type": "file",
+            "source_type": "base64",
+            "data": base64.b64encode(document).decode(),
+            "mime_type": "application/pdf",
+            "filename": "doc.pdf",
+        },
+    ]
+    asked: Any = {"messages": [{"role": "user", "content": content}]}
+    result: Any = await client.runs.wait(thread["thread_id"], "default", input=asked)
+    answer = result["messages"][-1]["content"]
+    assert f"image (image/png, {len(image)} bytes" in answer
+    assert f"document (application/pdf, {len(document)} bytes" in answer
+    human = result["messages"][0]["content"]
+    # stored once, by reference: the state's blocks point at the stored files, never bytes
+    assert [b["type"] for b in human] == ["text", "image", "file"]
+    assert all(b["url"].startswith("/v1/files/file_") for b in human[1:])
+    # a block no model here can take is refused, not dropped
+    audio: Any = {
+        "messages": [
+            {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "A"}}]}
+        ]
+    }
+    with pytest.raises((UnprocessableEntityError, httpx.HTTPStatusError)) as refused:
+        await client.runs.wait(
+            thread["thread_id"],
+            "default",
+            input=audio,
+        )
+    assert "415" in str(refused.value) or "422" in str(refused.value)

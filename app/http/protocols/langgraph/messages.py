@@ -11,7 +11,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ai_message", "human_message", "input_text", "lc_messages", "message_id", "tool_message"]
+from app.http.protocols.media import (
+    NativePart,
+    PartRefused,
+    data_url,
+    media_part,
+    text_part,
+    unsupported_kind,
+)
+
+__all__ = [
+    "ai_message",
+    "human_message",
+    "input_parts",
+    "lc_messages",
+    "message_id",
+    "tool_message",
+]
 
 
 def message_id(run_id: str, index: int) -> str:
@@ -130,10 +146,16 @@ def lc_messages(stored: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[st
     return out
 
 
-def input_text(value: Any) -> str | None:
-    """The text of the last human message of a LangGraph ``input`` (``{"messages": [...]}``),
-    None when it has none. A message is ``{"role": "user"|"human", "content"}`` or
-    ``{"type": "human", "content"}``; content is a string or text blocks."""
+def input_parts(value: Any) -> list[NativePart] | None:
+    """The last human message of a LangGraph ``input`` (``{"messages": [...]}``) as native
+    run input parts, None when it has none.
+
+    A message is ``{"role": "user"|"human", "content"}`` or ``{"type": "human", "content"}``;
+    its content a string or LangChain content blocks: ``text``, ``image_url`` (a URL or a data
+    URL), ``image`` and ``file`` (``url``, ``base64``/``data`` with ``mime_type``, or
+    ``file_id``/``id`` of one of the caller's files). Any other block is refused
+    (``PartRefused``, ``UnsupportedMediaType``): nothing a client sends is dropped.
+    """
     if not isinstance(value, Mapping):
         return None
     messages = value.get("messages")
@@ -141,26 +163,63 @@ def input_text(value: Any) -> str | None:
         messages = [messages]
     if not isinstance(messages, list):
         return None
-    for message in reversed(messages):
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
         if isinstance(message, str):
-            return message
+            return [text_part(message)]
         if not isinstance(message, Mapping):
             continue
         if (message.get("role") or message.get("type")) not in ("user", "human"):
             continue
         content = message.get("content")
+        where = f"input.messages[{index}].content"
         if isinstance(content, str):
-            return content
-        if isinstance(content, list):
-            texts = []
-            for block in content:
-                if isinstance(block, str):
-                    texts.append(block)
-                elif isinstance(block, Mapping) and block.get("type") == "text":
-                    texts.append(str(block.get("text") or ""))
-                else:
-                    raise ValueError(
-                        "only text content blocks are taken in a LangGraph input message"
-                    )
-            return "\n".join(texts)
+            return [text_part(content)]
+        if not isinstance(content, list):
+            raise PartRefused(where, f"{where}: a string or a list of content blocks")
+        return [_block(block, f"{where}[{i}]") for i, block in enumerate(content)]
     return None
+
+
+def _block(block: Any, where: str) -> NativePart:
+    if isinstance(block, str):
+        return text_part(block)
+    if not isinstance(block, Mapping):
+        raise PartRefused(where, f"{where}: a content block is an object")
+    kind = block.get("type")
+    if kind == "text":
+        return text_part(str(block.get("text") or ""))
+    if kind == "image_url":
+        image_url = block.get("image_url")
+        url = image_url.get("url") if isinstance(image_url, Mapping) else image_url
+        return media_part(where, url=_str(url), kind="image")
+    if kind in ("image", "file"):
+        media_type = _str(block.get("mime_type") or block.get("mimeType"))
+        encoded = block.get("base64") or (
+            block.get("data") if block.get("source_type") == "base64" else None
+        )
+        file_id = block.get("file_id") or (
+            block.get("id") if block.get("source_type") == "id" else None
+        )
+        url = _str(block.get("url"))
+        if isinstance(encoded, str):
+            if media_type is None:
+                raise PartRefused(where, f"{where}: base64 data needs its mime_type")
+            url = data_url(media_type, encoded)
+        metadata = block.get("metadata")
+        filename = _str(block.get("filename")) or (
+            _str(metadata.get("filename")) if isinstance(metadata, Mapping) else None
+        )
+        return media_part(
+            where,
+            url=url,
+            file_id=_str(file_id),
+            media_type=media_type,
+            filename=filename,
+            kind="image" if kind == "image" else None,
+        )
+    raise unsupported_kind(where, str(kind))
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -32,10 +32,11 @@ from app.http.protocols.common import (
 )
 from app.http.protocols.langgraph.assistants import assistant_of
 from app.http.protocols.langgraph.fold import RunFold
-from app.http.protocols.langgraph.messages import input_text
+from app.http.protocols.langgraph.messages import input_parts
 from app.http.protocols.langgraph.state import read_thread
 from app.http.protocols.langgraph.stream import LangGraphEncoder, stream_modes
 from app.http.protocols.langgraph.threads import check_thread_id, owned_thread
+from app.http.protocols.media import has_media, parts_text, run_input
 from app.runs import RunHandle, RunRequestOptions
 from app.server.services import Services, ServicesDep
 from app.storage import RunRecord, SessionRecord
@@ -246,24 +247,24 @@ async def _start(
         run_id, after = await _answer(services, principal, session, body.command["resume"])
         found = await services.manager.find(run_id, principal, session.id)
         return run_id, after, found.input if found is not None else ""
-    try:
-        text = input_text(body.input)
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from None
-    if text is None or not text.strip():
-        raise InvalidRequest("input must hold a human message with text: {messages: [...]}")
+    parts = input_parts(body.input)
+    if parts is None or not (has_media(parts) or parts_text(parts, "").strip()):
+        raise InvalidRequest("input must hold a human message with content: {messages: [...]}")
     on_disconnect = body.on_disconnect or ("continue" if body.stream_resumable else "cancel")
-    options = RunRequestOptions(
-        input=text,
-        agent=agent,
-        on_disconnect=on_disconnect,
-        metadata={**(body.metadata or {}), "langgraph": {"assistant_id": agent}},
-        multitask_strategy=body.multitask_strategy,
-        webhook_url=body.webhook,
-        branch_from=branch_from,
-    )
+    taken = await run_input(services, principal, parts, separator="")
     try:
-        handle = await services.manager.submit(principal, session.id, options)
+        async with taken:
+            options = RunRequestOptions(
+                input=taken.text,
+                parts=taken.parts,
+                agent=agent,
+                on_disconnect=on_disconnect,
+                metadata={**(body.metadata or {}), "langgraph": {"assistant_id": agent}},
+                multitask_strategy=body.multitask_strategy,
+                webhook_url=body.webhook,
+                branch_from=branch_from,
+            )
+            handle = await services.manager.submit(principal, session.id, options)
     except SessionBusy as exc:
         if await busy_reason(services, exc, principal) == "interrupt_pending":
             raise SessionBusy(
@@ -273,7 +274,7 @@ async def _start(
                 code="interrupt_pending",
             ) from None
         raise
-    return handle.run_id, 0, text
+    return handle.run_id, 0, taken.text
 
 
 async def _stream(
