@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 
-from app.auth.keys import principal_of
 from app.bus.wire import iso_ms
 from app.errors import NotFound
+from app.http.protocols.langgraph.keys import Principal
 from app.server.services import Services, ServicesDep
 
 __all__ = ["assistant_of", "router"]
 
 router = APIRouter()
-Principal = Annotated[str, Depends(principal_of)]
 
 # agents are configured, not created: they all date from the epoch, at version 1
 _EPOCH = iso_ms(datetime(1970, 1, 1, tzinfo=UTC).timestamp())

@@ -12,11 +12,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 
-from app.auth.keys import principal_of
 from app.bus.wire import iso_ms
 from app.errors import Conflict, InvalidRequest, NotFound, SessionBusy
 from app.http.api.streaming import EventStreamResponse
@@ -32,6 +31,7 @@ from app.http.protocols.common import (
 )
 from app.http.protocols.langgraph.assistants import assistant_of
 from app.http.protocols.langgraph.fold import RunFold
+from app.http.protocols.langgraph.keys import Principal
 from app.http.protocols.langgraph.messages import input_parts
 from app.http.protocols.langgraph.state import read_thread
 from app.http.protocols.langgraph.stream import LangGraphEncoder, stream_modes
@@ -44,7 +44,6 @@ from app.storage import RunRecord, SessionRecord
 __all__ = ["router"]
 
 router = APIRouter()
-Principal = Annotated[str, Depends(principal_of)]
 
 # our status → LangGraph's: a run waiting for an answer has ended, as far as LangGraph is told
 _STATUS = {

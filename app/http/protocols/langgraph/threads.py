@@ -5,13 +5,13 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 
-from app.auth.keys import principal_of
 from app.errors import Conflict, InvalidRequest, NotFound, SessionBusy
 from app.http.api.schemas import is_session_id
+from app.http.protocols.langgraph.keys import Principal
 from app.http.protocols.langgraph.state import ThreadView, read_thread
 from app.server.services import Services, ServicesDep
 from app.storage import SessionRecord
@@ -21,7 +21,6 @@ from app.storage.threads import ThreadQuery, check_metadata_filter
 __all__ = ["owned_thread", "router"]
 
 router = APIRouter()
-Principal = Annotated[str, Depends(principal_of)]
 
 
 def check_thread_id(thread_id: str) -> str:
