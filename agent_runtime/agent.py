@@ -69,7 +69,7 @@ from .run_context import (
     new_id,
 )
 from .run_options import RunOptions
-from .run_setup import build_run_options, prompt_cache_key, system_prompt
+from .run_setup import build_run_options, first_event, prompt_cache_key, system_prompt
 from .skills.activation import SkillState
 from .skills.catalogue import SkillManager
 from .structured import StructuredOutput, aoutput_spec, check_answer
@@ -683,40 +683,19 @@ class AgentCore(CapabilityCalls, RunCalls):
         else:
             history = []
         resume = options.resume
-        primary = self.bindings.llm[0]
         if resume is None:
-            user = UserMessage(
-                prompt
-                if isinstance(prompt, str)
-                else await store_parts(prompt, self.content_store, context.session_id)
-            )
+            if not isinstance(prompt, str):  # bytes go to the store, the message holds refs
+                prompt = await store_parts(prompt, self.content_store, context.session_id)
+            user = UserMessage(prompt)
             state.messages = [*history, user]
             state.added.append(user)
-            await context._channel.put(
-                AgentEvent(
-                    AgentEventType.RUN_STARTED,
-                    context.run_id,
-                    context.session_id,
-                    agent=options.agent_name,
-                    model=primary.model,
-                )
-            )
-            return
-        # the run's own part of the conversation is put back after what came before it
-        state.messages = [*history, *resume.added]
-        state.added.extend(resume.added)
-        state.iteration = resume.iteration
-        state.usage = dataclasses.replace(resume.usage)
-        await context._channel.put(
-            AgentEvent(
-                AgentEventType.RUN_RESUMED,
-                context.run_id,
-                context.session_id,
-                agent=options.agent_name,
-                model=primary.model,
-                payload={"from_step": resume.step},
-            )
-        )
+        else:
+            # the run's own part of the conversation is put back after what came before it
+            state.messages = [*history, *resume.added]
+            state.added.extend(resume.added)
+            state.iteration = resume.iteration
+            state.usage = dataclasses.replace(resume.usage)
+        await context._channel.put(first_event(context, self.bindings.llm[0].model))
 
     async def _add_skill_tools(
         self, context: AgentRunContext, skills: SkillState, prompt: str

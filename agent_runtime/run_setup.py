@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError
-from .run_context import UNSET, RunHost, RunOptions
+from .events import AgentEvent, AgentEventType
+from .run_context import UNSET, AgentRunContext, RunHost, RunOptions
 from .run_options import OPTION_NAMES
 from .skills.activation import SkillState
 from .tools.base import Tool, tool
@@ -18,7 +19,13 @@ if TYPE_CHECKING:
     from .messages import Message
     from .structured import OutputSpec
 
-__all__ = ["OPTION_NAMES", "build_run_options", "prompt_cache_key", "system_prompt"]
+__all__ = [
+    "OPTION_NAMES",
+    "build_run_options",
+    "first_event",
+    "prompt_cache_key",
+    "system_prompt",
+]
 
 
 def build_run_options(
@@ -106,3 +113,25 @@ def prompt_cache_key(options: RunOptions, session_id: str) -> str:
     agent = options.agent_name or ""
     digest = hashlib.sha256(f"agent_runtime prompt cache\0{agent}\0{session_id}".encode())
     return digest.hexdigest()[:32]
+
+
+def first_event(context: AgentRunContext, model: str) -> AgentEvent:
+    """A run's first event: ``run.started``, or ``run.resumed`` with its checkpoint's step."""
+    options = context._options
+    resume = options.resume
+    if resume is None:
+        return AgentEvent(
+            AgentEventType.RUN_STARTED,
+            context.run_id,
+            context.session_id,
+            agent=options.agent_name,
+            model=model,
+        )
+    return AgentEvent(
+        AgentEventType.RUN_RESUMED,
+        context.run_id,
+        context.session_id,
+        agent=options.agent_name,
+        model=model,
+        payload={"from_step": resume.step},
+    )
