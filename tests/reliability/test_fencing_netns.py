@@ -259,6 +259,8 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, *, resume: bool) -> Itera
                 "AGENT_SSE_PING": str(PING),
                 "AGENT_CONFIRMATION_TIMEOUT": "120",
                 "AGENT_DEBUG_ENDPOINTS": "1",
+                # clients reach the worker at its namespace's address, not a loopback name
+                "AGENT_ALLOWED_HOSTS": ns.ns_ip,
                 "AGENT_LOG_LEVEL": "info",
                 "FENCING_EFFECTS": str(effects),
                 "FENCING_WORKER": name,
