@@ -30,6 +30,7 @@ from typing import Any
 import psutil
 
 from bench.handover import scenario_handover
+from bench.image_input import scenario_image_input
 from bench.outcome import Config, Outcome
 from bench.peers import scenario_peers
 from bench.procs import ROOT
@@ -49,6 +50,7 @@ ALL = {
     10: scenario_handover,
     11: scenario_structured,
     12: scenario_prompt_caching,
+    13: scenario_image_input,
 }
 REDIS_SCENARIOS = (8, 9, 10)
 

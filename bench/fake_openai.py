@@ -8,6 +8,8 @@ whole. The first word goes out at once and the rest ``--gap`` seconds later, as 
 spaces its tokens: a client measuring the time to the first word is then not charged for
 decoding the words after it. Raw asyncio streams and pre-encoded chunks keep its own cost
 far below the service's, and the service and the direct SDK call meet the same upstream.
+``GET /stats`` answers what it was sent: ``{"requests": n, "large_requests": n,
+"largest_body": bytes}`` (a large request's body is 1 MB or more: one that carried an image).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 
 __all__ = ["main"]
 
+LARGE_BODY = 1_000_000
 _ANSWER = ["The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
 
 
@@ -39,6 +42,9 @@ class Upstream:
         self.gap = gap
         self.words = [w + " " for w in (_ANSWER * (1 + words // len(_ANSWER)))[:words]]
         self._cache: dict[tuple[str, bool], tuple[bytes, bytes]] = {}
+        self.requests = 0
+        self.large_requests = 0
+        self.largest_body = 0
 
     def stream_bytes(self, model: str, usage: bool) -> tuple[bytes, bytes]:
         """(head and first content chunk, the rest) for ``model``."""
@@ -93,6 +99,17 @@ class Upstream:
         head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}"
         return head.encode() + b"\r\n\r\n" + body
 
+    def stats_bytes(self) -> bytes:
+        body = json.dumps(
+            {
+                "requests": self.requests,
+                "large_requests": self.large_requests,
+                "largest_body": self.largest_body,
+            }
+        ).encode()
+        head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}"
+        return head.encode() + b"\r\n\r\n" + body
+
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
@@ -107,7 +124,10 @@ class Upstream:
                     name, _, value = raw.partition(b":")
                     if name.strip().lower() == b"content-length":
                         length = int(value)
-                body = json.loads(await reader.readexactly(length)) if length else {}
+                raw_body = await reader.readexactly(length) if length else b""
+                if line.startswith(b"GET /stats"):
+                    writer.write(self.stats_bytes())
+                    continue
                 if b"/chat/completions" not in line:
                     missing = b'{"error":{"message":"not found"}}'
                     writer.write(
@@ -116,6 +136,11 @@ class Upstream:
                         + missing
                     )
                     continue
+                self.requests += 1
+                if length >= LARGE_BODY:
+                    self.large_requests += 1
+                self.largest_body = max(self.largest_body, length)
+                body = json.loads(raw_body) if raw_body else {}
                 model = str(body.get("model", "bench"))
                 if body.get("stream"):
                     usage = bool((body.get("stream_options") or {}).get("include_usage"))

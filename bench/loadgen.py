@@ -18,13 +18,16 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from bench.client import Connection, FrameCounter, HTTPError
 from bench.loadgen_waiting import task_capacity, task_confirm, task_idle_streams, task_lg_interrupts
 from bench.measure import ServerProbe, Window, open_pool, percentile, summary_ms, unique_tag
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam as MessageParam
 
 __all__ = ["TASKS", "main"]
 
@@ -227,6 +230,131 @@ async def task_ttfe(spec: Spec) -> Result:
         "added_p99_ms": (percentile(service_s, 0.99) - percentile(direct_s, 0.99)) * 1000,
         "paired_added": summary_ms(added),
     }
+
+
+# --- scenario 13: time to first event of a run carrying an image ---------------------------
+
+IMAGE_PATHS = (
+    "direct_text",
+    "direct_image",
+    "service_text",
+    "service_file_id",
+    "service_data_url",
+    "service_data_url_new",
+)
+"""The paths of ``task_ttfe_image``, in the order of its first round."""
+
+
+def _data_url(image: bytes) -> str:
+    import base64
+
+    return "data:image/png;base64," + base64.b64encode(image).decode()
+
+
+def _text_part(spec: Spec) -> dict[str, str]:
+    return {"type": "text", "text": spec.get("input", "What is in this picture?")}
+
+
+def _image_bodies(spec: Spec) -> tuple[dict[str, bytes], dict[str, list[MessageParam]]]:
+    """The service's request bodies and the direct calls' messages, by path."""
+    from bench.uploads import _png
+
+    text_part = _text_part(spec)
+    text: str = text_part["text"]
+    data_url = _data_url(_png(spec["image_bytes"], spec["seed"]))
+    file_part = {"type": "image", "file_id": spec["file_id"]}
+    url_part = {"type": "image", "url": data_url}
+    bodies = {
+        "service_text": json.dumps({"input": [text_part]}).encode(),
+        "service_file_id": json.dumps({"input": [text_part, file_part]}).encode(),
+        "service_data_url": json.dumps({"input": [text_part, url_part]}).encode(),
+    }
+    messages: dict[str, list[MessageParam]] = {
+        "direct_text": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+        "direct_image": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": text},
+                    {"type": "image_url", "image_url": {"url": data_url}},
+                ],
+            }
+        ],
+    }
+    return bodies, messages
+
+
+async def task_ttfe_image(spec: Spec) -> Result:
+    """Sequential requests, rotating over ``IMAGE_PATHS``: the upstream called directly with
+    the OpenAI SDK (text only, and with the image as a ``data:`` URL), and the service (text
+    only, the image by ``file_id``, the image as a ``data:`` URL of the same content, and as
+    one of a new content each round: stored, not deduplicated). Each path's time to first
+    event, in seconds, round by round."""
+    import openai
+
+    from bench.uploads import _png
+
+    host, port = spec["host"], spec["port"]
+    count: int = spec["requests"]
+    warmup: int = spec.get("warmup", 30)
+    deadline = time.perf_counter() + float(spec.get("time_limit", 300))
+    client = openai.AsyncOpenAI(
+        base_url=spec["upstream_url"], api_key="bench", max_retries=0, timeout=60
+    )
+    bodies, messages = _image_bodies(spec)
+    text_part = _text_part(spec)
+    conn = Connection(host, port)
+    await conn.connect()
+    tag = unique_tag()
+
+    async def direct(name: str) -> float:
+        start = time.perf_counter()
+        stream = await client.chat.completions.create(
+            model=spec["model"], messages=messages[name], stream=True
+        )
+        first = float("nan")
+        async for chunk in stream:
+            if first != first and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter() - start
+        if first != first:
+            raise RuntimeError(f"the direct call ({name}) streamed no content")
+        return first
+
+    async def service(name: str, body: bytes, index: int) -> float:
+        path = f"/v1/sessions/img-{tag}-{index}-{IMAGE_PATHS.index(name)}/runs"
+        result = await _stream_once(
+            conn, "POST", path, body, b"run.completed", b"event: text.delta"
+        )
+        if not result["ok"] or result["first"] is None:
+            raise RuntimeError(f"a run through the service ({name}) failed: {result}")
+        return float(result["first"])
+
+    samples: dict[str, list[float]] = {name: [] for name in IMAGE_PATHS}
+    rounds = done = 0
+    for index in range(warmup + count):
+        if time.perf_counter() > deadline:
+            break
+        # a new content each round (none is the fixed image's), built before any clock starts
+        image = _png(spec["image_bytes"], spec["seed"] + 1 + index % 250)
+        fresh = {"type": "image", "url": _data_url(image)}
+        bodies["service_data_url_new"] = json.dumps({"input": [text_part, fresh]}).encode()
+        # rotate the order, so that no path always follows the same other one
+        shift = index % len(IMAGE_PATHS)
+        measured: dict[str, float] = {}
+        for name in IMAGE_PATHS[shift:] + IMAGE_PATHS[:shift]:
+            if name.startswith("direct"):
+                measured[name] = await direct(name)
+            else:
+                measured[name] = await service(name, bodies[name], index)
+        done += 1
+        if index >= warmup:
+            rounds += 1
+            for name, value in measured.items():
+                samples[name].append(value)
+    await conn.close()
+    await client.close()
+    # rounds: measured; done: measured and warm-up alike
+    return {"rounds": rounds, "done": done, "warmup": warmup, "samples": samples}
 
 
 # --- scenario 8: one stream through a distant Redis ------------------------------------------
@@ -468,6 +596,7 @@ async def _wait_exit(pid: int, since: float, limit: float) -> float | None:
 TASKS: dict[str, Callable[[Spec], Awaitable[Result]]] = {
     "relay": task_relay,
     "ttfe": task_ttfe,
+    "ttfe_image": task_ttfe_image,
     "confirm": task_confirm,
     "capacity": task_capacity,
     "idle_streams": task_idle_streams,

@@ -34,7 +34,7 @@ def test_quick_run_exercises_every_scenario(tmp_path: Path) -> None:
     numbers = {scenario["number"] for scenario in report["scenarios"]}
     # 7 (peers) is skipped in quick mode; 11 (the structured-output stall) and 12 (prompt
     # caching, four turns) are quick themselves
-    assert numbers == {1, 2, 3, 4, 5, 6, 11, 12}
+    assert numbers == {1, 2, 3, 4, 5, 6, 11, 12, 13}
     for scenario in report["scenarios"]:
         assert scenario["rows"], scenario["title"]
     by_number = {scenario["number"]: scenario for scenario in report["scenarios"]}
@@ -49,6 +49,13 @@ def test_quick_run_exercises_every_scenario(tmp_path: Path) -> None:
     caching = by_number[12]["raw"]
     assert all(turn["cached_input_tokens"] > 0 for turn in caching["per_turn"]["cached"][1:])
     assert caching["off"]["cached_input_tokens"] == 0 and caching["ratio"] < 1
+    # every path with the image was measured, and each image reached the upstream
+    image = by_number[13]["raw"]
+    assert image["rounds"] > 0
+    assert all(path["n"] == image["rounds"] for path in image["paths"].values())
+    upstream = image["upstream"]
+    assert upstream["large_requests"] == upstream["expected_large_requests"] > 0
+    assert upstream["largest_body"] > image["image_bytes"]
     assert "quick" in report["command"]
 
 
