@@ -33,21 +33,6 @@ async def test_a_file_uploaded_to_one_worker_is_read_on_another(
         assert content.content == data
         assert_problem(await on_b.get(f"{path}/content", headers=bob), 404, "not_found")
 
-        # a run on B uses the file uploaded to A: the model reads its bytes there
-        run = await on_b.post(
-            f"/v1/sessions/files-{created['sha256'][:8]}/runs",
-            json={
-                "input": [
-                    {"type": "text", "text": "what is this?"},
-                    {"type": "image", "file_id": created["file_id"]},
-                ],
-                "stream": False,
-            },
-        )
-        assert run.status_code == 200, run.text
-        answer = run.json()["output"]["content"]
-        assert f"{len(data)} bytes, sha256 {created['sha256'][:12]}" in answer
-
         # the same bytes uploaded to B are the same content; deleted on B, A's copy stays
         again = await on_b.post("/v1/files", files={"file": ("copy.png", data)})
         assert again.status_code == 201 and again.json()["sha256"] == created["sha256"]
@@ -63,3 +48,24 @@ async def test_a_file_uploaded_to_one_worker_is_read_on_another(
         assert document.status_code == 201, document.text
         read = await on_a.get(f"/v1/files/{document.json()['file_id']}/content")
         assert read.content == pdf() and read.headers["content-type"] == "application/pdf"
+
+        # a run on B uses a file uploaded to A: the model reads its bytes there (and the file,
+        # now in the session's messages, cannot be deleted under it)
+        scan = await on_a.post("/v1/files", files={"file": ("scan.png", data, "image/png")})
+        assert scan.status_code == 201, scan.text
+        created = scan.json()
+        run = await on_b.post(
+            f"/v1/sessions/files-{created['file_id'][-8:]}/runs",
+            json={
+                "input": [
+                    {"type": "text", "text": "what is this?"},
+                    {"type": "image", "file_id": created["file_id"]},
+                ],
+                "stream": False,
+            },
+        )
+        assert run.status_code == 200, run.text
+        answer = run.json()["output"]["content"]
+        assert f"{len(data)} bytes, sha256 {created['sha256'][:12]}" in answer
+        held = await on_a.delete(f"/v1/files/{created['file_id']}")
+        assert_problem(held, 409, "file_in_use")
