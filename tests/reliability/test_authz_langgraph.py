@@ -4,75 +4,22 @@ thread, run and interrupt every way the API lets a request name them.
 Each attempt gets the same 404 an id that never existed gets (bar the id in the text), and his
 own thread with her run id is no better. Afterwards her interrupt still waits and her own
 answer still gets through. On one worker, and on two server processes sharing Redis and
-PostgreSQL (her objects made through the first, his attempts sent to the second).
+PostgreSQL (her objects made through the first, his attempts sent to the second): the
+``layout`` fixture of tests/reliability/conftest.py.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-import pytest
 from langgraph_sdk import get_client
 
-from tests.support.auth import API_KEYS, KEYS, auth
-from tests.support.server import Server, launch, stop
-from tests.support.services import shared_backend
-
-ENV = {"AGENT_API_KEYS": API_KEYS, "AGENT_CONFIRMATION_TIMEOUT": "60"}
-
-
-@dataclass(frozen=True)
-class Layout:
-    owner: Server
-    other: Server
-
-
-@pytest.fixture(scope="module")
-def one_worker(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[Layout]:
-    failed = request.session.testsfailed
-    server = launch(tmp_path_factory.mktemp("authz-langgraph"), ENV)
-    yield Layout(server, server)
-    stop(server, request, failed)
-
-
-@pytest.fixture(scope="module")
-def two_workers(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[Layout]:
-    failed = request.session.testsfailed
-    with shared_backend() as shared:
-        directories = [tmp_path_factory.mktemp(f"authz-langgraph-{name}") for name in "ab"]
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            one, two = pool.map(lambda where: launch(where, {**ENV, **shared}), directories)
-        try:
-            yield Layout(one, two)
-        finally:
-            stop(one, request, failed)
-            stop(two, request, failed)
-
-
-@pytest.fixture(
-    scope="module",
-    params=[
-        pytest.param("one_worker", id="one-worker"),
-        pytest.param(
-            "two_workers",
-            id="two-workers",
-            marks=[pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres],
-        ),
-    ],
-)
-def layout(request: pytest.FixtureRequest) -> Layout:
-    chosen: Layout = request.getfixturevalue(request.param)
-    return chosen
+from tests.support.auth import KEYS, auth
+from tests.support.authz import Layout
 
 
 def _human(text: str) -> dict[str, Any]:

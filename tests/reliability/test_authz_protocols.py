@@ -23,8 +23,7 @@ import asyncio
 import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -37,71 +36,16 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.support.auth import API_KEYS, KEYS, auth
+from tests.support.auth import KEYS, auth
+from tests.support.authz import Layout
 from tests.support.problems import assert_problem
-from tests.support.server import Server, launch, stop
-from tests.support.services import shared_backend
+from tests.support.server import Server
 from tests.support.sse import open_stream, read_events
 
-# long enough that no confirmation expires while a test runs
-ENV = {"AGENT_API_KEYS": API_KEYS, "AGENT_CONFIRMATION_TIMEOUT": "60"}
 AGENT = "default"
 A2A_VERSION = {"A2A-Version": "1.0"}
 # an attempt that streams instead of being refused would otherwise wait for the confirmation
 ATTEMPT_TIMEOUT = 15.0
-
-
-# --- the layouts ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where alice's objects are made (``owner``) and where bob's attempts land (``other``)."""
-
-    owner: Server
-    other: Server
-
-
-@pytest.fixture(scope="module")
-def one_worker(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[Layout]:
-    failed = request.session.testsfailed
-    server = launch(tmp_path_factory.mktemp("authz-protocols"), ENV)
-    yield Layout(server, server)
-    stop(server, request, failed)
-
-
-@pytest.fixture(scope="module")
-def two_workers(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[Layout]:
-    failed = request.session.testsfailed
-    with shared_backend() as shared:
-        directories = [tmp_path_factory.mktemp(f"authz-protocols-{name}") for name in "ab"]
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            one, two = pool.map(lambda where: launch(where, {**ENV, **shared}), directories)
-        try:
-            yield Layout(one, two)
-        finally:
-            stop(one, request, failed)
-            stop(two, request, failed)
-
-
-@pytest.fixture(
-    scope="module",
-    params=[
-        pytest.param("one_worker", id="one-worker"),
-        pytest.param(
-            "two_workers",
-            id="two-workers",
-            marks=[pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres],
-        ),
-    ],
-)
-def layout(request: pytest.FixtureRequest) -> Layout:
-    chosen: Layout = request.getfixturevalue(request.param)
-    return chosen
 
 
 # --- what alice and bob own ----------------------------------------------------------------------

@@ -7,7 +7,21 @@ from typing import Any
 
 import httpx
 
+from tests.support.auth import API_KEYS
+from tests.support.server import Server
 from tests.support.sse import open_stream
+
+AUTHZ_ENV = {"AGENT_API_KEYS": API_KEYS, "AGENT_CONFIRMATION_TIMEOUT": "60"}
+"""The servers of the authorization matrices: alice's and bob's keys, and confirmations that
+do not expire while a test runs."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where alice's objects are made (``owner``) and where bob's attempts land (``other``)."""
+
+    owner: Server
+    other: Server
 
 
 @dataclass
