@@ -194,10 +194,15 @@ class EventLog(Protocol):
 class SessionLocks(Protocol):
     """One active run per session, as renewable leases with fencing tokens."""
 
-    async def acquire(self, session_id: str, holder: str, ttl: float) -> Lease | None:
+    async def acquire(
+        self, session_id: str, holder: str, ttl: float, *, exclusive: bool = False
+    ) -> Lease | None:
         """Take the session's lock for ``holder`` (a run id) for ``ttl`` seconds.
 
-        None if another holder has it.
+        None if another holder has it. A shared bus answers a call for the holder that has
+        the lock already with that lease (a call retried after its answer was lost);
+        ``exclusive`` answers None then too: a holder several workers may name (a run
+        resumed from its checkpoint) must not take over a lease another worker holds.
         """
         ...
 

@@ -277,7 +277,9 @@ class LocalSessionLocks:
         self._held: dict[str, Lease] = {}
         self._token = 0
 
-    async def acquire(self, session_id: str, holder: str, ttl: float) -> Lease | None:
+    async def acquire(
+        self, session_id: str, holder: str, ttl: float, *, exclusive: bool = False
+    ) -> Lease | None:
         if session_id in self._held:
             return None
         self._token += 1

@@ -209,7 +209,12 @@ class LostRunSweep:
         if context.draining:
             return True  # resumable, but not here: this worker is stopping (another resumes it)
         sent = context.clock()
-        lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
+        # exclusive: another worker that resumed the run meanwhile holds a lease for the same
+        # holder (the run's id); handed that lease, this worker would release it on failing
+        # to take the checkpoint over, and the run would be fenced off where it goes on
+        lease = await context.bus.locks.acquire(
+            session_id, run_id, context.lease_ttl, exclusive=True
+        )
         if lease is None:
             return True  # taken by another worker meanwhile (or the session is busy): theirs
         lease = await resumer.past_checkpoint(lease, run_id)

@@ -44,11 +44,13 @@ class RedisSessionLocks:
         self._release: Any = client.register_script(scripts.RELEASE)
         self._held: dict[tuple[str, int], Lease] = {}
 
-    async def acquire(self, session_id: str, holder: str, ttl: float) -> Lease | None:
+    async def acquire(
+        self, session_id: str, holder: str, ttl: float, *, exclusive: bool = False
+    ) -> Lease | None:
         async with unavailable(self._where, "taking a session lock"):
             token = await self._acquire(
                 keys=[self._keys.lock(session_id), self._keys.fence],
-                args=[holder, milliseconds(ttl)],
+                args=[holder, milliseconds(ttl), 1 if exclusive else 0],
             )
         if token is None:
             return None

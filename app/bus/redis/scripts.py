@@ -52,16 +52,18 @@ local function next_token(key)
 end
 """
 
-# KEYS: lock, fence counter. ARGV: holder, ttl (ms).
+# KEYS: lock, fence counter. ARGV: holder, ttl (ms), exclusive (1 or 0).
 # The token of the new lease; the same token again when ``holder`` already holds the lock (a
-# call retried after its answer was lost); nil when someone else holds it.
+# call retried after its answer was lost) unless ``exclusive``; nil when someone else holds
+# it. A resumed run's id is a holder two workers may both name: one of them must not be
+# handed the other's live lease (it would release it on giving up).
 ACQUIRE: Final = (
     _NEXT_TOKEN
     + """
 local current = redis.call('GET', KEYS[1])
 if current then
   local space = string.find(current, ' ', 1, true)
-  if space and string.sub(current, space + 1) == ARGV[1] then
+  if ARGV[3] ~= '1' and space and string.sub(current, space + 1) == ARGV[1] then
     return tonumber(string.sub(current, 1, space - 1))
   end
   return false

@@ -225,6 +225,22 @@ async def test_session_locks(buses: Buses) -> None:
     assert again == second
 
 
+async def test_a_resumed_runs_lease_is_not_handed_to_another_worker(buses: Buses) -> None:
+    # a resumed run's lock is held under the run's own id, which any worker may name: one
+    # worker resumed it; another, trying too, is refused instead of being handed that lease
+    # (giving up, it would release the lock of the run going on elsewhere)
+    one, two = await buses.open(), await buses.open()
+    held = await one.locks.acquire("s", "run_r", 15, exclusive=True)
+    assert held is not None
+    assert await two.locks.acquire("s", "run_r", 15, exclusive=True) is None
+    assert await one.locks.acquire("s", "run_r", 15, exclusive=True) is None
+    await one.locks.renew(held, 15)
+    assert await two.locks.holder("s") == "run_r"
+    await one.locks.release(held)
+    taken = await two.locks.acquire("s", "run_r", 15, exclusive=True)
+    assert taken is not None and taken.token > held.token
+
+
 async def test_a_lease_lapses_unless_renewed(buses: Buses) -> None:
     bus = await buses.open()
     lease = await bus.locks.acquire("s", "run_a", 0.2)

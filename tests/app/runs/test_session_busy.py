@@ -28,7 +28,9 @@ class RacedLocks(LocalSessionLocks):
         self.races = 1
         self.raced = 0
 
-    async def acquire(self, session_id: str, holder: str, ttl: float) -> Lease | None:
+    async def acquire(
+        self, session_id: str, holder: str, ttl: float, *, exclusive: bool = False
+    ) -> Lease | None:
         if self.raced < self.races:
             self.raced += 1
             return None
