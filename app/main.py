@@ -149,7 +149,8 @@ def _install_routes(app: FastAPI, settings: Settings, mcp: DeferredEndpoint[McpE
     app.router.routes.append(_UIMount("/", app=_UIFiles(directory=UI_DIR, html=True), name="ui"))
 
 
-# the standard protocols' own headers too (A2A's version, MCP's session and version)
+# the standard protocols' own headers too (A2A's version, MCP's session and version, the
+# LangGraph SDKs' key header)
 _CORS_ALLOW_HEADERS: Final = (
     "Authorization",
     "Content-Type",
@@ -158,12 +159,15 @@ _CORS_ALLOW_HEADERS: Final = (
     "A2A-Version",
     "Mcp-Protocol-Version",
     "Mcp-Session-Id",
+    "X-Api-Key",
 )
+# Content-Location: the LangGraph SDKs read a streamed run's id from it
 _CORS_EXPOSE_HEADERS: Final = (
     "X-Run-Id",
     "Idempotent-Replayed",
     "Retry-After",
     "Location",
+    "Content-Location",
     "x-vercel-ai-ui-message-stream",
 )
 

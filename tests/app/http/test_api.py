@@ -427,6 +427,29 @@ async def test_cors(serve: Serve) -> None:
         assert "access-control-allow-origin" not in other.headers
 
 
+async def test_cors_lets_a_langgraph_page_send_its_key_and_read_the_run(serve: Serve) -> None:
+    # the LangGraph SDKs (useStream in a page) send the key as X-Api-Key, and read a streamed
+    # run's id from Content-Location
+    async with serve(cors_origins="https://ui.example", api_keys="k=alice") as served:
+        preflight = await served.client.options(
+            "/langgraph/threads/t/runs/stream",
+            headers={
+                "Origin": "https://ui.example",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "content-type,x-api-key",
+            },
+        )
+        assert preflight.status_code == 200, preflight.text
+        assert "x-api-key" in preflight.headers["access-control-allow-headers"].lower()
+        answer = await served.client.post(
+            "/langgraph/threads",
+            json={},
+            headers={"Origin": "https://ui.example", "X-Api-Key": "k"},
+        )
+        assert answer.status_code == 200, answer.text
+        assert "Content-Location" in answer.headers["access-control-expose-headers"]
+
+
 async def test_external_event_errors(serve: Serve) -> None:
     async with serve() as served:
         client = served.client
