@@ -163,10 +163,16 @@ class RedisBus:
         self._values = RedisValues(self._client, self.keys, self.where)
         # a run ends by releasing its lock, then its route: if Redis fails the first, the
         # route's local entry must not outlive the run
-        self._locks.on_release = self._router.forget
+        self._locks.on_release = self._released
         # runs waiting for a session's lock (``multitask_strategy: enqueue``), beside the locks
         self.queues = RedisSessionQueue(self._client, self.keys, self.where)
         self._closed = False
+
+    def _released(self, run_id: str) -> None:
+        """A lease of this worker's was given back: its run is no longer routed here, nor
+        its log written here (its readers here follow it through Redis from now on)."""
+        self._router.forget(run_id)
+        self._events.released(run_id)
 
     async def start(self) -> None:
         """Check that Redis answers, start listening; raises ``BusUnavailable`` (and closes)."""

@@ -10,10 +10,14 @@ Appends are pipelined per run, in batches (``app.bus.redis.writer``).
 Reading: a subscription reads what is there after its cursor (``XRANGE (cursor``, with the
 meta hash, in one script), then waits on the worker's follower. The follower is one task and
 one connection per worker: a single ``XREAD BLOCK`` over every stream some subscription
-waits on, from the lowest cursor each, plus the worker's "bell" stream. A subscription that
-needs a stream (or an older cursor) the pending ``XREAD`` does not cover rings the bell
-(``XADD``), which ends that ``XREAD`` at once, so the next one covers it. Because ``XREAD``
-resumes from explicit ids, nothing appended in between is missed.
+waits on, from the lowest cursor each, plus the worker's "bell" stream. The runs this worker
+writes are left out of it: their readers here are fed from memory as Redis confirms each
+batch (``_Follower.confirmed``), and a reader that is behind what was confirmed reads the log
+again instead of waiting; once the run is no longer written here (its end, a refused batch,
+its lease given back), its readers are followed through ``XREAD`` like any other's. A
+subscription that needs a stream (or an older cursor) the pending ``XREAD`` does not cover
+rings the bell (``XADD``), which ends that ``XREAD`` at once, so the next one covers it.
+Because ``XREAD`` resumes from explicit ids, nothing appended in between is missed.
 
 While Redis is unreachable a subscription keeps retrying (its ``interrupt`` still returns at
 once, so an SSE response keeps sending pings and noticing a gone client) for
@@ -100,6 +104,8 @@ class _Follower:
         self._bell = bell
         self._bell_id: bytes | None = None
         self._waiters: dict[str, set[_Waiter]] = {}
+        # the runs this worker writes: the last seq Redis confirmed of each
+        self._local: dict[str, int] = {}
         self._issued: dict[str, int] = {}
         self._reading = False
         self._ringing = False
@@ -123,8 +129,19 @@ class _Follower:
         await self._client.aclose()
 
     def wait(self, run_id: str, cursor: int) -> _Waiter:
-        """A waiter released with the events after ``cursor`` as soon as there are some."""
+        """A waiter released with the events after ``cursor`` as soon as there are some (or
+        empty-handed, to read the log again)."""
         waiter = _Waiter(run_id, cursor)
+        confirmed = self._local.get(run_id)
+        if confirmed is not None:
+            if confirmed > cursor:
+                waiter.release()  # behind what Redis holds: read it there
+            else:
+                # fed by ``confirmed``; the follower's XREAD (of its bell alone, if need be)
+                # still runs, so that an outage reaches this reader as it reaches the others
+                self._waiters.setdefault(run_id, set()).add(waiter)
+                self._wake.set()
+            return waiter
         self._waiters.setdefault(run_id, set()).add(waiter)
         self._wake.set()
         if self._reading:
@@ -140,20 +157,42 @@ class _Follower:
             if not waiters:
                 del self._waiters[waiter.run_id]
 
+    def writing(self, run_id: str, seq: int) -> None:
+        """This worker writes the run's log from ``seq`` on: its readers here are fed by
+        ``confirmed``, not by ``XREAD``."""
+        self._local[run_id] = seq
+
+    def stopped_writing(self, run_id: str) -> None:
+        """This worker no longer writes the run's log: its readers here wait on ``XREAD``."""
+        if self._local.pop(run_id, None) is not None and run_id in self._waiters:
+            self._wake.set()
+            if self._reading:
+                self._ring()
+
     def confirmed(self, run_id: str, events: Sequence[WireEvent]) -> None:
         """Feed this worker's readers of the run the events Redis just confirmed it holds
         (appended here), without waiting for the next ``XREAD`` to bring them. A reader whose
-        cursor is further back than the first of them still waits for Redis (no gap)."""
-        group = self._waiters.get(run_id)
-        if not group or not events:
+        cursor is further back than the first of them reads the log again (no gap)."""
+        if not events:
             return
-        first, final = events[0].seq, events[-1].seq
-        for waiter in list(group):
-            if first - 1 <= waiter.cursor < final:
-                group.discard(waiter)
-                waiter.release([event for event in events if event.seq > waiter.cursor])
-        if not group:
-            self._waiters.pop(run_id, None)
+        final = events[-1].seq
+        local = run_id in self._local
+        if local:
+            self._local[run_id] = final
+        group = self._waiters.get(run_id)
+        if group:
+            first = events[0].seq
+            for waiter in list(group):
+                if first - 1 <= waiter.cursor < final:
+                    group.discard(waiter)
+                    waiter.release([event for event in events if event.seq > waiter.cursor])
+                elif local and waiter.cursor < first - 1:
+                    group.discard(waiter)
+                    waiter.release()
+            if not group:
+                self._waiters.pop(run_id, None)
+        if local and events[-1].terminal:
+            self._local.pop(run_id, None)
 
     def release_all(self) -> None:
         """Wake every waiter empty-handed (they read again)."""
@@ -196,7 +235,12 @@ class _Follower:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            issued = {run: min(w.cursor for w in group) for run, group in self._waiters.items()}
+            local = self._local
+            issued = {
+                run: min(w.cursor for w in group)
+                for run, group in self._waiters.items()
+                if run not in local
+            }
             self._issued = issued
             self._ringing = False
             self._reading = True
@@ -255,6 +299,21 @@ class _Follower:
                     waiter.release(batch)
             if not group:
                 self._waiters.pop(run_id, None)
+
+
+def _append_error(run_id: str, batch: Batch, status: int) -> BusError | None:
+    """What an append's status says of its batch: None if Redis holds it."""
+    if status >= scripts.APPEND_DUPLICATE:
+        return None
+    if status == scripts.APPEND_NO_LOG:
+        return LogNotFound(run_id)
+    if status == scripts.APPEND_STALE:
+        return LeaseLost(f"stale fencing token for run {run_id!r}: another worker took over")
+    if status == scripts.APPEND_SEALED:
+        return BusError(f"the log of run {run_id!r} is sealed: its terminal event was sent")
+    first, final = batch.events[0].seq, batch.events[-1].seq
+    seqs = f"seq {first}" if first == final else f"seqs {first}..{final}"
+    return BusError(f"run {run_id!r}: event {seqs} does not follow the log's last")
 
 
 class RedisSubscription:
@@ -497,6 +556,7 @@ class RedisEventLog:
         if not created:
             raise BusError(f"run {run_id!r} already has an event log")
         self._writing[run_id] = session_id
+        self.follower.writing(run_id, 0 if after is None else max(0, after))
 
     async def claim(
         self, run_id: str, *, session_id: str, lease_ttl_ms: int, route: tuple[str, int]
@@ -523,6 +583,7 @@ class RedisEventLog:
         if token == -1:
             raise BusError(f"run {run_id!r} already has an event log")
         self._writing[run_id] = session_id
+        self.follower.writing(run_id, 0)
         return int(token)
 
     async def _undo_claim(self, run_id: str, session_id: str, worker: str) -> None:
@@ -554,42 +615,60 @@ class RedisEventLog:
         Readers see it once Redis confirmed it."""
         self._pipeline.append_nowait(run_id, event, fence=fence)
 
-    async def _send(self, run_id: str, batch: Batch) -> BusError | None:
-        """One batch in one call; None once Redis holds it, else why not."""
+    async def _send(self, batches: Sequence[tuple[str, Batch]]) -> list[BusError | None]:
+        """The batches of several runs in one call; per batch None once Redis holds it, else
+        why not."""
         keys = self._keys
-        terminal = batch.terminal
-        if terminal:
-            session_id = self._writing.pop(run_id, None)
-            if session_id is None:  # a log this worker did not start (the reaper's append)
-                session_id = str(batch.events[-1].document["session_id"])
-            lock = keys.lock(session_id)
-        else:
-            lock = keys.meta(run_id)  # not touched: only a terminal event releases the lock
-        args: list[Any] = [
-            batch.fence,
-            self._max_events,
-            1 if terminal else 0,
-            self._ttl_ms,
-            run_id,
-        ]
-        for event in batch.events:
-            args += (event.seq, event.type, event.frame)
-        async with unavailable(self._where, "appending to an event log"):
-            status = await self._append(
-                keys=[keys.meta(run_id), keys.log(run_id), keys.live, lock, keys.route(run_id)],
-                args=args,
+        errors: list[BusError | None] = [None] * len(batches)
+        sent: list[int] = []
+        names: list[str] = []
+        args: list[Any] = [self._max_events, self._ttl_ms]
+        for index, (run_id, batch) in enumerate(batches):
+            events = batch.events
+            first = events[0].seq
+            if any(event.seq != first + at for at, event in enumerate(events)):
+                # the script numbers a batch's events from its first: a gap is refused here
+                errors[index] = _append_error(run_id, batch, scripts.APPEND_SEQ)
+                continue
+            sent.append(index)
+            terminal = batch.terminal
+            if terminal:
+                session_id = self._writing.pop(run_id, None)
+                if session_id is None:  # a log this worker did not start (the reaper's append)
+                    session_id = str(events[-1].document["session_id"])
+                lock = keys.lock(session_id)
+            else:
+                lock = keys.meta(run_id)  # not touched: only a terminal event releases the lock
+            names += (keys.meta(run_id), keys.log(run_id), keys.live, lock, keys.route(run_id))
+            frames = [event.frame for event in events]
+            args += (
+                batch.fence,
+                1 if terminal else 0,
+                run_id,
+                first,
+                "\n".join([event.type for event in events]),
+                ",".join([str(len(frame)) for frame in frames]),
+                b"".join(frames),
             )
-        if status >= scripts.APPEND_DUPLICATE:
-            return None
-        if status == scripts.APPEND_NO_LOG:
-            return LogNotFound(run_id)
-        if status == scripts.APPEND_STALE:
-            return LeaseLost(f"stale fencing token for run {run_id!r}: another worker took over")
-        if status == scripts.APPEND_SEALED:
-            return BusError(f"the log of run {run_id!r} is sealed: its terminal event was sent")
-        first, final = batch.events[0].seq, batch.events[-1].seq
-        seqs = f"seq {first}" if first == final else f"seqs {first}..{final}"
-        return BusError(f"run {run_id!r}: event {seqs} does not follow the log's last")
+        if sent:
+            try:
+                async with unavailable(self._where, "appending to an event log"):
+                    statuses = await self._append(keys=names, args=args)
+            except BaseException:
+                for run_id, _ in batches:
+                    self.follower.stopped_writing(run_id)
+                raise
+            for index, status in zip(sent, statuses, strict=True):
+                run_id, batch = batches[index]
+                errors[index] = _append_error(run_id, batch, int(status))
+        for (run_id, _), error in zip(batches, errors, strict=True):
+            if error is not None:  # the run goes on elsewhere, or not at all
+                self.follower.stopped_writing(run_id)
+        return errors
+
+    def released(self, run_id: str) -> None:
+        """The run's lease was given back here: this worker no longer writes its log."""
+        self.follower.stopped_writing(run_id)
 
     async def read(self, run_id: str, after: int, *, rebase: bool = False) -> _ReadState | None:
         """The events after ``after`` (at most ``READ_COUNT``); None if there is no log.
@@ -635,6 +714,7 @@ class RedisEventLog:
         """Forget a log at once (a run that never started); the deletion runs in the
         background."""
         self._writing.pop(run_id, None)
+        self.follower.stopped_writing(run_id)
         self._pipeline.discard(run_id)
         self._background(self._delete(run_id))
 

@@ -192,69 +192,93 @@ APPEND_STALE: Final = -2
 APPEND_SEALED: Final = -3
 APPEND_SEQ: Final = -4
 
-# KEYS: meta, stream, live set, session lock, route.
-# ARGV: fence, max events, terminal (0/1: the batch's last event is terminal), sealed ttl (ms),
-# run id, then each event's seq, type and frame, in order.
+# KEYS: for each run, its meta, stream, the live set, its session lock, its route.
+# ARGV: max events, sealed ttl (ms), then for each run seven: fence, terminal (0/1: the batch's
+# last event is terminal), run id, the first event's seq, the events' types joined by newlines
+# (an SSE event type has none), their frames' lengths joined by commas, and their frames one
+# after the other. The answer: one status per run (APPEND_*), in order. (Seven arguments a run
+# rather than three an event: the worker spends far less encoding a few long arguments than
+# many short ones.)
 #
-# One call appends a batch: the consecutive events one writer queued with one fence, all or
-# none (every check is made before the first write, so a refused batch leaves the log as it
-# was). The fence check is what keeps a worker that lost its lease from writing after whoever
-# took over (with a higher token) wrote the run's end. The same batch sent twice by the same
-# writer (a call retried after its answer was lost: its last seq is the log's last, its fence
-# the log's) is accepted once and answered APPEND_DUPLICATE. A terminal event can only be a
-# batch's last: it seals the log, gives it its TTL, and ends the run's hold in the same step:
-# the session lock taken with this fence is released and the route dropped, so a reader that
-# sees the end never finds the session still busy.
+# One call appends the batches of several runs (``app.bus.redis.writer``); each batch is the
+# consecutive events one writer queued for one run with one fence, all or none (every check
+# is made before the batch's first write, so a refused batch leaves its log as it was; the
+# other runs' batches do not depend on it). The fence check is what keeps a worker that lost
+# its lease from writing after whoever took over (with a higher token) wrote the run's end.
+# The same batch sent twice by the same writer (a call retried after its answer was lost: its
+# last seq is the log's last, its fence the log's) is accepted once and answered
+# APPEND_DUPLICATE. A terminal event can only be a batch's last: it seals the log, gives it its
+# TTL, and ends the run's hold in the same step: the session lock taken with this fence is
+# released and the route dropped, so a reader that sees the end never finds the session still
+# busy.
 APPEND: Final = """
-local meta = redis.call('HMGET', KEYS[1], 'fence', 'last', 'sealed')
-if not meta[1] then
-  return -1
-end
-local fence = tonumber(ARGV[1])
-local stored = tonumber(meta[1])
-if fence < stored then
-  return -2
-end
-local count = (#ARGV - 5) / 3
-local first = tonumber(ARGV[6])
-local final = tonumber(ARGV[6 + 3 * (count - 1)])
-local last = tonumber(meta[2])
-if final == last and fence == stored and last > 0 then
-  return 0
-end
-if meta[3] == '1' then
-  return -3
-end
-for index = 0, count - 1 do
-  if tonumber(ARGV[6 + 3 * index]) ~= last + 1 + index then
+local function append(k, at)
+  local meta = redis.call('HMGET', KEYS[k], 'fence', 'last', 'sealed')
+  if not meta[1] then
+    return -1
+  end
+  local fence_text = ARGV[at]
+  local fence = tonumber(fence_text)
+  local stored = tonumber(meta[1])
+  if fence < stored then
+    return -2
+  end
+  local types = {}
+  for name in string.gmatch(ARGV[at + 4], '[^\\n]+') do
+    types[#types + 1] = name
+  end
+  local count = #types
+  local first = tonumber(ARGV[at + 3])
+  local final = first + count - 1
+  local last = tonumber(meta[2])
+  if final == last and fence == stored and last > 0 then
+    return 0
+  end
+  if meta[3] == '1' then
+    return -3
+  end
+  if first ~= last + 1 then
     return -4
   end
-end
-for index = 0, count - 1 do
-  local at = 6 + 3 * index
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], ARGV[at] .. '-0', 't', ARGV[at + 1],
-    'f', ARGV[at + 2])
-end
-if ARGV[3] == '1' then
-  redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'last', final, 'sealed', 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
-  redis.call('ZREM', KEYS[3], ARGV[5])
-  local lock = redis.call('GET', KEYS[4])
-  if lock and string.sub(lock, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ' ' then
-    redis.call('DEL', KEYS[4])
+  local frames = ARGV[at + 6]
+  local offset = 1
+  local index = 0
+  for size in string.gmatch(ARGV[at + 5], '%d+') do
+    local stop = offset + tonumber(size)
+    index = index + 1
+    redis.call('XADD', KEYS[k + 1], 'MAXLEN', '~', ARGV[1], (first + index - 1) .. '-0',
+      't', types[index], 'f', string.sub(frames, offset, stop - 1))
+    offset = stop
   end
-  redis.call('DEL', KEYS[5])
-else
-  redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'last', final)
-  if first == 1 then
-    local ttl = redis.call('PTTL', KEYS[1])
-    if ttl > 0 then
-      redis.call('PEXPIRE', KEYS[2], ttl)
+  if ARGV[at + 1] == '1' then
+    redis.call('HSET', KEYS[k], 'fence', fence_text, 'last', final, 'sealed', 1)
+    redis.call('PEXPIRE', KEYS[k], ARGV[2])
+    redis.call('PEXPIRE', KEYS[k + 1], ARGV[2])
+    redis.call('ZREM', KEYS[k + 2], ARGV[at + 2])
+    local lock = redis.call('GET', KEYS[k + 3])
+    if lock and string.sub(lock, 1, string.len(fence_text) + 1) == fence_text .. ' ' then
+      redis.call('DEL', KEYS[k + 3])
+    end
+    redis.call('DEL', KEYS[k + 4])
+  else
+    redis.call('HSET', KEYS[k], 'fence', fence_text, 'last', final)
+    if first == 1 then
+      local ttl = redis.call('PTTL', KEYS[k])
+      if ttl > 0 then
+        redis.call('PEXPIRE', KEYS[k + 1], ttl)
+      end
     end
   end
+  return 1
 end
-return 1
+
+local statuses = {}
+local k = 1
+for at = 3, #ARGV, 7 do
+  statuses[#statuses + 1] = append(k, at)
+  k = k + 5
+end
+return statuses
 """
 
 # KEYS: meta, stream. ARGV: cursor (the last seq read), count, rebase (1 for a new reader).

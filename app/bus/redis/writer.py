@@ -1,42 +1,58 @@
-"""Pipelined appends: each run's events go to Redis in batches, one script call per batch,
-while the run goes on producing the next ones.
+"""Coalesced appends: every run's events go to Redis in batches, and the batches of all the
+runs this worker writes go out together, one script call at a time.
 
-A run's writer queues its events (``append_nowait``) and returns at once. One task per run
-with queued events sends them: everything queued while a call is in flight goes out together
-in the next call (``scripts.APPEND``: one fence and one seq check for the whole batch, all
+A run's writer queues its events (``append_nowait``) and returns at once. One task per worker
+sends them: each call carries, for every run with queued events, the batch of its events
+queued so far (``scripts.APPEND``: per run one fence and one seq check for its whole batch, all
 or none). A batch holds consecutive events with one fence (a different fence starts the next
 batch) and ends at a terminal event. An awaited ``append`` joins the same queue and returns
 once its batch is confirmed, so the calls of one run are written in the order they came.
+
+The window. A call begins at most once per ``window`` seconds: the first event after a quiet
+spell goes out at once, and while events keep coming, those of the next ``window`` wait for
+the same call. One call then carries many runs' events, which is what makes the shared bus
+cheap per event (a call costs the worker far more than the events in it); the price is at
+most ``window`` of added latency while the worker is busy.
 
 What readers see. An event reaches *any* reader, on this worker or another, only once Redis
 confirmed its batch: readers on this worker are fed from memory the moment the answer comes
 (without waiting for the follower's next ``XREAD``), readers elsewhere through Redis. So "a
 reader never sees an event the log does not hold" holds for every reader, and a terminal
-event is durable before any stream reports it. Feeding local readers before the answer would
-save one round trip of latency (not of throughput: batches keep the rate), but a refused
-batch (a stale fence: another worker took the run over and wrote its end at that same seq)
-would then have shown events that no log holds and that a resumed stream contradicts.
+event is durable before any stream reports it. A worker that dies inside the window loses
+only events no reader saw: the run resumes from its checkpoint, whose seq is at or before the
+log's last. Feeding local readers before the answer would save the window and one round trip
+of latency, but a refused batch (a stale fence: another worker took the run over and wrote
+its end at that same seq) would then have shown events that no log holds and that a resumed
+stream contradicts.
 
 When a batch fails (refused, or Redis unreachable) none of its events is in the log and
-every later event would leave a gap: the queued events of fire-and-forget appends are
-dropped, the error is kept, and the run's next append (either kind) raises it. Its end
+every later event of its run would leave a gap: the queued events of fire-and-forget appends
+are dropped, the error is kept, and the run's next append (either kind) raises it. Its end
 (the finalizer's awaited terminal append) meets the error too, and the run is failed the way a
-failed unpipelined append fails it.
+failed unpipelined append fails it. A call that fails as a whole (Redis unreachable) fails
+the batch of every run in it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from app.bus.base import BusError, WireEvent
 
-__all__ = ["MAX_BATCH", "AppendPipeline", "Batch"]
+__all__ = ["MAX_BATCH", "MAX_CALL", "WINDOW", "AppendPipeline", "Batch"]
 
 MAX_BATCH: Final = 1_000
-"""Events per script call at most: a longer backlog goes out in several calls in a row."""
+"""Events of one run per script call at most: a longer backlog goes out in several calls."""
+
+MAX_CALL: Final = 4_000
+"""Events per script call at most, all runs together: the rest waits for the next call."""
+
+WINDOW: Final = 0.002
+"""Seconds between the starts of two calls at least (see the module docstring)."""
 
 
 class Batch:
@@ -64,25 +80,38 @@ class _Item:
 
 
 class _RunQueue:
-    __slots__ = ("failure", "items", "task")
+    __slots__ = ("failure", "items", "sending")
 
     def __init__(self) -> None:
         self.items: deque[_Item] = deque()
-        self.task: asyncio.Task[None] | None = None
+        self.sending = False  # a batch of the run is in the call in flight
         self.failure: BusError | None = None
 
 
-Send = Callable[[str, Batch], Awaitable[BusError | None]]
-"""Writes one batch; None once confirmed, else the error (raised ``BusError`` included)."""
+Send = Callable[[Sequence[tuple[str, Batch]]], Awaitable[Sequence[BusError | None]]]
+"""Writes the batches of several runs in one call; per batch None once confirmed, else the
+error. Raises ``BusError`` when the call as a whole failed (then none was written)."""
 
 
 class AppendPipeline:
-    """The queues of the runs this worker writes (see the module docstring)."""
+    """The queues of the runs this worker writes, and their one sender (see the module
+    docstring)."""
 
-    def __init__(self, send: Send, confirmed: Callable[[str, Sequence[WireEvent]], None]) -> None:
+    def __init__(
+        self,
+        send: Send,
+        confirmed: Callable[[str, Sequence[WireEvent]], None],
+        *,
+        window: float = WINDOW,
+    ) -> None:
         self._send = send
         self._confirmed = confirmed
+        self._window = window
         self._runs: dict[str, _RunQueue] = {}
+        # runs with queued events, in the order they queued them (insertion-ordered)
+        self._ready: dict[str, _RunQueue] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._last_call = -float("inf")
 
     def append_nowait(self, run_id: str, event: WireEvent, *, fence: int) -> None:
         """Queue the event; raises the error of an earlier batch of the run."""
@@ -106,20 +135,23 @@ class AppendPipeline:
                 self._forget(run_id, run)
             raise failure
         run.items.append(_Item(event, fence, waiter))
-        if run.task is None:
-            run.task = asyncio.get_running_loop().create_task(
-                self._flush(run_id, run), name=f"redis-append:{run_id}"
+        if not run.sending:
+            self._ready[run_id] = run
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._sender(), name="redis-appends"
             )
 
     def _forget(self, run_id: str, run: _RunQueue) -> None:
-        if self._runs.get(run_id) is run and run.task is None and not run.items:
+        if self._runs.get(run_id) is run and not run.sending and not run.items:
             del self._runs[run_id]
 
     @staticmethod
-    def _take(run: _RunQueue) -> Batch:
+    def _take(run: _RunQueue, room: int) -> Batch:
         items = run.items
         batch = Batch(items[0].fence)
-        while items and len(batch.events) < MAX_BATCH and items[0].fence == batch.fence:
+        limit = min(MAX_BATCH, room)
+        while items and len(batch.events) < limit and items[0].fence == batch.fence:
             item = items.popleft()
             batch.events.append(item.event)
             if item.waiter is not None:
@@ -128,35 +160,71 @@ class AppendPipeline:
                 break
         return batch
 
-    async def _flush(self, run_id: str, run: _RunQueue) -> None:
+    def _collect(self) -> list[tuple[str, _RunQueue, Batch]]:
+        """One batch of each ready run, up to ``MAX_CALL`` events in all."""
+        taken: list[tuple[str, _RunQueue, Batch]] = []
+        room = MAX_CALL
+        ready = self._ready
+        while ready and room > 0:
+            run_id, run = next(iter(ready.items()))
+            del ready[run_id]
+            batch = self._take(run, room)
+            room -= len(batch.events)
+            run.sending = True
+            taken.append((run_id, run, batch))
+        return taken
+
+    async def _sender(self) -> None:
+        taken: list[tuple[str, _RunQueue, Batch]] = []
         try:
-            while run.items:
-                batch = self._take(run)
-                blind = len(batch.waiters) < len(batch.events)  # fire-and-forget events in it
+            while self._ready:
+                wait = self._last_call + self._window - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)  # more events join this call meanwhile
+                self._last_call = time.monotonic()
+                taken = self._collect()
                 try:
-                    error = await self._send(run_id, batch)
+                    errors: Sequence[BusError | None] = await self._send(
+                        [(run_id, batch) for run_id, _, batch in taken]
+                    )
                 except BusError as exc:
-                    error = exc
-                except BaseException:  # cancelled, or a bug: no caller may wait forever
-                    self._fail_all(run, batch, BusError(f"run {run_id!r}: the append stopped"))
-                    raise
-                if error is None:
-                    self._confirmed(run_id, batch.events)
-                    for waiter in batch.waiters:
-                        if not waiter.done():
-                            waiter.set_result(None)
-                    continue
-                for waiter in batch.waiters:
-                    if not waiter.done():
-                        waiter.set_exception(error)
-                if blind:
-                    # a gap follows: every later event is refused; the run hears it next call
-                    run.failure = error
-                    self._fail_all(run, None, error)
+                    errors = [exc] * len(taken)
+                for (run_id, run, batch), error in zip(taken, errors, strict=True):
+                    self._settle(run_id, run, batch, error)
+                taken = []
+        except BaseException:  # cancelled, or a bug: no caller may wait forever
+            for run_id, run, batch in taken:
+                run.sending = False
+                self._fail_all(run, batch, BusError(f"run {run_id!r}: the append stopped"))
+            for run_id, run in list(self._ready.items()):
+                self._fail_all(run, None, BusError(f"run {run_id!r}: the append stopped"))
+            self._ready.clear()
+            raise
         finally:
-            run.task = None
-            if run.failure is None:
-                self._forget(run_id, run)
+            self._task = None
+
+    def _settle(self, run_id: str, run: _RunQueue, batch: Batch, error: BusError | None) -> None:
+        run.sending = False
+        if error is None:
+            self._confirmed(run_id, batch.events)
+            for waiter in batch.waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        else:
+            for waiter in batch.waiters:
+                if not waiter.done():
+                    waiter.set_exception(error)
+            if len(batch.waiters) < len(batch.events):  # fire-and-forget events in it
+                # a gap follows: every later event is refused; the run hears it next call
+                run.failure = error
+                self._fail_all(run, None, error)
+        if run.items:
+            if self._runs.get(run_id) is run:
+                self._ready[run_id] = run
+            else:  # discarded meanwhile
+                self._fail_all(run, None, BusError(f"run {run_id!r} was discarded"))
+        elif run.failure is None:
+            self._forget(run_id, run)
 
     @staticmethod
     def _fail_all(run: _RunQueue, batch: Batch | None, error: BusError) -> None:
@@ -170,6 +238,7 @@ class AppendPipeline:
     def discard(self, run_id: str) -> None:
         """Drop what the run queued (a start undone); a call in flight still ends."""
         run = self._runs.pop(run_id, None)
+        self._ready.pop(run_id, None)
         if run is not None:
             self._fail_all(run, None, BusError(f"run {run_id!r} was discarded"))
 
@@ -179,7 +248,7 @@ class AppendPipeline:
         return len(self._runs)
 
     async def aclose(self) -> None:
-        """Wait for the calls in flight (each bounded by the bus's call timeout)."""
-        tasks = [run.task for run in self._runs.values() if run.task is not None]
-        if tasks:
-            await asyncio.wait(tasks)
+        """Wait until what is queued is sent (each call bounded by the bus's call timeout)."""
+        task = self._task
+        if task is not None:
+            await asyncio.wait([task])

@@ -535,10 +535,11 @@ async def test_many_readers_of_many_runs_on_one_follower(buses: Buses) -> None:
 async def test_a_waiter_behind_the_pending_read_is_not_served_from_it(buses: Buses) -> None:
     # A read issued from seq 3 returns seq 4; a waiter at seq 2 joined after it was issued.
     # Serving it from that read would skip seq 3: it must wait for the next read instead.
-    bus = await buses.open()
-    await bus.events.create("run_1", session_id="s", fence=1)
+    # (The run is written on another worker: this one follows it through XREAD.)
+    writer, bus = await buses.open(), await buses.open()
+    await writer.events.create("run_1", session_id="s", fence=1)
     for seq in range(1, 5):
-        await bus.events.append("run_1", event(seq), fence=1)
+        await writer.events.append("run_1", event(seq), fence=1)
     follower = bus.events.follower
     ahead = follower.wait("run_1", 3)
     behind = follower.wait("run_1", 2)
@@ -788,7 +789,8 @@ async def test_interrupt_returns_while_a_read_is_stuck_on_a_black_holed_redis(
     await proxy.start()
     try:
         bus = await buses.open(f"redis://127.0.0.1:{proxy.port}/0")
-        await bus.events.create("run_1", session_id="s", fence=1)
+        writer = await buses.open()  # the run is written on another worker
+        await writer.events.create("run_1", session_id="s", fence=1)
         subscription = await bus.events.subscribe("run_1")
         subscription.interrupt()
         assert await subscription.next() == ()  # the next call reads the log itself
@@ -801,7 +803,6 @@ async def test_interrupt_returns_while_a_read_is_stuck_on_a_black_holed_redis(
         assert await _reading(subscription), "the interrupt waited for the stuck read"
         # Redis answers again: the same read goes on, and the events come
         proxy.resume()
-        writer = await buses.open()
         await writer.events.append("run_1", event(1, "run.completed"), fence=1)
         assert await read_until_finished(subscription) == [1]
         await subscription.aclose()

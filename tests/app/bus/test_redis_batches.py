@@ -1,4 +1,4 @@
-"""Pipelined appends on a real Redis: events queued while a call is in flight go out together,
+"""Coalesced appends on a real Redis: events queued while a call is in flight go out together,
 a batch ends at a terminal event, a stale fence refuses its whole batch (and what was queued
 after it), and no reader, here or on another worker, sees an event before Redis holds it.
 
@@ -35,7 +35,7 @@ async def buses() -> AsyncIterator[Buses]:
 
 
 class Gate:
-    """Holds each batch of one bus's writer before its Redis call until ``open``; records the
+    """Holds each call of one bus's writer before it reaches Redis until ``open``; records the
     batches (their seqs) in the order they were sent."""
 
     def __init__(self, bus: RedisBus) -> None:
@@ -43,20 +43,22 @@ class Gate:
         self._send = pipeline._send
         pipeline._send = self.send
         self.batches: list[list[int]] = []
+        self.calls: list[int] = []  # the batches in each call
         self.answered = 0
         self.held = asyncio.Event()
         self._open = asyncio.Event()
         self._changed = asyncio.Event()
 
-    async def send(self, run_id: str, batch: Batch) -> BusError | None:
-        self.batches.append([e.seq for e in batch.events])
+    async def send(self, batches: Sequence[tuple[str, Batch]]) -> Sequence[BusError | None]:
+        self.batches.extend([e.seq for e in batch.events] for _, batch in batches)
+        self.calls.append(len(batches))
         if not self._open.is_set():
             self.held.set()
             await self._open.wait()
         try:
-            return await self._send(run_id, batch)
+            return await self._send(batches)
         finally:
-            self.answered += 1
+            self.answered += len(batches)
             self._changed.set()
 
     async def until(self, done: Callable[[], bool]) -> None:
@@ -214,3 +216,115 @@ async def test_a_reader_on_another_worker_during_a_batch(buses: Buses) -> None:
         seen[name].extend(await read_until_finished(subscription))
         await subscription.aclose()
     assert seen == {"remote": [1, 2, 3, 4], "local": [1, 2, 3, 4]}
+
+
+async def test_the_batches_of_several_runs_go_out_in_one_call(buses: Buses) -> None:
+    bus = await buses.open()
+    for run_id, fence in (("run_a", 1), ("run_b", 1), ("run_c", 4)):
+        await bus.events.create(run_id, session_id=f"s-{run_id}", fence=fence)
+    gate = Gate(bus)
+    bus.events.append_nowait("run_a", event(1, run_id="run_a"), fence=1)
+    await gate.held.wait()  # run_a's seq 1 is in flight; the three runs queue behind it
+    bus.events.append_nowait("run_a", event(2, run_id="run_a"), fence=1)
+    bus.events.append_nowait("run_b", event(1, run_id="run_b"), fence=1)
+    bus.events.append_nowait("run_b", event(2, run_id="run_b"), fence=1)
+    stale = asyncio.ensure_future(bus.events.append("run_c", event(1, run_id="run_c"), fence=3))
+    await asyncio.sleep(0)  # the awaited append has queued its event
+    gate.open()
+    with pytest.raises(LeaseLost):
+        await stale
+    # one call for the first event, one for the three runs' batches (run_b's, run_c's, then
+    # run_a's, queued again once its first batch was answered)
+    assert gate.calls == [1, 3]
+    assert gate.batches == [[1], [1, 2], [1], [2]]
+    # run_c's stale batch was refused alone: the other runs' batches in its call were written
+    assert await bus.events.last_seq("run_a") == 2
+    assert await bus.events.last_seq("run_b") == 2
+    assert await bus.events.last_seq("run_c") == 0
+
+
+async def test_a_reader_here_behind_what_was_confirmed_reads_the_log(buses: Buses) -> None:
+    # a run written here feeds its readers here from memory; one that starts waiting behind
+    # what Redis already confirmed (it read the log just before a batch came back) is sent to
+    # read the log again, not left waiting for a batch that may never come
+    bus = await buses.open()
+    await bus.events.create("run_1", session_id="s", fence=1)
+    subscription = await bus.events.subscribe("run_1")
+    for seq in (1, 2):
+        await bus.events.append("run_1", event(seq), fence=1)
+    waiter = bus.events.follower.wait("run_1", 0)
+    assert waiter.future.done() and waiter.future.result() == ()
+    async with asyncio.timeout(5):
+        assert [e.seq for e in await subscription.next()] == [1, 2]
+    await subscription.aclose()
+
+
+async def test_a_run_given_up_here_is_followed_through_redis(buses: Buses) -> None:
+    # the worker that wrote the run gives its lease back (handed over); another worker goes
+    # on writing it: the first worker's reader gets those events through XREAD
+    first, second = await buses.open(), await buses.open()
+    lease = await first.locks.acquire("s", "run_1", 15)
+    assert lease is not None
+    await first.events.create("run_1", session_id="s", fence=lease.token)
+    await first.events.append("run_1", event(1), fence=lease.token)
+    reader = await first.events.subscribe("run_1", after=1)
+    pending = asyncio.ensure_future(reader.next())
+    await first.locks.release(lease)
+    successor = await second.locks.acquire("s", "run_1", 15)
+    assert successor is not None and successor.token > lease.token
+    await second.events.append("run_1", event(2), fence=successor.token)
+    async with asyncio.timeout(5):
+        assert [e.seq for e in await pending] == [2]
+    await second.events.append("run_1", event(3, "run.completed"), fence=successor.token)
+    assert await read_until_finished(reader) == [3]
+    await reader.aclose()
+
+
+async def test_a_crash_inside_the_window_loses_no_event_a_reader_saw(buses: Buses) -> None:
+    # The writer dies while a call is held in its window: the events it queued never reach
+    # Redis, and no reader, on its worker or another, has seen any of them. The worker that
+    # takes the run over goes on from the log's last seq, so every reader's stream stays one
+    # contiguous story.
+    writer, elsewhere, successor = [await buses.open() for _ in range(3)]
+    lease = await writer.locks.acquire("s", "run_1", 15)
+    assert lease is not None
+    await writer.events.create("run_1", session_id="s", fence=lease.token)
+    for seq in (1, 2):
+        await writer.events.append("run_1", event(seq), fence=lease.token)
+    local = await writer.events.subscribe("run_1")
+    remote = await elsewhere.events.subscribe("run_1")
+    seen: dict[str, list[int]] = {"local": [], "remote": []}
+    for name, subscription in (("local", local), ("remote", remote)):
+        async with asyncio.timeout(5):
+            while len(seen[name]) < 2:
+                seen[name].extend(e.seq for e in await subscription.next())
+    gate = Gate(writer)
+    for seq in (3, 4, 5):
+        writer.events.append_nowait("run_1", event(seq), fence=lease.token)
+    await gate.held.wait()  # 3..5 are held in the window
+    pending = {
+        "local": asyncio.ensure_future(local.next()),
+        "remote": asyncio.ensure_future(remote.next()),
+    }
+    for name in ("local", "remote"):
+        assert await _quiet(pending[name]), f"the {name} reader saw an event Redis lacks"
+    # the crash: the writer's sender dies with its call, the worker with it
+    task = writer.events._pipeline._task
+    assert task is not None
+    task.cancel()
+    await asyncio.wait([task])
+    await writer.locks.release(lease)  # its lease lapses (released here to skip the wait)
+    assert await successor.events.last_seq("run_1") == 2
+    taken = await successor.locks.acquire("s", "run_1", 15)
+    assert taken is not None
+    await successor.events.append("run_1", event(3, "run.failed"), fence=taken.token)
+    for name in ("local", "remote"):
+        async with asyncio.timeout(5):
+            seen[name].extend(e.seq for e in await pending[name])
+        subscription = local if name == "local" else remote
+        seen[name].extend(await read_until_finished(subscription))
+        await subscription.aclose()
+    assert seen == {"local": [1, 2, 3], "remote": [1, 2, 3]}
+    async with asyncio.timeout(5):
+        tail = await (await successor.events.subscribe("run_1", after=2)).next()
+    assert [(e.seq, e.type) for e in tail] == [(3, "run.failed")]
