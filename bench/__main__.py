@@ -29,6 +29,7 @@ from typing import Any
 
 import psutil
 
+from bench.event_cost import scenario_event_cost
 from bench.handover import scenario_handover
 from bench.image_input import scenario_image_input
 from bench.outcome import Config, Outcome
@@ -51,6 +52,7 @@ ALL = {
     11: scenario_structured,
     12: scenario_prompt_caching,
     13: scenario_image_input,
+    14: scenario_event_cost,
 }
 REDIS_SCENARIOS = (8, 9, 10)
 

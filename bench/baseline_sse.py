@@ -8,6 +8,8 @@ service's own cost:
 - ``POST /v1/sessions/{id}/runs`` streams the frames in ``BENCH_FRAMES`` (a JSON list of
   ``[id, event, data]`` captured from one real run of the service: the same ids, event names
   and JSON sizes), one ``ServerSentEvent`` per frame, with no run, storage or JSON encoding;
+  ``BENCH_FRAME_GAP`` seconds apart after the first (the demo model's token delay: one write
+  per frame);
 - ``GET /wait/{key}`` streams ``ready``, waits until ``POST /signal/{key}``, then streams
   ``signalled`` and ends (the floor of a confirmation round trip);
 - ``POST /park/{key}`` starts a task awaiting a future until ``POST /unpark/{key}`` (the floor
@@ -41,6 +43,7 @@ def _load_frames() -> list[tuple[str, str, str]]:
 
 
 FRAMES = _load_frames()
+GAP = float(os.environ.get("BENCH_FRAME_GAP") or 0)
 _signals: dict[str, asyncio.Event] = {}
 _parked: dict[str, asyncio.Future[None]] = {}
 _tasks: set[asyncio.Task[None]] = set()
@@ -50,7 +53,9 @@ async def stream_run(request: Request) -> Response:
     await request.body()
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
-        for ident, event, data in FRAMES:
+        for index, (ident, event, data) in enumerate(FRAMES):
+            if GAP and index:
+                await asyncio.sleep(GAP)
             yield ServerSentEvent(data=data, event=event, id=ident, sep="\n")
 
     return EventSourceResponse(frames(), sep="\n", headers={"cache-control": "no-store"})

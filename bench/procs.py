@@ -264,15 +264,24 @@ def proxy_port(process: subprocess.Popen[bytes]) -> int:
     return int(line.split()[1])
 
 
-def baseline_server(name: str, frames_path: Path | None = None) -> Server:
-    """The minimal sse-starlette app (``bench.baseline_sse``) on the same uvicorn stack."""
+def baseline_server(
+    name: str,
+    frames_path: Path | None = None,
+    *,
+    gap: float = 0.0,
+    app: str = "bench.baseline_sse:app",
+) -> Server:
+    """The minimal sse-starlette app (``bench.baseline_sse``) on the same uvicorn stack, or
+    another floor app (``bench.baseline_raw:app``); ``gap``: seconds between frames."""
     port = free_port()
     env = {"BENCH_FRAMES": str(frames_path)} if frames_path is not None else {}
+    if gap:
+        env["BENCH_FRAME_GAP"] = str(gap)
     command = [
         sys.executable,
         "-m",
         "uvicorn",
-        "bench.baseline_sse:app",
+        app,
         "--host",
         HOST,
         "--port",

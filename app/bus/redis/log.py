@@ -55,6 +55,11 @@ _RETRY_FIRST: Final = 0.1
 _RETRY_MAX: Final = 2.0
 
 
+_RS: Final = "\x1e"
+"""Ends each field of an append's header (``scripts.APPEND``)."""
+_US: Final = "\x1f"
+"""Separates the items of a list in an append's header (types, frame lengths)."""
+
 _INTERRUPTED: Final = object()
 """What ``RedisSubscription._read`` returns when interrupted before the read ended."""
 
@@ -616,13 +621,12 @@ class RedisEventLog:
         self._pipeline.append_nowait(run_id, event, fence=fence)
 
     async def _send(self, batches: Sequence[tuple[str, Batch]]) -> list[BusError | None]:
-        """The batches of several runs in one call; per batch None once Redis holds it, else
-        why not."""
-        keys = self._keys
+        """The batches of several runs in one call (``scripts.APPEND``: one header, and every
+        frame in one argument); per batch None once Redis holds it, else why not."""
         errors: list[BusError | None] = [None] * len(batches)
         sent: list[int] = []
-        names: list[str] = []
-        args: list[Any] = [self._max_events, self._ttl_ms]
+        header: list[str] = []
+        frames: list[bytes] = []
         for index, (run_id, batch) in enumerate(batches):
             events = batch.events
             first = events[0].seq
@@ -631,29 +635,29 @@ class RedisEventLog:
                 errors[index] = _append_error(run_id, batch, scripts.APPEND_SEQ)
                 continue
             sent.append(index)
-            terminal = batch.terminal
-            if terminal:
-                session_id = self._writing.pop(run_id, None)
-                if session_id is None:  # a log this worker did not start (the reaper's append)
+            session_id = ""
+            if batch.terminal:  # its lock is released in the same step
+                session_id = self._writing.pop(run_id, "")
+                if not session_id:  # a log this worker did not start (the reaper's append)
                     session_id = str(events[-1].document["session_id"])
-                lock = keys.lock(session_id)
-            else:
-                lock = keys.meta(run_id)  # not touched: only a terminal event releases the lock
-            names += (keys.meta(run_id), keys.log(run_id), keys.live, lock, keys.route(run_id))
-            frames = [event.frame for event in events]
-            args += (
-                batch.fence,
-                1 if terminal else 0,
+            batch_frames = [event.frame for event in events]
+            frames += batch_frames
+            header += (
                 run_id,
-                first,
-                "\n".join([event.type for event in events]),
-                ",".join([str(len(frame)) for frame in frames]),
-                b"".join(frames),
+                session_id,
+                str(batch.fence),
+                "1" if batch.terminal else "0",
+                str(first),
+                _US.join([event.type for event in events]),
+                _US.join([str(len(frame)) for frame in batch_frames]),
             )
         if sent:
+            header.append("")  # every field ends with RS
+            args = [self._keys.prefix, self._max_events, self._ttl_ms, _RS.join(header)]
+            args.append(b"".join(frames))
             try:
                 async with unavailable(self._where, "appending to an event log"):
-                    statuses = await self._append(keys=names, args=args)
+                    statuses = await self._append(keys=(), args=args)
             except BaseException:
                 for run_id, _ in batches:
                     self.follower.stopped_writing(run_id)

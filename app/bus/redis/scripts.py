@@ -192,44 +192,60 @@ APPEND_STALE: Final = -2
 APPEND_SEALED: Final = -3
 APPEND_SEQ: Final = -4
 
-# KEYS: for each run, its meta, stream, the live set, its session lock, its route.
-# ARGV: max events, sealed ttl (ms), then for each run seven: fence, terminal (0/1: the batch's
-# last event is terminal), run id, the first event's seq, the events' types joined by newlines
-# (an SSE event type has none), their frames' lengths joined by commas, and their frames one
-# after the other. The answer: one status per run (APPEND_*), in order. (Seven arguments a run
-# rather than three an event: the worker spends far less encoding a few long arguments than
-# many short ones.)
+# KEYS: none (see below). ARGV: the key prefix, max events, sealed ttl (ms), the header, the
+# frames. The header holds seven fields a run, each field ended by RS (\30): its id, its
+# session (for a terminal batch, whose lock it releases; else empty), fence, terminal (0/1: the
+# batch's last event is terminal), the first event's seq, the events' types and their frames'
+# lengths (both with US, \31, between items). The frames of every batch follow one another in
+# the last argument. The answer: one status per run (APPEND_*), in order.
 #
-# One call appends the batches of several runs (``app.bus.redis.writer``); each batch is the
-# consecutive events one writer queued for one run with one fence, all or none (every check
-# is made before the batch's first write, so a refused batch leaves its log as it was; the
-# other runs' batches do not depend on it). The fence check is what keeps a worker that lost
-# its lease from writing after whoever took over (with a higher token) wrote the run's end.
-# The same batch sent twice by the same writer (a call retried after its answer was lost: its
-# last seq is the log's last, its fence the log's) is accepted once and answered
+# One call appends the batches of several runs (``app.bus.redis.writer``), in five arguments
+# whatever their number: encoding a command's arguments is most of what a call costs the worker,
+# so a few long ones cost far less than many short ones. The keys are named from the prefix
+# here rather than passed: a call writes the logs of many runs, which Redis Cluster would
+# refuse anyway (one Redis, or one Redis per shard of runs, as docs/deploy.md describes).
+#
+# Each batch is the consecutive events one writer queued for one run with one fence, all or
+# none (every check is made before the batch's first write, so a refused batch leaves its log
+# as it was; the other runs' batches do not depend on it). The fence check is what keeps a
+# worker that lost its lease from writing after whoever took over (with a higher token) wrote
+# the run's end. The same batch sent twice by the same writer (a call retried after its answer
+# was lost: its last seq is the log's last, its fence the log's) is accepted once and answered
 # APPEND_DUPLICATE. A terminal event can only be a batch's last: it seals the log, gives it its
 # TTL, and ends the run's hold in the same step: the session lock taken with this fence is
 # released and the route dropped, so a reader that sees the end never finds the session still
 # busy.
 APPEND: Final = """
-local function append(k, at)
-  local meta = redis.call('HMGET', KEYS[k], 'fence', 'last', 'sealed')
+local prefix = ARGV[1]
+local function fields(text, sep)
+  local found = {}
+  local start = 1
+  while start <= #text do
+    local stop = string.find(text, sep, start, true)
+    if not stop then
+      stop = #text + 1
+    end
+    found[#found + 1] = string.sub(text, start, stop - 1)
+    start = stop + 1
+  end
+  return found
+end
+
+local frames = ARGV[5]
+local offset = 1
+local function append(run_id, session, fence_text, terminal, first, types, sizes)
+  local meta_key = prefix .. 'meta:' .. run_id
+  local log_key = prefix .. 'log:' .. run_id
+  local meta = redis.call('HMGET', meta_key, 'fence', 'last', 'sealed')
   if not meta[1] then
     return -1
   end
-  local fence_text = ARGV[at]
   local fence = tonumber(fence_text)
   local stored = tonumber(meta[1])
   if fence < stored then
     return -2
   end
-  local types = {}
-  for name in string.gmatch(ARGV[at + 4], '[^\\n]+') do
-    types[#types + 1] = name
-  end
-  local count = #types
-  local first = tonumber(ARGV[at + 3])
-  local final = first + count - 1
+  local final = first + #types - 1
   local last = tonumber(meta[2])
   if final == last and fence == stored and last > 0 then
     return 0
@@ -240,43 +256,47 @@ local function append(k, at)
   if first ~= last + 1 then
     return -4
   end
-  local frames = ARGV[at + 6]
-  local offset = 1
-  local index = 0
-  for size in string.gmatch(ARGV[at + 5], '%d+') do
-    local stop = offset + tonumber(size)
-    index = index + 1
-    redis.call('XADD', KEYS[k + 1], 'MAXLEN', '~', ARGV[1], (first + index - 1) .. '-0',
-      't', types[index], 'f', string.sub(frames, offset, stop - 1))
-    offset = stop
+  local at = offset
+  for index = 1, #types do
+    local stop = at + tonumber(sizes[index])
+    redis.call('XADD', log_key, 'MAXLEN', '~', ARGV[2], (first + index - 1) .. '-0',
+      't', types[index], 'f', string.sub(frames, at, stop - 1))
+    at = stop
   end
-  if ARGV[at + 1] == '1' then
-    redis.call('HSET', KEYS[k], 'fence', fence_text, 'last', final, 'sealed', 1)
-    redis.call('PEXPIRE', KEYS[k], ARGV[2])
-    redis.call('PEXPIRE', KEYS[k + 1], ARGV[2])
-    redis.call('ZREM', KEYS[k + 2], ARGV[at + 2])
-    local lock = redis.call('GET', KEYS[k + 3])
+  if terminal == '1' then
+    redis.call('HSET', meta_key, 'fence', fence_text, 'last', final, 'sealed', 1)
+    redis.call('PEXPIRE', meta_key, ARGV[3])
+    redis.call('PEXPIRE', log_key, ARGV[3])
+    redis.call('ZREM', prefix .. 'live', run_id)
+    local lock_key = prefix .. 'lock:' .. session
+    local lock = redis.call('GET', lock_key)
     if lock and string.sub(lock, 1, string.len(fence_text) + 1) == fence_text .. ' ' then
-      redis.call('DEL', KEYS[k + 3])
+      redis.call('DEL', lock_key)
     end
-    redis.call('DEL', KEYS[k + 4])
+    redis.call('DEL', prefix .. 'route:' .. run_id)
   else
-    redis.call('HSET', KEYS[k], 'fence', fence_text, 'last', final)
+    redis.call('HSET', meta_key, 'fence', fence_text, 'last', final)
     if first == 1 then
-      local ttl = redis.call('PTTL', KEYS[k])
+      local ttl = redis.call('PTTL', meta_key)
       if ttl > 0 then
-        redis.call('PEXPIRE', KEYS[k + 1], ttl)
+        redis.call('PEXPIRE', log_key, ttl)
       end
     end
   end
   return 1
 end
 
+local header = fields(ARGV[4], '\\30')
 local statuses = {}
-local k = 1
-for at = 3, #ARGV, 7 do
-  statuses[#statuses + 1] = append(k, at)
-  k = k + 5
+for at = 1, #header - 6, 7 do
+  local types = fields(header[at + 5], '\\31')
+  local sizes = fields(header[at + 6], '\\31')
+  statuses[#statuses + 1] = append(header[at], header[at + 1], header[at + 2],
+    header[at + 3], tonumber(header[at + 4]), types, sizes)
+  -- the next batch's frames follow this one's, whether this one was written or not
+  for index = 1, #sizes do
+    offset = offset + tonumber(sizes[index])
+  end
 end
 return statuses
 """
