@@ -27,8 +27,14 @@ _READ_TIMEOUT = 5.0
 
 
 def is_edit(event: ExternalEvent) -> bool:
-    """Whether ``event`` is an approval that carries edited arguments."""
-    return event.name == CONFIRMATION_RESPONSE and event.payload.get(EDITED_ARGUMENTS) is not None
+    """Whether ``event`` is an answer that carries edited arguments (one whose ``approved`` is
+    not a boolean is no answer at all: the holder refuses it as not accepted)."""
+    payload = event.payload
+    return (
+        event.name == CONFIRMATION_RESPONSE
+        and isinstance(payload.get("approved"), bool)
+        and payload.get(EDITED_ARGUMENTS) is not None
+    )
 
 
 async def check_edit(

@@ -247,7 +247,8 @@ class Routing:
             return []
         if isinstance(found, RunRecord) and is_edit(event):
             # held elsewhere (or by nobody yet): the holder's refusal would not come back
-            await check_edit(context.events, context.agents.get(found.agent), run_id, event)
+            agent = context.agents.get(found.agent, context.agent)
+            await check_edit(context.events, agent, run_id, event)
         accepted: list[str] | None = None
         if await self._leased(session_id, run_id):
             accepted = await context.bus.router.deliver_external(session_id, run_id, event)
