@@ -363,7 +363,9 @@ class AgentCore(CapabilityCalls, RunCalls):
         """Offer an external answer to the extensions; returns the names of those that took it.
 
         Safe to call from any thread. An empty list means nobody was waiting for it: it was
-        stale, duplicate, unknown or for another request.
+        stale, duplicate, unknown or for another request. An answer a waiting run refuses for
+        a reason its sender can fix (an approval with edited arguments the tool does not take)
+        raises that ``AnswerRefusedError``; the run keeps waiting.
         """
         if self._closed:
             raise AgentClosedError("the agent is closed")

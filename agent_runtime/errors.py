@@ -17,6 +17,10 @@ misuse of the API is kept apart from a run that failed::
     ├── SkillResourceError (also ValueError)    a skill resource path that is refused or unreadable
     ├── ExternalEventExpiredError (also TimeoutError)  nobody answered a wait for an external
     │                                           event in time (extensions.external)
+    ├── AnswerRefusedError (also ValueError)    an answer a waiting run refuses, saying why; the
+    │   │                                       wait stays open for another (.code)
+    │   ├── EditNotAllowedError                 edited arguments for a tool that takes none
+    │   └── InvalidEditError                    edited arguments the tool's schema refuses
     ├── MCPClientError                          an MCP server or its client failed (mcp.errors)
     │   ├── MCPClientStateError (also RuntimeError)  used before start() or after close()
     │   ├── MCPServerError                      unreachable, died, timed out, refused
@@ -47,9 +51,12 @@ from typing import Any
 __all__ = [
     "AgentClosedError",
     "AgentRuntimeError",
+    "AnswerRefusedError",
     "CheckpointError",
     "ConfigurationError",
     "ContentError",
+    "EditNotAllowedError",
+    "InvalidEditError",
     "InvalidInputError",
     "LoopAffinityError",
     "MaxIterationsError",
@@ -144,6 +151,40 @@ class SkillResourceError(AgentRuntimeError, ValueError):
     """A skill's resource was refused (absolute, ``..``, a symlink out of the skill's folder)
     or could not be read. Raised inside the ``read_skill_resource`` tool, whose call then
     returns this message as its error."""
+
+
+class AnswerRefusedError(AgentRuntimeError, ValueError):
+    """An answer to a waiting run (``AgentCore.emit_external_event``) was refused for a reason
+    its sender can fix. Nothing was used up: the wait stays open for a correct answer.
+    ``code`` is a stable literal a service may pass on to its clients."""
+
+    code: str = "answer_refused"
+
+
+class EditNotAllowedError(AnswerRefusedError):
+    """An approval carried edited arguments for a tool that does not take them: only a tool
+    declared editable (``@tool(editable=True)``) runs with arguments a person changed."""
+
+    code = "edit_not_allowed"
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(
+            f"the tool {tool!r} does not allow its arguments to be edited: approve or deny the "
+            "call as it is (declare the tool editable to allow edits)"
+        )
+        self.tool = tool
+
+
+class InvalidEditError(AnswerRefusedError):
+    """An approval carried edited arguments its tool cannot run with: not a JSON object, not
+    matching the tool's parameters, or sent with a denial. ``problems`` says what is wrong."""
+
+    code = "invalid_arguments"
+
+    def __init__(self, tool: str, problems: str) -> None:
+        super().__init__(f"the edited arguments for {tool!r} were refused: {problems}")
+        self.tool = tool
+        self.problems = problems
 
 
 class RunError(AgentRuntimeError):

@@ -68,7 +68,8 @@ class AgentEvent:
 
     Only the fields of the event's type are set: ``delta`` for text and reasoning deltas;
     ``tool_call_id``, ``name``, ``arguments``, ``result``, ``error`` and ``is_error`` for tool
-    calls; ``name``
+    calls (a completed call has ``arguments`` only when a person edited them on approval);
+    ``name``
     and ``payload`` for custom events; ``usage`` for usage and terminal events; ``message`` for
     ``run.completed`` (with ``messages``, every message the run added to the conversation, and
     ``structured``, the validated answer of a run asked for structured output);
@@ -126,6 +127,10 @@ class AgentEvent:
                 data["error"] = self.error
             else:
                 data["result"] = self.result
+            if self.arguments is not None:
+                # a person edited the call's arguments when approving it: what it ran with
+                data["arguments"] = self.arguments
+                data["edited"] = True
             return data
         if t is AgentEventType.CUSTOM:
             return {"name": self.name, "payload": self.payload or {}}

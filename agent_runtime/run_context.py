@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast
 
@@ -95,7 +95,8 @@ class AgentState:
     """The state of one run. ``messages`` is the conversation as the model last saw it;
     ``added`` what this run added to it so far (its prompt first); ``partial`` the text of the
     model call in flight and ``partial_reasoning`` its reasoning; ``approvals`` the decision on
-    each ``ask`` call, by call id."""
+    each ``ask`` call, by call id; ``edits`` the arguments a person approved a call with
+    instead of the model's, by call id."""
 
     run_id: str = ""
     session_id: str = ""
@@ -109,6 +110,24 @@ class AgentState:
     partial: list[str] = field(default_factory=list)
     partial_reasoning: list[str] = field(default_factory=list)
     approvals: dict[str, Literal["approved", "denied"]] = field(default_factory=dict)
+    edits: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def edit_call(self, call: ToolCall, arguments: Mapping[str, Any]) -> ToolCall:
+        """Replace ``call`` by the same call with ``arguments``, in the assistant message that
+        made it (a new message object, in ``added`` and ``messages``: a checkpoint already
+        handed out keeps what it saw); the edited call."""
+        edited = ToolCall(call.id, call.name, dict(arguments))
+        for messages in (self.added, self.messages):
+            for index in range(len(messages) - 1, -1, -1):
+                message = messages[index]
+                if not isinstance(message, AssistantMessage):
+                    continue
+                calls = [edited if c.id == call.id else c for c in message.tool_calls]
+                if calls != message.tool_calls:
+                    messages[index] = replace(message, tool_calls=calls)
+                    break
+        self.edits[call.id] = edited.arguments
+        return edited
 
     def stopped_messages(self) -> list[Message]:
         """What the run added, as far as it got, as a conversation that can be carried on.
@@ -240,6 +259,7 @@ class AgentRunContext:
         "_channel",
         "_checkpoints",
         "_decisions",
+        "_edits",
         "_options",
         "_resumed_asks",
         "_task",
@@ -267,6 +287,8 @@ class AgentRunContext:
         self._options = options
         self._channel = channel
         self._decisions: dict[str, tuple[bool, str | None]] = {}
+        # arguments an approval edited, by call id, until the runtime runs the call with them
+        self._edits: dict[str, dict[str, Any]] = {}
         self._task: asyncio.Task[None] | None = None
         self._cancel_reason: str | None = None
         # with a checkpoint sink: the open calls' states and the saves (agent_runtime.checkpoints)
@@ -326,14 +348,32 @@ class AgentRunContext:
         return self.agent.policy_for(name, found)
 
     def set_tool_decision(
-        self, tool_call_id: str, approved: bool, reason: str | None = None
+        self,
+        tool_call_id: str,
+        approved: bool,
+        reason: str | None = None,
+        *,
+        arguments: Mapping[str, Any] | None = None,
     ) -> None:
-        """Record the approval or denial of an ``ask`` call (used by approval extensions)."""
+        """Record the approval or denial of an ``ask`` call (used by approval extensions).
+
+        ``arguments``: an approval's edited arguments, which the call then runs with; the
+        runtime checks them again (the tool must be editable and take them) and denies the
+        call if they do not pass.
+        """
         self._decisions[tool_call_id] = (approved, reason)
+        if approved and arguments is not None:
+            self._edits[tool_call_id] = dict(arguments)
+        else:
+            self._edits.pop(tool_call_id, None)
 
     def take_tool_decision(self, tool_call_id: str) -> tuple[bool, str | None] | None:
         """Pop the recorded decision for a call, if any."""
         return self._decisions.pop(tool_call_id, None)
+
+    def take_tool_edit(self, tool_call_id: str) -> dict[str, Any] | None:
+        """Pop the edited arguments an approval recorded for a call, if any."""
+        return self._edits.pop(tool_call_id, None)
 
     def has_tool_decision(self, tool_call_id: str) -> bool:
         """Whether a call is already decided (a resumed run's approved or denied call)."""

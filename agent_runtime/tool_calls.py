@@ -14,8 +14,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .checkpoints import RunCheckpoint, unknown_outcome
+from .errors import AnswerRefusedError
 from .events import AgentEvent, AgentEventType
 from .extensions.base import AgentExtension, ToolOutcome
+from .extensions.edits import edited_arguments
 from .messages import ToolCall, ToolMessage
 from .run_context import AgentRunContext
 from .tools.base import Tool, ToolPolicy
@@ -174,6 +176,16 @@ class ToolCalls:
             return f"tool {call.name!r} is not allowed by policy"
         if policy is ToolPolicy.ASK:
             approved, reason = await self._ask(context, call)
+            edit = context.take_tool_edit(call.id)
+            if approved and edit is not None:
+                try:  # an approver's edit is checked here too: the run holds the last word
+                    checked = edited_arguments(found, call, {"approved": True, "arguments": edit})
+                except AnswerRefusedError as exc:
+                    approved, reason = False, f"the call to {call.name!r} was denied: {exc}"
+                else:
+                    if checked is not None:
+                        # before the checkpoint below: a resumed run runs what was approved
+                        call = context.state.edit_call(call, checked)
             context.state.approvals[call.id] = "approved" if approved else "denied"
             if asks and checkpoints is not None:
                 checkpoints.mark(call, "approved" if approved else "denied")
@@ -215,6 +227,9 @@ class ToolCalls:
     async def _finish_call(
         self, context: AgentRunContext, call: ToolCall, ready: Tool | str
     ) -> ToolMessage:
+        edited = context.state.edits.get(call.id)
+        if edited is not None:  # approved with a person's arguments: it runs with those
+            call = ToolCall(call.id, call.name, edited)
         checkpoints = context._checkpoints
         if checkpoints is not None and not isinstance(ready, str) and not ready.idempotent:
             # saved before the body starts: a resumed run does not run it a second time
@@ -265,6 +280,7 @@ class ToolCalls:
                 context.session_id,
                 tool_call_id=call.id,
                 name=call.name,
+                arguments=edited,  # only an edited call's: they differ from the announced ones
                 result=None if is_error else result,
                 error=outcome_error,
                 is_error=is_error,

@@ -3,8 +3,9 @@
 Before such a call runs, ``ConfirmationExtension`` emits a ``custom`` event named
 ``confirmation_requested`` and pauses the run until a ``confirmation_response`` answers it
 through ``AgentCore.emit_external_event``, or until it expires. It then records the decision
-with ``context.set_tool_decision``; the runtime runs the call it already holds (an answer cannot
-change the tool or its arguments) or returns the denial to the model.
+with ``context.set_tool_decision``; the runtime runs the call it already holds or returns the
+denial to the model. An answer cannot change the tool; it can change the arguments only of a
+tool declared editable (``agent_runtime.extensions.edits``).
 
 See ``docs/confirmations.md`` for the payloads and the flow.
 """
@@ -15,12 +16,13 @@ import json
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
+from ..errors import AnswerRefusedError, ConfigurationError
 from ..events import AgentEvent, AgentEventType
 from ..messages import ToolCall
 from ..tools.base import ToolPolicy
+from .edits import EDITED_ARGUMENTS, edited_arguments
 from .external import ExternalEvent, ExternalEventExpiredError, ExternalEventExtension
 
 if TYPE_CHECKING:
@@ -66,13 +68,18 @@ class ConfirmationExtension(ExternalEventExtension):
             tool and its arguments.
 
     The request's payload holds ``tool_call_id``, ``tool``, ``arguments``, ``question``,
-    ``response_event`` (``"confirmation_response"``) and ``expires_at`` (ISO 8601, UTC). An
-    answer's payload is ``{"tool_call_id": str, "approved": bool}``; other keys are ignored and
-    a non-boolean ``approved`` is refused without using up the request.
+    ``response_event`` (``"confirmation_response"``) and ``expires_at`` (ISO 8601, UTC), and
+    ``editable: true`` for a tool whose arguments may be edited. An answer's payload is
+    ``{"tool_call_id": str, "approved": bool}``, with ``"arguments": {...}`` to approve the
+    call with edited arguments; other keys are ignored and a non-boolean ``approved`` is
+    refused without using up the request. An edit the tool does not allow, or arguments its
+    validation refuses, raise an ``AnswerRefusedError`` from ``emit_external_event`` and use
+    up nothing either.
 
     Once decided, a ``custom`` event ``confirmation_resolved`` reports ``tool_call_id`` and
     ``outcome`` (``approved``, ``denied`` or ``expired``), so a front end can close its dialog
-    and say what happened without parsing the tool's error text.
+    and say what happened without parsing the tool's error text; an approval that edited the
+    arguments adds ``edited: true`` and the ``arguments`` the call runs with.
 
     Several ``ask`` calls in one model turn are confirmed one after another, in call order:
     the second request is emitted only once the first is decided.
@@ -93,6 +100,12 @@ class ConfirmationExtension(ExternalEventExtension):
 
     def _is_valid_answer(self, event: ExternalEvent) -> bool:
         return isinstance(event.payload.get("approved"), bool)
+
+    def _check_answer(
+        self, context: AgentRunContext, subject: object, event: ExternalEvent
+    ) -> None:
+        if isinstance(subject, ToolCall) and event.payload.get(EDITED_ARGUMENTS) is not None:
+            edited_arguments(context.tools.get(subject.name), subject, event.payload)
 
     async def before_tool(self, context: AgentRunContext, call: ToolCall) -> None:
         """Hold an ``ask`` call until it is approved, denied or expired."""
@@ -116,8 +129,11 @@ class ConfirmationExtension(ExternalEventExtension):
             if timeout <= 0:  # it expired while the run was parked or being handed over
                 await self._expired(context, call, expires)
                 return
+        found = context.tools.get(call.name)
         try:
-            async with self._wait_for_external_event(context, call.id, timeout=timeout) as wait:
+            async with self._wait_for_external_event(
+                context, call.id, timeout=timeout, subject=call
+            ) as wait:
                 if first is None and wait.expires_at is not None:  # always set: a timeout
                     expires = format_expiry(wait.expires_at)
                     await context.record_ask(call, wait.expires_at)
@@ -132,6 +148,7 @@ class ConfirmationExtension(ExternalEventExtension):
                             "question": self._question(call),
                             "response_event": CONFIRMATION_RESPONSE,
                             "expires_at": expires,
+                            **({"editable": True} if found is not None and found.editable else {}),
                             # asked before the run moved here: the same request again
                             **({"resumed": True} if context.is_resumed_ask(call.id) else {}),
                         },
@@ -142,8 +159,14 @@ class ConfirmationExtension(ExternalEventExtension):
             return
         answer = self._take_external_event(context, call.id)
         if answer.payload["approved"] is True:
-            context.set_tool_decision(call.id, True)
-            await self._resolved(context, call, "approved")
+            try:  # checked when the answer was accepted: the same check, the same verdict
+                edited = edited_arguments(found, call, answer.payload)
+            except AnswerRefusedError as exc:
+                context.set_tool_decision(call.id, False, str(exc))
+                await self._resolved(context, call, "denied")
+                return
+            context.set_tool_decision(call.id, True, arguments=edited)
+            await self._resolved(context, call, "approved", edited)
         else:
             context.set_tool_decision(
                 call.id, False, f"the call to {call.name!r} was denied by the user"
@@ -160,11 +183,15 @@ class ConfirmationExtension(ExternalEventExtension):
         await self._resolved(context, call, "expired")
 
     @staticmethod
-    async def _resolved(context: AgentRunContext, call: ToolCall, outcome: str) -> None:
+    async def _resolved(
+        context: AgentRunContext,
+        call: ToolCall,
+        outcome: str,
+        edited: dict[str, Any] | None = None,
+    ) -> None:
+        payload: dict[str, Any] = {"tool_call_id": call.id, "outcome": outcome}
+        if edited is not None:
+            payload.update(edited=True, arguments=dict(edited))
         await context.emit(
-            AgentEvent(
-                AgentEventType.CUSTOM,
-                name=CONFIRMATION_RESOLVED,
-                payload={"tool_call_id": call.id, "outcome": outcome},
-            )
+            AgentEvent(AgentEventType.CUSTOM, name=CONFIRMATION_RESOLVED, payload=payload)
         )

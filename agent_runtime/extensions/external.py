@@ -82,7 +82,16 @@ class _State(enum.Enum):
 class _Wait:
     """One registered wait. ``state`` only changes under the extension's lock."""
 
-    __slots__ = ("context", "correlation_id", "deadline", "future", "names", "state", "timeout")
+    __slots__ = (
+        "context",
+        "correlation_id",
+        "deadline",
+        "future",
+        "names",
+        "state",
+        "subject",
+        "timeout",
+    )
 
     def __init__(
         self,
@@ -92,6 +101,7 @@ class _Wait:
         future: asyncio.Future[ExternalEvent],
         timeout: float | None,
         deadline: float | None,
+        subject: object = None,
     ) -> None:
         self.context = context
         self.correlation_id = correlation_id
@@ -99,6 +109,7 @@ class _Wait:
         self.future = future
         self.timeout = timeout
         self.deadline = deadline
+        self.subject = subject
         self.state = _State.OPEN
 
 
@@ -222,6 +233,7 @@ class ExternalEventExtension(AgentExtension):
         response_event_name: str | None = None,
         # the expiry of the question, not a bound on this call: asyncio.timeout cannot replace it
         timeout: float | None = None,  # noqa: ASYNC109
+        subject: object = None,
     ) -> AsyncIterator[ExternalWait]:
         """Register a wait, run the body, then wait for the answer and stage it.
 
@@ -231,7 +243,8 @@ class ExternalEventExtension(AgentExtension):
         ``_take_external_event``. ``response_event_name`` narrows the accepted names to one of
         the configured ones. With ``timeout`` (seconds) the wait ends with
         ``ExternalEventExpiredError`` if nobody answered in time, and later answers are
-        refused. The wait's entry is removed however the block ends.
+        refused. ``subject`` (what the question is about, such as the tool call) is handed to
+        ``_check_answer``. The wait's entry is removed however the block ends.
         """
         if not (isinstance(correlation_id, str) and correlation_id.strip()):
             raise ValueError("correlation_id must be a non-empty string")
@@ -247,7 +260,9 @@ class ExternalEventExtension(AgentExtension):
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        wait = _Wait(context, correlation_id, names, loop.create_future(), timeout, deadline)
+        wait = _Wait(
+            context, correlation_id, names, loop.create_future(), timeout, deadline, subject
+        )
         handle = ExternalWait(correlation_id, None if timeout is None else _utc_deadline(timeout))
         slot = (context.session_id, correlation_id)
         with self._lock:
@@ -326,13 +341,24 @@ class ExternalEventExtension(AgentExtension):
         """
         return True
 
+    def _check_answer(
+        self, context: AgentRunContext, subject: object, event: ExternalEvent
+    ) -> None:
+        """Check an answer against the open wait it names, before it can claim it: raise an
+        ``AnswerRefusedError`` to refuse it, saying why (the wait stays open for another).
+
+        ``subject`` is what the wait was registered with. Called under the extension's lock,
+        from any thread: it must neither block nor await.
+        """
+
     def accept(self, config: AgentRunConfig | None, event: ExternalEvent) -> bool:
         """Claim ``event`` for the wait it names; True at most once per wait.
 
         Safe from any thread. False means not for us: wrong name, no config or session,
         unknown or finished wait (stale, duplicate, late, expired), another request id, or a
         payload ``_is_valid_answer`` refused. True means the answer was claimed and handed to
-        the run's loop, not that the tool has run.
+        the run's loop, not that the tool has run. An answer for an open wait that
+        ``_check_answer`` refuses raises its ``AnswerRefusedError``, claiming nothing.
         """
         if config is None or event.name not in self._names:
             return False
@@ -354,6 +380,7 @@ class ExternalEventExtension(AgentExtension):
             loop = wait.future.get_loop()
             if wait.deadline is not None and loop.time() >= wait.deadline:
                 return False  # expired; the waiter will notice on its next turn
+            self._check_answer(wait.context, wait.subject, event)
             try:
                 _on_loop(loop, functools.partial(_resolve, wait.future, event))
             except RuntimeError:  # the loop is closed: nobody can take the answer any more

@@ -69,6 +69,9 @@ class Tool:
     idempotent: bool = False
     """Safe to run again with the same arguments: a resumed run re-runs such a call that had
     started, instead of reporting its outcome as unknown (``agent_runtime.checkpoints``)."""
+    editable: bool = False
+    """A person approving a call of this tool may change its arguments: the call then runs
+    with theirs, checked against ``parameters`` (``agent_runtime.extensions.edits``)."""
     _validator: type[pydantic.BaseModel] | None = field(default=None, repr=False)
 
     @property
@@ -101,6 +104,7 @@ def _build(
     policy: ToolPolicy | str | None,
     timeout: float | None,
     idempotent: bool = False,
+    editable: bool = False,
 ) -> Tool:
     if not callable(function):
         raise ConfigurationError("@tool needs a function")
@@ -141,6 +145,7 @@ def _build(
         policy=ToolPolicy(policy) if policy is not None else None,
         timeout=timeout,
         idempotent=idempotent,
+        editable=editable,
         _validator=validator,
     )
 
@@ -157,6 +162,7 @@ def tool(
     policy: ToolPolicy | str | None = None,
     timeout: float | None = None,
     idempotent: bool = False,
+    editable: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -169,18 +175,20 @@ def tool(
     policy: ToolPolicy | str | None = None,
     timeout: float | None = None,
     idempotent: bool = False,
+    editable: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a function into a Tool; use bare (``@tool``) or with options (``@tool(policy="ask")``).
 
     Sync functions run in a worker thread, async ones on the agent's loop. ``policy`` overrides
     the agent's policy table for this tool; ``timeout`` overrides the agent's ``tool_timeout``;
     ``idempotent=True`` says a second run with the same arguments does no harm (a resumed run
-    may then run a call again whose outcome was not recorded).
+    may then run a call again whose outcome was not recorded); ``editable=True`` lets the person
+    who approves a call (policy ``ask``) change its arguments first.
     """
     if function is not None:
-        return _build(function, name, description, policy, timeout, idempotent)
+        return _build(function, name, description, policy, timeout, idempotent, editable)
 
     def decorate(fn: Callable[..., Any]) -> Tool:
-        return _build(fn, name, description, policy, timeout, idempotent)
+        return _build(fn, name, description, policy, timeout, idempotent, editable)
 
     return decorate

@@ -101,6 +101,7 @@ _AGENT_KEYS = (
     "tokens_per_day",
     "webhook_url",
     "idempotent_tools",
+    "editable_tools",
     *_CAPABILITY_KEYS,
 )
 _COMPACTION_KEYS = (
@@ -376,34 +377,44 @@ def _governed(tools: Sequence[Tool], policies: Mapping[str, str]) -> tuple[Tool,
     )
 
 
-def _idempotent(
+def _flagged(
     file: str,
     where: tuple[str | int, ...],
     tools: Sequence[Tool],
-    names: Sequence[str],
+    table: Table,
     servers: Sequence[str],
 ) -> tuple[Tool, ...]:
     """``idempotent_tools``: the named tools may run again when a run is resumed after its
-    worker died (``@tool(idempotent=True)`` in the file's words); a name must be one of the
-    agent's ``tools`` (an MCP server's tools are named in its own ``idempotent_tools``)."""
+    worker died (``@tool(idempotent=True)`` in the file's words); ``editable_tools``: a person
+    approving a call of one may edit its arguments (``@tool(editable=True)``). A name must be
+    one of the agent's ``tools`` (an MCP server's tools are named in its own
+    ``idempotent_tools``, and cannot be made editable)."""
     known = {t.name for t in tools}
-    for index, name in enumerate(names):
-        if name in known:
-            continue
-        server, sep, tool_name = name.partition("__")
-        if sep and server in servers:
-            problem = (
-                f"{name!r} is a tool of MCP server {server!r}: name it as {tool_name!r} in "
-                "that server's idempotent_tools"
+    flags: dict[str, dict[str, Any]] = {}
+    for key, flag in (("idempotent_tools", "idempotent"), ("editable_tools", "editable")):
+        for index, name in enumerate(table.strings(key) or []):
+            if name not in known:
+                problem = _unknown_tool(name, known, servers, key)
+                raise ConfigError(file, key_path(*where, key, index), problem)
+            # the runtime's flag, set as the decorator would
+            flags.setdefault(name, {})[flag] = True
+    return tuple(dataclasses.replace(t, **flags[t.name]) if t.name in flags else t for t in tools)
+
+
+def _unknown_tool(name: str, known: set[str], servers: Sequence[str], key: str) -> str:
+    server, sep, tool_name = name.partition("__")
+    if sep and server in servers:
+        if key == "editable_tools":
+            return (
+                f"{name!r} is a tool of MCP server {server!r}: an MCP tool's arguments cannot "
+                "be edited on approval"
             )
-        else:
-            listed = ", ".join(sorted(known)) or "none"
-            problem = f"{name!r} is not one of the agent's tools ({listed})"
-        raise ConfigError(file, key_path(*where, "idempotent_tools", index), problem)
-    chosen = set(names)
-    # the runtime's flag (``@tool(idempotent=True)``), set as the decorator would
-    flag: dict[str, Any] = {"idempotent": True}
-    return tuple(dataclasses.replace(t, **flag) if t.name in chosen else t for t in tools)
+        return (
+            f"{name!r} is a tool of MCP server {server!r}: name it as {tool_name!r} in "
+            f"that server's {key}"
+        )
+    listed = ", ".join(sorted(known)) or "none"
+    return f"{name!r} is not one of the agent's tools ({listed})"
 
 
 def _agent(
@@ -445,13 +456,7 @@ def _agent(
         max_iterations=table.integer("max_iterations"),
         parallel_tool_calls=bool(table.boolean("parallel_tool_calls")),
         tool_timeout=table.seconds("tool_timeout"),
-        tools=_idempotent(
-            file,
-            where,
-            _governed(tools, policies),
-            table.strings("idempotent_tools") or [],
-            server_names,
-        ),
+        tools=_flagged(file, where, _governed(tools, policies), table, server_names),
         mcp_servers=tuple(server_names),
         policies=policies,
         default_policy=table.policy("default_policy") or "allow",

@@ -13,11 +13,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agent_runtime.agent import AgentRunConfig
-from agent_runtime.errors import AgentClosedError
+from agent_runtime.errors import AgentClosedError, AnswerRefusedError
 from agent_runtime.extensions.external import ExternalEvent
 from app.bus.base import BusError
-from app.errors import Draining, NotFound, Unavailable
+from app.errors import Draining, InvalidRequest, NotFound, Unavailable
 from app.runs.context import RunContext
+from app.runs.edits import check_edit, is_edit
 from app.runs.handle import HANDOVER, RunHandle
 from app.runs.stopping import RunStopper
 from app.storage import RunRecord, RunStatus
@@ -181,10 +182,23 @@ class Routing:
     ) -> list[str]:
         """Deliver an answer to a waiting run of the caller's session; 404 if not theirs.
 
+        An answer the run refuses for a reason its sender can fix (an approval whose edited
+        arguments the tool does not take) is an ``InvalidRequest`` with the runtime's code
+        (``edit_not_allowed``, ``invalid_arguments``); the run keeps waiting.
+
         With tracing on, the delivery is a span linked to the run's (found through the bus
         when another worker holds the run), in the run's trace unless the request brought its
         own ``traceparent``.
         """
+        try:
+            return await self._traced_external_event(principal, session_id, run_id, event)
+        except AnswerRefusedError as exc:
+            self._context.metrics.external_events.labels("not_accepted").inc()
+            raise InvalidRequest(str(exc), code=exc.code) from exc
+
+    async def _traced_external_event(
+        self, principal: str, session_id: str, run_id: str | None, event: ExternalEvent
+    ) -> list[str]:
         context = self._context
         held = self._held(session_id, run_id)
         tracing = context.tracing
@@ -231,6 +245,10 @@ class Routing:
         if isinstance(found, RunRecord) and found.is_finished:
             context.metrics.external_events.labels("not_accepted").inc()
             return []
+        if isinstance(found, RunRecord) and is_edit(event):
+            # held elsewhere (or by nobody yet): the holder's refusal would not come back
+            agent = context.agents.get(found.agent, context.agent)
+            await check_edit(context.events, agent, run_id, event)
         accepted: list[str] | None = None
         if await self._leased(session_id, run_id):
             accepted = await context.bus.router.deliver_external(session_id, run_id, event)

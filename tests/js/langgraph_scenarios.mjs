@@ -72,6 +72,61 @@ const scenarios = {
       status: (await client.threads.get(thread.thread_id)).status,
     };
   },
+
+  // an interrupt answered with Agent Inbox's `edit` HumanResponse (its args an ActionRequest),
+  // on the `editor` assistant, whose delete_file allows edits; refused on `default`
+  async edit() {
+    const interruptOf = async (threadId, assistant, text) => {
+      const parts = await collect(
+        client.runs.stream(threadId, assistant, {
+          input: human(text),
+          streamMode: ["updates"],
+        }),
+      );
+      const asked = parts.find((p) => p.event === "updates" && p.data.__interrupt__);
+      assert.ok(asked, JSON.stringify(parts.map((p) => p.event)));
+      return asked.data.__interrupt__[0];
+    };
+    const edit = (path) => ({
+      type: "edit",
+      args: { action: "delete_file", args: { path } },
+    });
+
+    const thread = await client.threads.create();
+    const asked = await interruptOf(thread.thread_id, "editor", "delete draft.md");
+    const rest = await collect(
+      client.runs.stream(thread.thread_id, "editor", {
+        command: { resume: [edit("final.md")] },
+        streamMode: ["values"],
+      }),
+    );
+    const streamed = rest.filter((p) => p.event === "values").at(-1).data.messages;
+    const state = await client.threads.getState(thread.thread_id);
+    const called = (messages) =>
+      messages.find((m) => m.type === "ai" && m.tool_calls?.length).tool_calls[0].args;
+
+    const other = await client.threads.create();
+    const strict = await interruptOf(other.thread_id, "default", "delete keep.md");
+    let refused = null;
+    try {
+      await client.runs.wait(other.thread_id, "default", {
+        command: { resume: [edit("gone.md")] },
+      });
+    } catch (error) {
+      refused = { status: error.status, message: String(error.message) };
+    }
+    return {
+      allowEdit: {
+        editor: asked.value.config.allow_edit,
+        default: strict.value.config.allow_edit,
+      },
+      streamedArgs: called(streamed),
+      stateArgs: called(state.values.messages),
+      toolResult: state.values.messages.find((m) => m.type === "tool").content,
+      refused,
+      afterRefusal: (await client.threads.get(other.thread_id)).status,
+    };
+  },
 };
 
 const run = scenarios[scenario];

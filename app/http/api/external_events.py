@@ -33,7 +33,8 @@ async def deliver(
     body: ExternalEventRequest, principal: Principal, services: ServicesDep
 ) -> Response:
     """202 with the extensions that took the answer; 409 if none did (stale, duplicate,
-    expired or unknown)."""
+    expired or unknown); 422 ``edit_not_allowed`` or ``invalid_arguments`` for an approval
+    whose edited ``arguments`` the tool does not take (the call keeps waiting)."""
     try:
         event = ExternalEvent(body.name, body.payload)  # the runtime's own checks too
     except (TypeError, ValueError) as exc:

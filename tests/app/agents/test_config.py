@@ -818,3 +818,32 @@ def test_an_mcp_server_names_its_idempotent_tools(tmp_path: Path) -> None:
     stray = 'allowed_tools = ["echo"]\nidempotent_tools = ["add"]\n'
     with pytest.raises(ConfigError, match=r"idempotent_tools add are not among its allowed_tools"):
         load_config(write(tmp_path, server + stray + agent))
+
+
+def test_editable_tools_mark_the_named_tools(tmp_path: Path) -> None:
+    config = load_config(
+        write(
+            tmp_path,
+            '[agents.default]\ntools = ["current_time", "delete_file"]\n'
+            'idempotent_tools = ["delete_file"]\neditable_tools = ["delete_file"]\n',
+        )
+    )
+    tools = {t.name: t for t in config.agents[DEFAULT_AGENT].tools}
+    assert {name: (t.editable, t.idempotent) for name, t in tools.items()} == {
+        "current_time": (False, False),
+        "delete_file": (True, True),
+    }
+    # the environment's own default agent edits nothing
+    assert not any(t.editable for t in load_config(None).agents[DEFAULT_AGENT].tools)
+
+
+def test_editable_tools_must_be_the_agent_s_own_tools(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '[agents.default]\ntools = ["current_time"]\neditable_tools = ["nope"]\n'
+    )
+    with pytest.raises(ConfigError, match=r"editable_tools\[0\].*'nope' is not one of"):
+        load_config(path)
+    server = '[mcp_servers.web]\nurl = "http://127.0.0.1:9/mcp"\n'
+    agent = '[agents.default]\nmcp_servers = ["web"]\neditable_tools = ["web__add"]\n'
+    with pytest.raises(ConfigError, match=r"an MCP tool's arguments cannot be edited"):
+        load_config(write(tmp_path, server + agent))

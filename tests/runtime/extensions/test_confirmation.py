@@ -30,6 +30,7 @@ from agent_runtime import (
     ToolCall,
     tool,
 )
+from agent_runtime.errors import EditNotAllowedError
 from agent_runtime.extensions.confirmation import (
     CONFIRMATION_REQUESTED,
     CONFIRMATION_RESPONSE,
@@ -173,9 +174,13 @@ async def test_request_payload_and_approval_runs_the_held_call() -> None:
     run = next(iter(agent.active_runs.values()))
     assert run.phase is AgentPhase.WAITING
     assert files.deleted == []
-    # extra keys (even an attempt to change the arguments) are ignored
-    forged = response("c1", True, arguments={"path": "/etc/passwd"}, tool="rm")
-    assert agent.emit_external_event(forged, config=config) == [NAME]
+    # changing the arguments of a tool that takes no edits is refused, using nothing up
+    forged = response("c1", True, arguments={"path": "/etc/passwd"})
+    with pytest.raises(EditNotAllowedError):
+        agent.emit_external_event(forged, config=config)
+    # other extra keys (even one naming another tool) are ignored
+    extra = response("c1", True, tool="rm")
+    assert agent.emit_external_event(extra, config=config) == [NAME]
     rest = await drain(events)
     assert files.deleted == ["a.txt"]
     [done] = completed_calls(rest)

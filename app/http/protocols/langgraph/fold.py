@@ -2,9 +2,10 @@
 far, the interrupt it waits on, and the stream parts of each stream mode.
 
 A confirmation is an interrupt in Agent Inbox's ``HumanInterrupt`` shape: ``action_request``
-names the tool and its arguments, ``config`` says what may be answered (accept and ignore;
-our server runs the call it holds, so neither an edit nor a reply in its place is offered),
-``description`` is the question. The interrupt's id is the tool call's id.
+names the tool and its arguments, ``config`` says what may be answered (accept and ignore; an
+edit of the arguments where the tool allows it; never a reply in the call's place: our server
+runs the call it holds), ``description`` is the question. The interrupt's id is the tool
+call's id. An edit shows on the AI message's ``tool_calls`` once the run takes it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def interrupt_of(payload: Mapping[str, Any]) -> dict[str, Any]:
                 "allow_accept": True,
                 "allow_ignore": True,
                 "allow_respond": False,
-                "allow_edit": False,
+                "allow_edit": payload.get("editable") is True,
             },
             "description": str(payload.get("question") or ""),
         },
@@ -141,6 +142,8 @@ class RunFold:
             parts.append(("messages", [chunk, self._meta()]))
         elif kind == "tool.call.completed":
             self._close_ai(parts)
+            if data.get("edited") is True:
+                self._edited(data.get("tool_call_id"), data.get("arguments"))
             result = data.get("error") if data.get("is_error") else data.get("result")
             message = tool_message(
                 result if result is not None else "",
@@ -199,8 +202,28 @@ class RunFold:
         if name == "confirmation_resolved" and isinstance(call_id, str):
             self.interrupts.pop(call_id, None)
             self.interrupt_seqs.pop(call_id, None)
+            if payload.get("edited") is True:
+                self._edited(call_id, payload.get("arguments"))
         parts.append(("custom", {"name": name, "payload": payload}))
         return parts
+
+    def _edited(self, call_id: object, arguments: object) -> None:
+        """A person approved the call with these arguments: the AI message shows them."""
+        if not isinstance(call_id, str) or not isinstance(arguments, dict):
+            return
+        for index in range(len(self.added) - 1, -1, -1):
+            message = self.added[index]
+            calls = message.get("tool_calls") if message.get("type") == "ai" else None
+            if any(call.get("id") == call_id for call in calls or ()):
+                # a new message: the parts already made keep what they said then
+                self.added[index] = {
+                    **message,
+                    "tool_calls": [
+                        {**call, "args": arguments} if call.get("id") == call_id else call
+                        for call in calls or ()
+                    ],
+                }
+                return
 
     def _chunk(self, id_: str, content: str) -> dict[str, Any]:
         return {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
@@ -134,8 +135,41 @@ async def _thread_for(
     return await services.store.get_or_create_session(thread_id, principal)
 
 
-def _human_answers(resume: Any, pending: list[str]) -> list[tuple[str, bool]]:
-    """``command.resume`` as (tool call id, approved) answers to the pending interrupts.
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """One ``HumanResponse`` as our answer: approved or not, and an edit's arguments."""
+
+    call_id: str
+    approved: bool
+    arguments: dict[str, Any] | None = None
+
+
+def _edit(call_id: str, args: Any, asked: Mapping[str, Any]) -> _Answer:
+    """An ``edit`` (its ``args`` an ``ActionRequest``: ``{"action", "args"}``) of the call
+    ``asked`` (the confirmation's payload), where the call's tool allows edits."""
+    tool = asked.get("tool")
+    if asked.get("editable") is not True:
+        raise InvalidRequest(
+            f"an 'edit' answer is not offered for interrupt {call_id!r}: its config does not "
+            f"allow edits (the tool {tool!r} runs with the arguments it was called with)",
+            code="answer_not_allowed",
+        )
+    if not isinstance(args, Mapping) or not isinstance(args.get("args"), Mapping):
+        raise InvalidRequest(
+            "an 'edit' HumanResponse carries an ActionRequest: "
+            '{"type": "edit", "args": {"action": <tool>, "args": {...}}}'
+        )
+    if args.get("action", tool) != tool:
+        raise InvalidRequest(
+            f"an edit cannot change the tool: interrupt {call_id!r} is for {tool!r}",
+            code="answer_not_allowed",
+        )
+    return _Answer(call_id, True, dict(args["args"]))
+
+
+def _human_answers(resume: Any, pending: Mapping[str, Mapping[str, Any]]) -> list[_Answer]:
+    """``command.resume`` as answers to the pending interrupts (their confirmation payloads,
+    by tool call id, in the order asked).
 
     A ``HumanResponse`` (``{"type": "accept"|"ignore"|"response"|"edit", "args"}``), a list
     of them (one per pending interrupt, in order), or a mapping of interrupt id to one.
@@ -149,25 +183,29 @@ def _human_answers(resume: Any, pending: list[str]) -> list[tuple[str, bool]]:
                 f"command.resume has {len(responses)} answers for {len(pending)} interrupt(s)"
             )
         items = list(zip(pending, responses, strict=False))
-    answers: list[tuple[str, bool]] = []
+    answers: list[_Answer] = []
     for call_id, response in items:
         if call_id not in pending:
             raise NotFound(f"no interrupt {call_id!r} is waiting on this thread")
         kind = response.get("type") if isinstance(response, Mapping) else response
         if kind in ("accept", True):
-            answers.append((call_id, True))
+            answers.append(_Answer(call_id, True))
         elif kind in ("ignore", False):
-            answers.append((call_id, False))
-        elif kind in ("edit", "response"):
+            answers.append(_Answer(call_id, False))
+        elif kind == "edit":
+            args = response.get("args") if isinstance(response, Mapping) else None
+            answers.append(_edit(call_id, args, pending[call_id]))
+        elif kind == "response":
             raise InvalidRequest(
-                f"a {kind!r} answer is not offered for this interrupt: its config allows "
-                "accept and ignore (the server runs the call it holds)",
+                "a 'response' answer is not offered for this interrupt: its config allows "
+                "accept and ignore, and edit where it says so (the server runs the call it "
+                "holds)",
                 code="answer_not_allowed",
             )
         else:
             raise InvalidRequest(
-                "command.resume must be a HumanResponse ({type: accept|ignore}), a list of "
-                "them, or a mapping of interrupt id to one"
+                "command.resume must be a HumanResponse ({type: accept|ignore|edit}), a list "
+                "of them, or a mapping of interrupt id to one"
             )
     return answers
 
@@ -180,16 +218,22 @@ async def _answer(
     if run_id is None:
         raise Conflict(f"thread {session.id!r} has no interrupt waiting", code="not_accepted")
     logged = await read_log(services, run_id)
-    pending = [c.tool_call_id for c in logged.pending()]
+    pending = {c.tool_call_id: c.payload for c in logged.pending()}
     if not pending:
         raise Conflict(f"thread {session.id!r} has no interrupt waiting", code="not_accepted")
     answers = _human_answers(resume, pending)
-    after = min(logged.confirmations[call_id].seq for call_id, _ in answers)
-    for call_id, approved in answers:
+    after = min(logged.confirmations[answer.call_id].seq for answer in answers)
+    for answer in answers:
         if not await answer_confirmation(
-            services, principal, session.id, run_id, call_id, approved
+            services,
+            principal,
+            session.id,
+            run_id,
+            answer.call_id,
+            answer.approved,
+            answer.arguments,
         ):
-            raise Conflict(f"interrupt {call_id!r} was not accepted", code="not_accepted")
+            raise Conflict(f"interrupt {answer.call_id!r} was not accepted", code="not_accepted")
     return run_id, after
 
 
