@@ -128,6 +128,8 @@ _SEMANTIC_CODES = frozenset(
         "too_many_parts",
         # a file whose bytes are of no type taken (the schema can only say binary): a 415
         "unsupported_media_type",
+        # a run's branch_from that names a run of the session that stored no turn
+        "not_a_turn",
     }
 )
 
