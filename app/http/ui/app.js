@@ -1,9 +1,11 @@
 // The chat page: sends prompts, follows runs over SSE (reconnecting with Last-Event-ID),
-// answers confirmations, and lists the caller's sessions (GET /v1/sessions, kept in
-// localStorage for when the server cannot be asked).
+// answers confirmations, lists the caller's sessions (GET /v1/sessions, kept in
+// localStorage for when the server cannot be asked), and shows one branch of the
+// conversation at a time (branches.js: edit and regenerate add branches, "‹ 2 / 3 ›" steps).
 
 import { api, ApiError } from "./api.js";
 import { AttachmentTray } from "./attachments.js";
+import { BranchTree } from "./branches.js";
 import { ConfirmDialog } from "./confirm.js";
 import { copyText, plainTitle } from "./markdown.js";
 import { ACCEPT, adoptFileUrl, DEFAULT_LIMITS, fileUrl, releaseFileUrls } from "./media.js";
@@ -47,6 +49,7 @@ const els = {
 };
 
 const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
+const STORED = new Set(["completed", "cancelled"]); // how a run ends that stores its turn
 const STALL_MS = 45_000; // the server pings every 15 s of silence: three missed pings
 const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
 // a send whose POST got no answer at all is sent again (same Idempotency-Key) this often
@@ -56,6 +59,7 @@ const UNDO_MS = 5000;
 
 let sessionId = store.sessionId();
 let current = null; // the run this tab follows: {runId, sessionId, view, lastSeq, ...}
+let tree = new BranchTree(); // the open conversation's turns, every branch (branches.js)
 let afterKey = null; // what to do once an API key is saved
 let serverOffset = 0; // server clock minus ours, in ms (from the Date header)
 let loadToken = 0;
@@ -302,6 +306,7 @@ function newChat() {
   store.setSessionId(sessionId);
   renderSessions();
   els.log.replaceChildren();
+  tree = new BranchTree();
   showEmpty(true);
   els.prompt.focus();
 }
@@ -371,6 +376,7 @@ async function loadSession() {
   const token = ++loadToken;
   const id = sessionId;
   els.log.replaceChildren();
+  tree = new BranchTree();
   releaseFileUrls();
   showEmpty(false);
   let messages = [];
@@ -400,7 +406,7 @@ async function loadSession() {
   }
   if (token !== loadToken) return;
   els.app.dataset.loading = "false";
-  for (const turn of turnsFromMessages(messages, runs)) els.log.append(new TurnView(turn).el);
+  tree = BranchTree.fromTurns(turnsFromMessages(messages, runs));
   const known = new Set(messages.map((m) => m.run_id));
 
   const snapshot = store.activeRun();
@@ -408,12 +414,17 @@ async function loadSession() {
     if (known.has(snapshot.runId)) {
       store.setActiveRun(null); // it finished while the page was away
     } else {
+      // the branch the run continues, then the run
+      const parent = snapshot.turn?.parent;
+      showPath(tree.path(parent === undefined ? tree.latest : parent));
       showEmpty(false);
       follow(snapshot.runId, snapshot.turn, snapshot.lastSeq);
       scrollToEnd(true);
       return;
     }
   }
+  // the newest branch: the one the latest turn is on
+  showPath(tree.path(tree.latest));
   showEmpty(messages.length === 0);
   scrollToEnd(true); // opened at its end, following what comes
   // a run started elsewhere (another tab, a script) and still going: follow it from the start
@@ -484,19 +495,28 @@ async function startWithKey(run, input, options) {
 }
 
 /**
- * Send ``prompt`` as a new run, with the stored files of ``attachments`` (see newTurn). With
- * ``replacing`` (a turn's element, for regenerate and edit) the run takes the place of that
- * turn, the session's last: the old turn is hidden while the run starts, removed once it has,
- * and shown again if the start fails. ``key`` is the send's Idempotency-Key: the Retry of a
- * failed send keeps it, so a retry that reaches a run the failed attempt did start follows
- * that run instead of starting a second. ``strategy``: the multitask_strategy.
+ * Send ``prompt`` as a new run, with the stored files of ``attachments`` (see newTurn). The
+ * run continues ``parent`` (a turn's run id; null: none, a new first turn), by default the
+ * last turn shown. With ``beside`` (a turn's element, for edit and regenerate) it is a new
+ * branch beside that turn, continuing that turn's parent: the turn and the ones after it give
+ * way while the run starts (they stay stored, a step away on "‹ ›"), and come back if the
+ * start fails. ``key`` is the send's Idempotency-Key: the Retry of a failed send keeps it, so
+ * a retry that reaches a run the failed attempt did start follows that run instead of
+ * starting a second. ``strategy``: the multitask_strategy.
  */
-async function send(prompt, { replacing = null, key = newSendKey(), strategy = null, attachments = [] } = {}) {
+async function send(
+  prompt,
+  { beside = null, parent = undefined, key = newSendKey(), strategy = null, attachments = [] } = {},
+) {
   if (current || !(prompt.trim() || attachments.length)) return;
   showEmpty(false);
-  const replaces = replacing?.dataset.runId || null;
-  if (replacing) replacing.hidden = true;
-  const view = new TurnView(newTurn(prompt, null, attachments));
+  if (parent === undefined) parent = beside ? parentOfTurn(beside) : shownHead();
+  const branchFrom = tree.branchFrom(parent);
+  const giving = beside ? turnsFrom(beside) : [];
+  for (const el of giving) el.hidden = true;
+  const turn = newTurn(prompt, null, attachments);
+  turn.parent = parent;
+  const view = new TurnView(turn);
   els.log.append(view.el);
   scrollToEnd(true);
   store.touchSession(sessionId, titleOf(prompt, attachments));
@@ -509,27 +529,36 @@ async function send(prompt, { replacing = null, key = newSendKey(), strategy = n
   let response;
   try {
     const input = inputOf(prompt, attachments);
-    response = await startWithKey(run, input, { agent: chosenAgent(), replaces, key, strategy });
+    response = await startWithKey(run, input, { agent: chosenAgent(), branchFrom, key, strategy });
   } catch (error) {
     if (run.abandoned) return;
     current = null;
     setBusy(false);
-    if (replacing) replacing.hidden = false;
-    startFailed(view, error, prompt, replacing, key);
+    for (const el of giving) el.hidden = false;
+    startFailed(view, error, prompt, { parent, beside, key });
     return;
   }
-  replacing?.remove();
+  for (const el of giving) {
+    el.hidden = false; // shown again when the person steps back to its branch
+    el.remove();
+  }
   noteServerClock(response);
   run.runId = response.headers.get("x-run-id");
   view.turn.runId = run.runId;
+  if (!tree.has(run.runId)) tree.add(view.turn, parent, view);
+  renderBranches();
   persist(run);
   if (run.stopRequested) stop();
   await drive(run, response);
 }
 
 function follow(runId, turn, lastSeq) {
+  // a run this tab did not start continues the latest turn, as far as the page can tell
+  if (turn.parent === undefined) turn.parent = tree.latest;
   const view = new TurnView(turn);
   els.log.append(view.el);
+  if (!tree.has(runId)) tree.add(turn, turn.parent, view);
+  renderBranches();
   const run = newRun(view);
   run.runId = runId;
   run.lastSeq = lastSeq;
@@ -670,6 +699,12 @@ function finish(run) {
   confirmDialog.settled(null);
   setBusy(false);
   const turn = run.view.turn;
+  if (!STORED.has(turn.status)) {
+    // a failed run stores no turn: it is no branch to step to or continue (it stays on
+    // screen until the page shows another branch)
+    tree.remove(run.runId);
+    renderBranches();
+  }
   store.touchSession(run.sessionId, titleOf(turn.prompt, turn.attachments));
   renderSessions();
   refreshSessions();
@@ -718,8 +753,11 @@ const ERROR_TITLES = {
   internal: "The server failed to answer",
 };
 
-function startFailed(view, error, prompt, replacing = null, key = undefined) {
+/** ``branch``: where the failed send went, {parent, beside, key} (see send). */
+function startFailed(view, error, prompt, { parent, beside = null, key } = {}) {
   const attachments = view.turn.attachments || [];
+  // the same branch again; the turn it was sent beside is hidden again if it is still shown
+  const again = (options) => send(prompt, { parent, beside: beside?.isConnected ? beside : null, attachments, ...options });
   const err = error instanceof ApiError ? error : new ApiError({ detail: describe(error) });
   const title = ERROR_TITLES[err.code] || err.title || `Error ${err.status}`;
   let detail = err.detail ? err.detail.charAt(0).toUpperCase() + err.detail.slice(1) : "";
@@ -728,7 +766,7 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
   retry.addEventListener("click", () => {
     if (current) return;
     view.el.remove();
-    send(prompt, { replacing: replacing?.isConnected ? replacing : null, key, attachments });
+    again({ key });
   });
   if (err.retryAfter !== null && err.retryAfter !== undefined) {
     const seconds = err.retryAfter;
@@ -752,7 +790,7 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
             if (current) return;
             view.el.remove();
             // a new send: another body under the old key would be refused as a reuse
-            send(prompt, { strategy, attachments });
+            again({ strategy });
           },
         }),
       );
@@ -782,7 +820,7 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
   if (err.status === 401) {
     needKey(() => {
       view.el.remove();
-      send(prompt, { replacing: replacing?.isConnected ? replacing : null, key, attachments });
+      again({ key });
     });
   }
   scrollToEnd(true);
@@ -894,6 +932,72 @@ function syncConfirmation(run) {
   }
 }
 
+// --- branches ------------------------------------------------------------------------------
+
+const runIdOf = (turnEl) => TurnView.of(turnEl)?.turn.runId ?? null;
+
+/** Show ``path`` (run ids from a first turn down): the log's turns from ``from`` (a turn's
+ * element; without it, all) give way to the rest of the path. */
+function showPath(path, from = null) {
+  const turns = [...els.log.children];
+  const start = from ? turns.indexOf(from) : 0;
+  for (const el of turns.slice(start)) el.remove();
+  const shown = new Set(turns.slice(0, start).map(runIdOf));
+  for (const runId of path) {
+    if (shown.has(runId)) continue;
+    const node = tree.node(runId);
+    node.view ??= new TurnView(node.turn);
+    node.view.el.hidden = false;
+    els.log.append(node.view.el);
+  }
+  renderBranches();
+}
+
+/** "‹ 2 / 3 ›" on every turn shown that has siblings. */
+function renderBranches() {
+  for (const el of els.log.children) {
+    const runId = runIdOf(el);
+    TurnView.of(el)?.setBranch(tree.has(runId) ? tree.position(runId) : null);
+  }
+}
+
+/** The run id of the last stored (or live) turn shown: what a new message continues. */
+function shownHead() {
+  for (const el of [...els.log.children].reverse()) {
+    const runId = runIdOf(el);
+    if (!el.hidden && tree.has(runId)) return runId;
+  }
+  return null;
+}
+
+/** The run id of the turn ``turnEl`` continues (null: it is a first turn). */
+function parentOfTurn(turnEl) {
+  const turn = TurnView.of(turnEl)?.turn;
+  if (!turn) return null;
+  return tree.has(turn.runId) ? tree.parentOf(turn.runId) : (turn.parent ?? null);
+}
+
+/** ``turnEl`` and the turns shown after it. */
+function turnsFrom(turnEl) {
+  const turns = [...els.log.children];
+  return turns.slice(turns.indexOf(turnEl));
+}
+
+/** Step to the sibling ``delta`` away from the turn ``turnEl``: its branch is shown from there
+ * on. The keyboard stays on the control. */
+function stepBranch(turnEl, delta) {
+  const runId = runIdOf(turnEl);
+  if (current || !tree.has(runId)) return;
+  const target = tree.step(runId, delta);
+  if (!target) return;
+  showPath(tree.pathThrough(target), turnEl);
+  const { index, count } = tree.position(target);
+  announce(`Branch ${index} of ${count}`);
+  const nav = tree.node(target).view?.branchEl;
+  const same = nav?.querySelector(`[data-action=branch-${delta < 0 ? "prev" : "next"}]`);
+  (same && !same.disabled ? same : nav?.querySelector("button:not(:disabled)"))?.focus();
+}
+
 // --- copy, edit, regenerate ----------------------------------------------------------------
 
 const viewOf = (turnEl) => TurnView.of(turnEl);
@@ -911,7 +1015,8 @@ async function copyFrom(button, text) {
   }, 1500);
 }
 
-/** The last turn's prompt becomes a text box: Send replaces the turn, Escape cancels. */
+/** A turn's prompt becomes a text box: Send sends it as a new branch beside the turn (the
+ * old one stays, a step away on "‹ ›"), Escape cancels. */
 function startEdit(turnEl) {
   const view = viewOf(turnEl);
   if (!view || current || turnEl.querySelector(".edit-form")) return;
@@ -947,7 +1052,7 @@ function startEdit(turnEl) {
     form.remove();
     bubble.hidden = !view.turn.prompt;
     if (actions) actions.hidden = false;
-    send(text, { replacing: turnEl, attachments });
+    send(text, { beside: turnEl, attachments });
   });
   bubble.hidden = true;
   if (actions) actions.hidden = true;
@@ -970,7 +1075,13 @@ function onTurnAction(button) {
       startEdit(turnEl);
       break;
     case "regenerate":
-      if (view && !current) send(view.turn.prompt || "", { replacing: turnEl, attachments: view.turn.attachments || [] });
+      if (view && !current) send(view.turn.prompt || "", { beside: turnEl, attachments: view.turn.attachments || [] });
+      break;
+    case "branch-prev":
+      stepBranch(turnEl, -1);
+      break;
+    case "branch-next":
+      stepBranch(turnEl, 1);
       break;
   }
 }
