@@ -29,7 +29,15 @@ except ImportError:
 from tests.support import ui
 from tests.support.browser import screenshot
 from tests.support.server import Server
-from tests.support.ui import SKIP, answer, last_turn, send, session_id_of
+from tests.support.ui import (
+    SKIP,
+    answer,
+    last_turn,
+    send,
+    session_id_of,
+    slow_prompt,
+    wait_for_words,
+)
 
 # the browser, its pages and the open server, as the other UI tests have them
 browser = ui.browser
@@ -213,3 +221,23 @@ def test_editing_the_first_message_starts_again(page: Page, ui_server: Server) -
     assert _input_tokens(ui_server, _run_id(last_turn(page))) == (
         _words("hello there", "and more") + 2
     )
+
+
+def test_a_reload_mid_run_keeps_the_branch_it_continues(page: Page, ui_server: Server) -> None:
+    """The live turn kept for a reload remembers the turn it continues: the page shows that
+    branch under it, not the latest one, and steps between the branches once it ends."""
+    page.goto(ui_server.base_url)
+    for text in ("one", "two", "three"):
+        _ask(page, text)
+    slow = slow_prompt(12)
+    _edit(_turns(page).nth(1), slow)
+    wait_for_words(page, 3)
+    page.reload()
+    expect(_turns(page)).to_have_count(2)
+    expect(_answer_of(_turns(page).first)).to_have_text("You said: one")
+    expect(last_turn(page)).to_have_attribute("data-status", "completed")
+    expect(answer(page)).to_have_text(f"You said: {slow}")
+    nav = _nav(last_turn(page))
+    expect(nav).to_have_text("2 / 2")
+    nav.get_by_role("button", name="Show the previous branch").click()
+    _said(page, "one", "two", "three")
