@@ -5,7 +5,7 @@
 
 import { api, ApiError } from "./api.js";
 import { AttachmentTray } from "./attachments.js";
-import { BranchTree } from "./branches.js";
+import { BranchTree, BranchView } from "./branches.js";
 import { ConfirmDialog } from "./confirm.js";
 import { copyText, plainTitle } from "./markdown.js";
 import { ACCEPT, adoptFileUrl, DEFAULT_LIMITS, fileUrl, releaseFileUrls } from "./media.js";
@@ -47,6 +47,8 @@ const els = {
   attachments: $("attachments"),
   attachMessage: $("attach-message"),
 };
+// the open conversation: every branch's turns, one branch shown (branches.js)
+const branches = new BranchView(els.log);
 
 const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
 const STORED = new Set(["completed", "cancelled"]); // how a run ends that stores its turn
@@ -59,7 +61,6 @@ const UNDO_MS = 5000;
 
 let sessionId = store.sessionId();
 let current = null; // the run this tab follows: {runId, sessionId, view, lastSeq, ...}
-let tree = new BranchTree(); // the open conversation's turns, every branch (branches.js)
 let afterKey = null; // what to do once an API key is saved
 let serverOffset = 0; // server clock minus ours, in ms (from the Date header)
 let loadToken = 0;
@@ -306,7 +307,7 @@ function newChat() {
   store.setSessionId(sessionId);
   renderSessions();
   els.log.replaceChildren();
-  tree = new BranchTree();
+  branches.tree = new BranchTree();
   showEmpty(true);
   els.prompt.focus();
 }
@@ -376,7 +377,7 @@ async function loadSession() {
   const token = ++loadToken;
   const id = sessionId;
   els.log.replaceChildren();
-  tree = new BranchTree();
+  branches.tree = new BranchTree();
   releaseFileUrls();
   showEmpty(false);
   let messages = [];
@@ -406,7 +407,8 @@ async function loadSession() {
   }
   if (token !== loadToken) return;
   els.app.dataset.loading = "false";
-  tree = BranchTree.fromTurns(turnsFromMessages(messages, runs));
+  const tree = BranchTree.fromTurns(turnsFromMessages(messages, runs));
+  branches.tree = tree;
   const known = new Set(messages.map((m) => m.run_id));
 
   const snapshot = store.activeRun();
@@ -416,7 +418,7 @@ async function loadSession() {
     } else {
       // the branch the run continues, then the run
       const parent = snapshot.turn?.parent;
-      showPath(tree.path(parent === undefined ? tree.latest : parent));
+      branches.show(tree.path(parent === undefined ? tree.latest : parent));
       showEmpty(false);
       follow(snapshot.runId, snapshot.turn, snapshot.lastSeq);
       scrollToEnd(true);
@@ -424,7 +426,7 @@ async function loadSession() {
     }
   }
   // the newest branch: the one the latest turn is on
-  showPath(tree.path(tree.latest));
+  branches.show(tree.path(tree.latest));
   showEmpty(messages.length === 0);
   scrollToEnd(true); // opened at its end, following what comes
   // a run started elsewhere (another tab, a script) and still going: follow it from the start
@@ -510,9 +512,9 @@ async function send(
 ) {
   if (current || !(prompt.trim() || attachments.length)) return;
   showEmpty(false);
-  if (parent === undefined) parent = beside ? parentOfTurn(beside) : shownHead();
-  const branchFrom = tree.branchFrom(parent);
-  const giving = beside ? turnsFrom(beside) : [];
+  if (parent === undefined) parent = beside ? branches.parentOf(beside) : branches.head();
+  const branchFrom = branches.tree.branchFrom(parent);
+  const giving = beside ? branches.from(beside) : [];
   for (const el of giving) el.hidden = true;
   const turn = newTurn(prompt, null, attachments);
   turn.parent = parent;
@@ -545,8 +547,8 @@ async function send(
   noteServerClock(response);
   run.runId = response.headers.get("x-run-id");
   view.turn.runId = run.runId;
-  if (!tree.has(run.runId)) tree.add(view.turn, parent, view);
-  renderBranches();
+  if (!branches.tree.has(run.runId)) branches.tree.add(view.turn, parent, view);
+  branches.render();
   persist(run);
   if (run.stopRequested) stop();
   await drive(run, response);
@@ -554,11 +556,12 @@ async function send(
 
 function follow(runId, turn, lastSeq) {
   // a run this tab did not start continues the latest turn, as far as the page can tell
+  const tree = branches.tree;
   if (turn.parent === undefined) turn.parent = tree.latest;
   const view = new TurnView(turn);
   els.log.append(view.el);
   if (!tree.has(runId)) tree.add(turn, turn.parent, view);
-  renderBranches();
+  branches.render();
   const run = newRun(view);
   run.runId = runId;
   run.lastSeq = lastSeq;
@@ -702,8 +705,8 @@ function finish(run) {
   if (!STORED.has(turn.status)) {
     // a failed run stores no turn: it is no branch to step to or continue (it stays on
     // screen until the page shows another branch)
-    tree.remove(run.runId);
-    renderBranches();
+    branches.tree.remove(run.runId);
+    branches.render();
   }
   store.touchSession(run.sessionId, titleOf(turn.prompt, turn.attachments));
   renderSessions();
@@ -934,68 +937,11 @@ function syncConfirmation(run) {
 
 // --- branches ------------------------------------------------------------------------------
 
-const runIdOf = (turnEl) => TurnView.of(turnEl)?.turn.runId ?? null;
-
-/** Show ``path`` (run ids from a first turn down): the log's turns from ``from`` (a turn's
- * element; without it, all) give way to the rest of the path. */
-function showPath(path, from = null) {
-  const turns = [...els.log.children];
-  const start = from ? turns.indexOf(from) : 0;
-  for (const el of turns.slice(start)) el.remove();
-  const shown = new Set(turns.slice(0, start).map(runIdOf));
-  for (const runId of path) {
-    if (shown.has(runId)) continue;
-    const node = tree.node(runId);
-    node.view ??= new TurnView(node.turn);
-    node.view.el.hidden = false;
-    els.log.append(node.view.el);
-  }
-  renderBranches();
-}
-
-/** "‹ 2 / 3 ›" on every turn shown that has siblings. */
-function renderBranches() {
-  for (const el of els.log.children) {
-    const runId = runIdOf(el);
-    TurnView.of(el)?.setBranch(tree.has(runId) ? tree.position(runId) : null);
-  }
-}
-
-/** The run id of the last stored (or live) turn shown: what a new message continues. */
-function shownHead() {
-  for (const el of [...els.log.children].reverse()) {
-    const runId = runIdOf(el);
-    if (!el.hidden && tree.has(runId)) return runId;
-  }
-  return null;
-}
-
-/** The run id of the turn ``turnEl`` continues (null: it is a first turn). */
-function parentOfTurn(turnEl) {
-  const turn = TurnView.of(turnEl)?.turn;
-  if (!turn) return null;
-  return tree.has(turn.runId) ? tree.parentOf(turn.runId) : (turn.parent ?? null);
-}
-
-/** ``turnEl`` and the turns shown after it. */
-function turnsFrom(turnEl) {
-  const turns = [...els.log.children];
-  return turns.slice(turns.indexOf(turnEl));
-}
-
-/** Step to the sibling ``delta`` away from the turn ``turnEl``: its branch is shown from there
- * on. The keyboard stays on the control. */
+/** Step between the branches of the turn ``turnEl`` (not while a run is going). */
 function stepBranch(turnEl, delta) {
-  const runId = runIdOf(turnEl);
-  if (current || !tree.has(runId)) return;
-  const target = tree.step(runId, delta);
-  if (!target) return;
-  showPath(tree.pathThrough(target), turnEl);
-  const { index, count } = tree.position(target);
-  announce(`Branch ${index} of ${count}`);
-  const nav = tree.node(target).view?.branchEl;
-  const same = nav?.querySelector(`[data-action=branch-${delta < 0 ? "prev" : "next"}]`);
-  (same && !same.disabled ? same : nav?.querySelector("button:not(:disabled)"))?.focus();
+  if (current) return;
+  const position = branches.step(turnEl, delta);
+  if (position) announce(`Branch ${position.index} of ${position.count}`);
 }
 
 // --- copy, edit, regenerate ----------------------------------------------------------------

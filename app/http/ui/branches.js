@@ -3,7 +3,10 @@
 // null for a first turn), so the turns make a tree. Edit and Regenerate add a turn beside the
 // one they act on (same parent); the page shows one path from a first turn down, and a turn
 // with siblings offers "‹ 2 / 3 ›" to step between them. Stepping to a sibling shows the turns
-// after it too: the ones last stepped to below it, else its newest.
+// after it too: the ones last stepped to below it, else its newest. BranchTree is the tree;
+// BranchView shows one branch of it in the conversation's element.
+
+import { TurnView } from "./view.js";
 
 /** ``branch_from`` for a new first turn (an edited first message). */
 export const START = "start";
@@ -143,5 +146,80 @@ export class BranchTree {
     let order = this.nodes.get(runId).order;
     for (const child of this.children(runId)) order = Math.max(order, this.newestOrder(child));
     return order;
+  }
+}
+
+const runIdOf = (turnEl) => TurnView.of(turnEl)?.turn.runId ?? null;
+
+/** The conversation's element (#log) showing one branch of ``tree`` (a BranchTree, replaced
+ * when another conversation opens), with "‹ 2 / 3 ›" on each turn that has siblings. Turns
+ * that are no branch (a failed run's, a start's error) stay where they are until the page shows
+ * another branch from a turn before them. */
+export class BranchView {
+  constructor(log) {
+    this.log = log;
+    this.tree = new BranchTree();
+  }
+
+  /** Show ``path`` (run ids from a first turn down): the turns shown from ``from`` (a turn's
+   * element; without it, all) give way to the rest of the path. */
+  show(path, from = null) {
+    const turns = [...this.log.children];
+    const start = from ? turns.indexOf(from) : 0;
+    for (const el of turns.slice(start)) el.remove();
+    const shown = new Set(turns.slice(0, start).map(runIdOf));
+    for (const runId of path) {
+      if (shown.has(runId)) continue;
+      const node = this.tree.node(runId);
+      node.view ??= new TurnView(node.turn);
+      node.view.el.hidden = false;
+      this.log.append(node.view.el);
+    }
+    this.render();
+  }
+
+  /** "‹ 2 / 3 ›" on every turn shown that has siblings, nothing on the others. */
+  render() {
+    for (const el of this.log.children) {
+      const runId = runIdOf(el);
+      TurnView.of(el)?.setBranch(this.tree.has(runId) ? this.tree.position(runId) : null);
+    }
+  }
+
+  /** The run id of the last stored (or live) turn shown: what a new message continues. */
+  head() {
+    for (const el of [...this.log.children].reverse()) {
+      const runId = runIdOf(el);
+      if (!el.hidden && this.tree.has(runId)) return runId;
+    }
+    return null;
+  }
+
+  /** The run id of the turn ``turnEl`` continues (null: it is a first turn). */
+  parentOf(turnEl) {
+    const turn = TurnView.of(turnEl)?.turn;
+    if (!turn) return null;
+    return this.tree.has(turn.runId) ? this.tree.parentOf(turn.runId) : (turn.parent ?? null);
+  }
+
+  /** ``turnEl`` and the turns shown after it. */
+  from(turnEl) {
+    const turns = [...this.log.children];
+    return turns.slice(turns.indexOf(turnEl));
+  }
+
+  /** Step from the turn ``turnEl`` to its sibling ``delta`` away and show that branch from
+   * there on; its position ({index, count}), or null when there is none to step to. The
+   * keyboard stays on the control, now the sibling's. */
+  step(turnEl, delta) {
+    const runId = runIdOf(turnEl);
+    if (!this.tree.has(runId)) return null;
+    const target = this.tree.step(runId, delta);
+    if (!target) return null;
+    this.show(this.tree.pathThrough(target), turnEl);
+    const nav = this.tree.node(target).view?.branchEl;
+    const same = nav?.querySelector(`[data-action=branch-${delta < 0 ? "prev" : "next"}]`);
+    (same && !same.disabled ? same : nav?.querySelector("button:not(:disabled)"))?.focus();
+    return this.tree.position(target);
   }
 }
