@@ -124,6 +124,14 @@ class JsonSchemaFormat(BaseModel):
     )
     strict: bool = Field(False, description="Ask the provider for strict schema adherence.")
 
+    # JSON's own true and false only, as the schema says (pydantic would take 0 or "yes")
+    @field_validator("strict", mode="before")
+    @classmethod
+    def _a_boolean(cls, value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+        return value
+
 
 class ResponseFormat(BaseModel):
     """``{"type": "json_schema", "json_schema": {...}}``: the answer must be JSON matching it."""
