@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.http.protocols.langgraph.messages import (
+    ai_content,
     ai_message,
     human_message,
     message_id,
@@ -53,9 +54,10 @@ class _OpenAI:
     id: str
     content: list[str] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
 
     def message(self) -> dict[str, Any]:
-        return ai_message("".join(self.content), self.id, self.calls)
+        return ai_message("".join(self.content), self.id, self.calls, "".join(self.reasoning))
 
 
 class RunFold:
@@ -120,7 +122,19 @@ class RunFold:
             if isinstance(delta, str) and delta:
                 ai = self._ai()
                 ai.content.append(delta)
-                parts.append(("messages", [self._chunk(ai.id, delta), self._meta()]))
+                # after reasoning, the text is a block too, so that the chunks merge into the
+                # message's content (``ai_content``)
+                content: str | list[dict[str, Any]] = delta
+                if ai.reasoning:
+                    content = [{"type": "text", "text": delta, "index": 1}]
+                parts.append(("messages", [self._chunk(ai.id, content), self._meta()]))
+        elif kind == "reasoning.delta":
+            delta = data.get("delta")
+            if isinstance(delta, str) and delta:
+                ai = self._ai()
+                ai.reasoning.append(delta)
+                content = ai_content("", delta)
+                parts.append(("messages", [self._chunk(ai.id, content), self._meta()]))
         elif kind == "tool.call.started":
             ai = self._ai()
             call = {
@@ -225,7 +239,7 @@ class RunFold:
                 }
                 return
 
-    def _chunk(self, id_: str, content: str) -> dict[str, Any]:
+    def _chunk(self, id_: str, content: str | list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "type": "AIMessageChunk",
             "content": content,
