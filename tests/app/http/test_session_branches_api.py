@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.served import Serve, Served, assert_problem, run_blocking
+from tests.support.waiting import wait_until
 
 
 def _words(*texts: str) -> int:
@@ -147,3 +148,31 @@ async def test_another_principals_run_is_not_found(serve: Serve) -> None:
 async def _run_as(served: Served, session: str, text: str, headers: dict[str, str]) -> None:
     answer = await run_blocking(served, session, text, headers=headers)
     assert answer.status_code == 200, answer.text
+
+
+async def test_a_waiting_first_turn_from_the_start_shows_alone_in_langgraph_state(
+    serve: Serve,
+) -> None:
+    # a run from the start that waits for an answer: the thread's state is that run's branch
+    # (its prompt alone), not the latest stored turn's
+    async with serve() as served:
+        await _run(served, "w", "one")
+        started = await served.client.post(
+            "/v1/sessions/w/runs",
+            json={"input": "delete a.txt", "branch_from": "start", "background": True},
+        )
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+
+        async def waiting() -> bool:
+            view = (await served.client.get(f"/v1/runs/{run_id}")).json()
+            return bool(view["status"] == "waiting")
+
+        await wait_until(waiting)
+        state = (await served.client.get("/langgraph/threads/w/state")).json()
+        messages = state["values"]["messages"]
+        assert [(m["type"], m["content"]) for m in messages][:1] == [("human", "delete a.txt")]
+        assert "one" not in [m["content"] for m in messages]
+        assert state["tasks"][0]["interrupts"][0]["value"]["action_request"]["action"] == (
+            "delete_file"
+        )
