@@ -2,10 +2,11 @@
 far, the interrupt it waits on, and the stream parts of each stream mode.
 
 A confirmation is an interrupt in Agent Inbox's ``HumanInterrupt`` shape: ``action_request``
-names the tool and its arguments, ``config`` says what may be answered (accept and ignore; an
-edit of the arguments where the tool allows it; never a reply in the call's place: our server
-runs the call it holds), ``description`` is the question. The interrupt's id is the tool
-call's id. An edit shows on the AI message's ``tool_calls`` once the run takes it.
+names the tool and its arguments, ``config`` says what may be answered (accept, ignore, a reply
+in the call's place, which the model gets as the call's result while the tool does not run; an
+edit of the arguments where the tool allows it), ``description`` is the question. The
+interrupt's id is the tool call's id. An edit shows on the AI message's ``tool_calls`` once the
+run takes it.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def interrupt_of(payload: Mapping[str, Any]) -> dict[str, Any]:
             "config": {
                 "allow_accept": True,
                 "allow_ignore": True,
-                "allow_respond": False,
+                "allow_respond": True,
                 "allow_edit": payload.get("editable") is True,
             },
             "description": str(payload.get("question") or ""),
