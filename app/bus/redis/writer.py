@@ -8,11 +8,14 @@ or none). A batch holds consecutive events with one fence (a different fence sta
 batch) and ends at a terminal event. An awaited ``append`` joins the same queue and returns
 once its batch is confirmed, so the calls of one run are written in the order they came.
 
-The window. A call begins at most once per ``window`` seconds: the first event after a quiet
-spell goes out at once, and while events keep coming, those of the next ``window`` wait for
-the same call. One call then carries many runs' events, which is what makes the shared bus
-cheap per event (a call costs the worker far more than the events in it); the price is at
-most ``window`` of added latency while the worker is busy.
+The window. A call begins at most once per ``window`` seconds (10 ms): the first event after
+a quiet spell goes out at once, and while events keep coming, those of the next ``window``
+wait for the same call. One call then carries many runs' events, which is what makes the
+shared bus cheap per event: a call costs the worker far more than the events in it (encoding,
+the pool, the round trip's system calls, and above all waking Redis, which on a virtual machine
+costs a few hundred µs; docs/benchmarks.md). The price is at most ``window`` of added latency
+while the worker is busy: less than a frame of a screen, and less than a streaming model's gap
+between two tokens (20 ms and more), so a token still reaches its reader as its own write.
 
 What readers see. An event reaches *any* reader, on this worker or another, only once Redis
 confirmed its batch: readers on this worker are fed from memory the moment the answer comes
@@ -50,7 +53,7 @@ MAX_BATCH: Final = 1_000
 MAX_CALL: Final = 4_000
 """Events per script call at most, all runs together: the rest waits for the next call."""
 
-WINDOW: Final = 0.005
+WINDOW: Final = 0.010
 """Seconds between the starts of two calls at least (see the module docstring)."""
 
 
