@@ -210,6 +210,12 @@ class SessionLocks(Protocol):
         """Extend a held lease by ``ttl`` seconds from now; raises ``LeaseLost``."""
         ...
 
+    async def renew_many(self, leases: Sequence[Lease], ttl: float) -> list[bool]:
+        """Extend each held lease by ``ttl`` seconds from now, on a shared bus in one call:
+        per lease True, or False for one that is no longer held (``renew``'s ``LeaseLost``).
+        Raises when the call as a whole failed (``BusUnavailable``): none is confirmed."""
+        ...
+
     async def release(self, lease: Lease) -> None:
         """Give the lock back if this lease still holds it; idempotent."""
         ...

@@ -291,6 +291,17 @@ class LocalSessionLocks:
         if self._held.get(lease.session_id) != lease:
             raise LeaseLost(f"the lock of session {lease.session_id!r} is not held by this lease")
 
+    async def renew_many(self, leases: Sequence[Lease], ttl: float) -> list[bool]:
+        renewed: list[bool] = []
+        for lease in leases:
+            try:
+                await self.renew(lease, ttl)
+            except LeaseLost:
+                renewed.append(False)
+            else:
+                renewed.append(True)
+        return renewed
+
     def advance(self, lease: Lease, token: int) -> Lease:
         """The held ``lease`` with its token raised to ``token``: this process's tokens start
         again at 1, below those a previous process stored (a run resumed after a restart)."""

@@ -2,11 +2,11 @@
 
 Three background tasks:
 
-- renewals: every ``lease_ttl / 4`` each held run's lease is renewed (for ``lease_ttl``); a
-  renewal Redis confirmed moves the run's deadline on (``app.runs.fencing``). After a failed
-  round the next comes after ``lease_ttl / 20`` instead, until one succeeds: a worker that
-  loses Redis keeps trying, faster, and never gives its runs up on its own. A lease found
-  taken over fences its run off at once.
+- renewals: every ``lease_ttl / 4`` the held runs' leases are renewed (for ``lease_ttl``), all
+  in one call; a renewal Redis confirmed moves the run's deadline on (``app.runs.fencing``).
+  After a failed round the next comes after ``lease_ttl / 20`` instead, until one succeeds: a
+  worker that loses Redis keeps trying, faster, and never gives its runs up on its own. A
+  lease found taken over fences its run off at once.
 - the watchdog: wakes at the nearest deadline and fences off every run past it, whatever the
   renewals are doing (a renewal stuck on an unreachable Redis does not delay it).
 - the lost-run sweep (``app.runs.sweep``), every ``lease_ttl / 4``, for other workers' runs.
@@ -20,7 +20,7 @@ import math
 from collections.abc import Coroutine
 from typing import Any
 
-from app.bus.base import BusUnavailable, LeaseLost
+from app.bus.base import BusUnavailable
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
 from app.runs.handle import RunHandle
@@ -103,42 +103,47 @@ class LeaseKeeper:
                 logger.warning("could not check for lost runs", exc_info=True)
 
     async def renew(self) -> bool:
-        """One round of renewals of the leases of this worker's unfinished runs, side by
-        side; False if any could not be confirmed (the next round comes sooner)."""
+        """One round of renewals of the leases of this worker's unfinished runs, all in one
+        call (``SessionLocks.renew_many``); False if they could not be confirmed (the next
+        round comes sooner)."""
         handles = [
             h for h in self._context.runs.values() if not (h.done or h.finalizing or h.fenced)
         ]
         if not handles:
             return True
-        results = await asyncio.gather(*(self._renew(h) for h in handles))
-        ok = all(results)
+        ok = await self._renew(handles)
         if ok and self._failing:
             logger.info("session leases renewed again")
         self._failing = not ok
         return ok
 
-    async def _renew(self, handle: RunHandle) -> bool:
+    async def _renew(self, handles: list[RunHandle]) -> bool:
         context = self._context
         sent = context.clock()
         try:
             # bounded by the round's own pace: a renewal stuck on an unreachable Redis must
             # not hold back the next try (the watchdog does not wait for it either way)
             async with asyncio.timeout(self.interval):
-                await context.bus.locks.renew(handle.lease, context.lease_ttl)
-        except LeaseLost:
-            context.metrics.lease_renewals_failed.inc()
-            self._fencing.fence_off(handle, "its session lease was taken over")
-            return True  # nothing left to retry
+                renewed = await context.bus.locks.renew_many(
+                    [handle.lease for handle in handles], context.lease_ttl
+                )
         except Exception as exc:
-            context.metrics.lease_renewals_failed.inc()
-            remaining = handle.lease_deadline - context.clock()
+            context.metrics.lease_renewals_failed.inc(len(handles))
+            remaining = min(handle.lease_deadline for handle in handles) - context.clock()
             log = logger.warning if self._failing else logger.error
             log(
-                "could not renew a session lease (%.1f s left before the run is fenced off): %s",
+                "could not renew %d session lease(s) (%.1f s left before the first run is "
+                "fenced off): %s",
+                len(handles),
                 max(remaining, 0.0),
                 exc if str(exc) else type(exc).__name__,
-                extra={"run_id": handle.run_id},
+                extra={"run_id": handles[0].run_id} if len(handles) == 1 else None,
             )
             return False
-        self._fencing.confirmed(handle, sent)
+        for handle, held in zip(handles, renewed, strict=True):
+            if held:
+                self._fencing.confirmed(handle, sent)
+            else:
+                context.metrics.lease_renewals_failed.inc()
+                self._fencing.fence_off(handle, "its session lease was taken over")
         return True

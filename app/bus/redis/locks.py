@@ -14,6 +14,10 @@ from app.bus.redis.connection import Keys, text, unavailable
 __all__ = ["RedisSessionLocks", "lock_value", "milliseconds"]
 
 
+_RENEW_CHUNK = 1_000
+"""Leases renewed in one call at most (a worker with more makes several)."""
+
+
 def milliseconds(seconds: float) -> int:
     """A TTL in whole milliseconds, at least 1."""
     return max(1, round(seconds * 1000))
@@ -39,6 +43,7 @@ class RedisSessionLocks:
         self._live_log_ms = milliseconds(live_log_ttl)
         self._acquire: Any = client.register_script(scripts.ACQUIRE)
         self._renew: Any = client.register_script(scripts.RENEW)
+        self._renew_many: Any = client.register_script(scripts.RENEW_MANY)
         # told the holder (the run) of every lease released, even when Redis is unreachable
         self.on_release: Callable[[str], None] | None = None
         self._release: Any = client.register_script(scripts.RELEASE)
@@ -80,6 +85,17 @@ class RedisSessionLocks:
             raise LeaseLost(
                 f"the lock of session {lease.session_id!r} is no longer held by {lease.holder!r}"
             )
+
+    async def renew_many(self, leases: Sequence[Lease], ttl: float) -> list[bool]:
+        renewed: list[bool] = []
+        for start in range(0, len(leases), _RENEW_CHUNK):
+            args: list[str | int] = [self._keys.prefix, milliseconds(ttl), self._live_log_ms]
+            for lease in leases[start : start + _RENEW_CHUNK]:
+                args += (lease.session_id, lock_value(lease), lease.holder)
+            async with unavailable(self._where, "renewing session locks"):
+                answer = await self._renew_many(keys=(), args=args)
+            renewed += [flag == ord("1") for flag in bytes(answer)]
+        return renewed
 
     async def release(self, lease: Lease) -> None:
         self._held.pop((lease.session_id, lease.token), None)

@@ -33,6 +33,7 @@ __all__ = [
     "READ",
     "RELEASE",
     "RENEW",
+    "RENEW_MANY",
     "UNREGISTER",
 ]
 
@@ -88,6 +89,32 @@ if redis.call('HGET', KEYS[3], 'sealed') == '0' then
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
 end
 return 1
+"""
+
+# KEYS: none (named from the prefix, as APPEND does). ARGV: the key prefix, lease ttl (ms), live
+# log ttl (ms), then three a lease: its session, its lock value, its holder (the run's id).
+# RENEW for each lease, in one call: a worker renews all its runs' leases at once, whatever
+# their number (a waiting run costs its worker no call of its own). The answer: one character a
+# lease, '1' renewed or '0' no longer held.
+RENEW_MANY: Final = """
+local prefix = ARGV[1]
+local renewed = {}
+for at = 4, #ARGV - 2, 3 do
+  local holder = ARGV[at + 2]
+  if redis.call('GET', prefix .. 'lock:' .. ARGV[at]) == ARGV[at + 1] then
+    redis.call('PEXPIRE', prefix .. 'lock:' .. ARGV[at], ARGV[2])
+    redis.call('PEXPIRE', prefix .. 'route:' .. holder, ARGV[2])
+    local meta = prefix .. 'meta:' .. holder
+    if redis.call('HGET', meta, 'sealed') == '0' then
+      redis.call('PEXPIRE', meta, ARGV[3])
+      redis.call('PEXPIRE', prefix .. 'log:' .. holder, ARGV[3])
+    end
+    renewed[#renewed + 1] = '1'
+  else
+    renewed[#renewed + 1] = '0'
+  end
+end
+return table.concat(renewed)
 """
 
 # KEYS: lock. ARGV: lock value. Deletes the lock only if this lease still holds it.

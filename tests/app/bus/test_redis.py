@@ -223,6 +223,11 @@ async def test_session_locks(buses: Buses) -> None:
     # a retried acquire by the same holder gets its own lease back
     again = await two.locks.acquire("s", "run_b", 15)
     assert again == second
+    # a worker renews its leases in one call: a lease it no longer holds says so alone
+    third = await two.locks.acquire("u", "run_d", 15)
+    assert third is not None
+    assert await two.locks.renew_many([second, first, third], 15) == [True, False, True]
+    assert await two.locks.renew_many([], 15) == []
 
 
 async def test_a_resumed_runs_lease_is_not_handed_to_another_worker(buses: Buses) -> None:
