@@ -228,7 +228,13 @@ class EventStreamResponse(Response):
             manager.stream_opened()
         paused = scope.get("extensions", {}).get("agent.write_paused")
         try:
-            aborted = await self._stream(subscription, receive, send, paused)
+            # in a task of its own: each of a long stream's wake-ups then resumes the few
+            # frames of the stream, not every middleware's above this response (a
+            # cancellation of the request still reaches it: awaiting a task passes it on)
+            streaming = asyncio.get_running_loop().create_task(
+                self._stream(subscription, receive, send, paused), name=f"sse:{self._run_id}"
+            )
+            aborted = await streaming
         finally:
             if manager is not None:
                 manager.stream_closed()
