@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
@@ -116,11 +116,14 @@ class ConfirmationExtension(ExternalEventExtension):
             if timeout <= 0:  # it expired while the run was parked or being handed over
                 await self._expired(context, call, expires)
                 return
+        # the lean wait (no generator, no task of its own): many runs may wait at once
+        wait = self._open_wait(context, call.id, timeout=timeout)
         try:
-            async with self._wait_for_external_event(context, call.id, timeout=timeout) as wait:
-                if first is None and wait.expires_at is not None:  # always set: a timeout
-                    expires = format_expiry(wait.expires_at)
-                    await context.record_ask(call, wait.expires_at)
+            try:
+                if first is None:
+                    asked_until = datetime.now(UTC) + timedelta(seconds=timeout)
+                    expires = format_expiry(asked_until)
+                    await context.record_ask(call, asked_until)
                 await context.emit(
                     AgentEvent(
                         AgentEventType.CUSTOM,
@@ -137,10 +140,13 @@ class ConfirmationExtension(ExternalEventExtension):
                         },
                     )
                 )
+                with context.waiting():
+                    answer = await wait.future
+            finally:
+                self._close_wait(wait)
         except ExternalEventExpiredError:
             await self._expired(context, call, expires)
             return
-        answer = self._take_external_event(context, call.id)
         if answer.payload["approved"] is True:
             context.set_tool_decision(call.id, True)
             await self._resolved(context, call, "approved")
