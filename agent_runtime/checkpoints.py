@@ -191,7 +191,7 @@ def unknown_outcome(call: ToolCall) -> str:
     )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Checkpointer:
     """One run's side of the checkpoints: the open calls' states, the results so far, and
     saves in order (one at a time, each from the state as it is when it is taken)."""
