@@ -29,6 +29,7 @@ from app.http.api.schemas import (
 )
 from app.http.api.streaming import EventStreamResponse, RunResultResponse
 from app.runs import RunHandle, RunRequestOptions, record_view
+from app.runs.handle import NO_METADATA
 from app.runs.idempotency import Claim, check_key, fingerprint
 from app.runs.multitask import QueuedRun
 from app.server.services import Services, ServicesDep
@@ -164,7 +165,7 @@ def _options(body: RunRequest, taken: RunInput) -> RunRequestOptions:
         on_disconnect=body.on_disconnect,
         run_timeout=body.run_timeout,
         max_iterations=body.max_iterations,
-        metadata=body.metadata or {},
+        metadata=body.metadata or NO_METADATA,
         replaces=body.replaces,
         skill=body.skill,
         response_format=body.response_format.runtime_form() if body.response_format else None,
