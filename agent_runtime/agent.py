@@ -82,7 +82,7 @@ from .skills.activation import SkillState
 from .skills.catalogue import SkillManager
 from .structured import StructuredOutput, aoutput_spec, check_answer
 from .tool_calls import ToolCalls
-from .tools.base import Tool, ToolPolicy, _run_state
+from .tools.base import Tool, ToolPolicy
 from .tools.execution import ToolExecutor
 from .tools.registry import ToolRegistry
 from .tracing import NO_TRACER, RunTracer
@@ -527,8 +527,6 @@ class AgentCore(CapabilityCalls, RunCalls):
         state = context.state
         options = context._options
         channel = context._channel
-        # the run's task has its own context: tools of this run see this dict, no other run does
-        _run_state.set({})
         try:
             with self.tracer.run(context, content_text(prompt)):
                 try:

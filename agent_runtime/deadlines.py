@@ -29,7 +29,7 @@ A = TypeVar("A")
 # loop timers may fire up to a millisecond early (uvloop counts whole milliseconds): a deadline
 # due within that is treated as due, not waited for with a timer of zero
 _EARLY = 0.001
-# cancelled entries the heap keeps before it is rebuilt without them (and more than half of it)
+# cancelled entries the heap keeps before it is rebuilt without them (if more than half of it)
 _COMPACT_AT = 64
 _sequence = itertools.count()
 
@@ -96,15 +96,21 @@ class Deadlines:
         method each time): the entry keeps it for as long as it waits.
         """
         deadline = Deadline(self, when, callback, arg)
-        heapq.heappush(self._heap, deadline)
-        if when < self._timer_when:
-            self._schedule()
+        self._push(deadline)
         return deadline
+
+    def _push(self, deadline: Deadline[Any]) -> None:
+        heapq.heappush(self._heap, deadline)
+        if deadline.when < self._timer_when:
+            self._schedule()
 
     def _cancelled_one(self) -> None:
         self._cancelled += 1
         heap = self._heap
-        if self._cancelled >= _COMPACT_AT and self._cancelled * 2 > len(heap):
+        # rebuilt once they are most of it (or all of it: an idle loop keeps no entry or timer)
+        if self._cancelled == len(heap) or (
+            self._cancelled >= _COMPACT_AT and self._cancelled * 2 > len(heap)
+        ):
             self._heap = [entry for entry in heap if entry._callback is not None]
             heapq.heapify(self._heap)
             self._cancelled = 0
@@ -150,19 +156,21 @@ _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = (
 )
 
 
-class RunDeadline:
-    """``asyncio.timeout(delay)`` on the loop's shared deadlines, for a long time limit.
+class RunDeadline(Deadline["RunDeadline"]):
+    """``asyncio.timeout(delay)`` on the loop's shared deadlines, for a long time limit (itself
+    the deadline's entry: one object a run).
 
     Used as ``with`` inside a task: at the deadline the task is cancelled, and leaving the
     block turns that cancellation (not one from elsewhere) into ``TimeoutError``. ``None``:
     no limit.
     """
 
-    __slots__ = ("_cancelling", "_deadline", "_delay", "_expired", "_task")
+    __slots__ = ("_cancelling", "_delay", "_expired", "_task")
 
-    def __init__(self, delay: float | None) -> None:
+    def __init__(self, delay: float | None) -> None:  # entered later: no Deadline.__init__
         self._delay = delay
-        self._deadline: Deadline[RunDeadline] | None = None
+        self._callback = None
+        self._arg = None
         self._task: asyncio.Task[Any] | None = None
         self._cancelling = 0
         self._expired = False
@@ -179,7 +187,9 @@ class RunDeadline:
         self._cancelling = task.cancelling()
         if self._delay is not None:
             loop = asyncio.get_running_loop()
-            self._deadline = Deadlines.of(loop).at(loop.time() + self._delay, _expire, self)
+            owner = Deadlines.of(loop)
+            Deadline.__init__(self, owner, loop.time() + self._delay, _expire, self)
+            owner._push(self)
         return self
 
     def __exit__(
@@ -188,9 +198,7 @@ class RunDeadline:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self.cancel()
         task = self._task
         self._task = None
         if (
@@ -203,7 +211,6 @@ class RunDeadline:
 
 
 def _expire(timeout: RunDeadline) -> None:
-    timeout._deadline = None
     task = timeout._task
     if task is not None and not task.done():
         timeout._expired = True

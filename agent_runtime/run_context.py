@@ -281,6 +281,7 @@ class AgentRunContext:
         "_options",
         "_resumed_asks",
         "_task",
+        "_tool_state",
         "agent",
         "config",
         "run_id",
@@ -313,6 +314,8 @@ class AgentRunContext:
         # calls of a resumed run that were waiting for an approval (asked again, marked so),
         # with the expiry their request was first made with, when it was saved
         self._resumed_asks: Mapping[str, datetime | None] = _NO_ASKS
+        # what this run's tools keep for the rest of it (``tools.run_state()``), made on use
+        self._tool_state: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"<AgentRunContext run_id={self.run_id} session_id={self.session_id}>"
@@ -403,6 +406,12 @@ class AgentRunContext:
     def waiting(self) -> contextlib.AbstractContextManager[None]:
         """Mark the run as WAITING for an external answer for the duration of the block."""
         return _Waiting(self.state)
+
+    def tool_state(self) -> dict[str, Any]:
+        """The run's own dict for its tools (``agent_runtime.tools.run_state()``)."""
+        if self._tool_state is None:
+            self._tool_state = {}
+        return self._tool_state
 
     def end_unstarted(self) -> bool:
         """End the run with ``run.cancelled`` if its task was cancelled before its first step

@@ -239,7 +239,7 @@ class ToolCalls:
                 timeout = (
                     ready.timeout if ready.timeout is not None else context._options.tool_timeout
                 )
-                result, outcome_error = await self._executor.execute(ready, call, timeout)
+                result, outcome_error = await self._executor.execute(ready, call, timeout, context)
             media, outcome_error = await _stored_media(context, result, outcome_error)
             if media is not None:
                 result = media.described

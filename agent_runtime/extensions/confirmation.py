@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
-from ..events import AgentEvent, AgentEventType
+from ..events import AgentEvent, AgentEventType, AgentPhase
 from ..messages import ToolCall
 from ..tools.base import ToolPolicy
 from .external import ExternalEvent, ExternalEventExpiredError, ExternalEventExtension
@@ -140,8 +140,14 @@ class ConfirmationExtension(ExternalEventExtension):
                         },
                     )
                 )
-                with context.waiting():
+                # WAITING meanwhile (``context.waiting()`` inline: a run may wait for hours)
+                state = context.state
+                previous, state.phase = state.phase, AgentPhase.WAITING
+                try:
                     answer = await wait.future
+                finally:
+                    if state.phase is AgentPhase.WAITING:
+                        state.phase = previous
             finally:
                 self._close_wait(wait)
         except ExternalEventExpiredError:
