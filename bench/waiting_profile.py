@@ -159,6 +159,10 @@ def _ours(trace: tracemalloc.Traceback) -> str:
     return _short(trace[-1].filename, trace[-1].lineno)
 
 
+def _innermost(trace: tracemalloc.Traceback) -> str:
+    return _short(trace[-1].filename, trace[-1].lineno)
+
+
 def _short(filename: str, lineno: int) -> str:
     for marker in ("/app/", "/agent_runtime/", "/asyncio/", "site-packages/", "/lib/python"):
         if marker in filename:
@@ -237,7 +241,7 @@ def profile_code(
         "runs": runs,
         "rss_per_run": (rss1 - rss0) / runs,
         "traced_per_run": traced / runs,
-        "by_line": _by(diffs, lambda trace: _short(trace[-1].filename, trace[-1].lineno), runs, top),
+        "by_line": _by(diffs, _innermost, runs, top),
         "by_our_frame": _by(diffs, _ours, runs, top),
         "objects": objects[:top],
         "traces": traces,
@@ -276,9 +280,7 @@ def _report(result: dict[str, Any]) -> str:
     ]
     lines += [f"{size:>8.0f} {count:>6.1f}  {name}" for size, count, name in result["by_line"]]
     lines.append("-- by our innermost frame (bytes/run, blocks/run)")
-    lines += [
-        f"{size:>8.0f} {count:>6.1f}  {name}" for size, count, name in result["by_our_frame"]
-    ]
+    lines += [f"{size:>8.0f} {count:>6.1f}  {name}" for size, count, name in result["by_our_frame"]]
     if result.get("traces"):
         lines.append("-- whole tracebacks of the allocations asked for (--trace)")
         lines += result["traces"]
@@ -308,9 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         folder, commit = checkout(ref)
         try:
             results.append(
-                profile_code(
-                    commit, folder, options.runs, options.warm, options.top, options.trace
-                )
+                profile_code(commit, folder, options.runs, options.warm, options.top, options.trace)
             )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
