@@ -397,7 +397,7 @@ class AgentRunContext:
         """Note when a call's request for an answer expires, in the run's checkpoint (saved
         now, before the request is made), so a resumed run asks with the same expiry."""
         checkpoints = self._checkpoints
-        if checkpoints is None or call.id not in checkpoints.calls:
+        if checkpoints is None or not checkpoints.holds(call.id):
             return
         checkpoints.mark(call, "awaiting_approval", expires_at)
         state = self.state

@@ -177,7 +177,6 @@ class RunHandle:
         "_fenced_off",
         "_finished",
         "_tools_running",
-        "agent",
         "appending",
         "asked",
         "asking",
@@ -192,10 +191,8 @@ class RunHandle:
         "finished_at",
         "history_size",
         "in_runtime",
-        "input",
         "lease",
         "lease_deadline",
-        "metadata",
         "new_session",
         "opened",
         "options",
@@ -233,10 +230,7 @@ class RunHandle:
         self.session_id = session_id
         self.principal = principal
         self.profile = profile
-        self.agent = profile.name
         self.options = options
-        self.input = options.input
-        self.metadata = options.metadata
         self.lease = lease
         self.ticket = ticket
         # the run's reservation of its token budgets (app.admission.budgets), settled at its end
@@ -288,6 +282,21 @@ class RunHandle:
         self._ask_waiter: asyncio.Future[None] | None = None
         # whether it has waited for one on this worker (a resumed run asks its question again)
         self.asked = False
+
+    @property
+    def agent(self) -> str:
+        """The name of the run's agent."""
+        return self.profile.name
+
+    @property
+    def input(self) -> str:
+        """The run's input as text (``RunRequestOptions.input``)."""
+        return self.options.input
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The request's metadata (read-only: the request's own mapping, not a copy)."""
+        return self.options.metadata
 
     def ask(self) -> None:
         """The runtime waits for an external answer now."""
