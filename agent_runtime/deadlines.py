@@ -96,10 +96,12 @@ class Deadlines:
         method each time): the entry keeps it for as long as it waits.
         """
         deadline = Deadline(self, when, callback, arg)
-        self._push(deadline)
+        self.push(deadline)
         return deadline
 
-    def _push(self, deadline: Deadline[Any]) -> None:
+    def push(self, deadline: Deadline[Any]) -> None:
+        """Schedule an entry built by a subclass of ``Deadline`` that is its own entry (one
+        object where a wait and its deadline would be two); it must be active."""
         heapq.heappush(self._heap, deadline)
         if deadline.when < self._timer_when:
             self._schedule()
@@ -189,7 +191,7 @@ class RunDeadline(Deadline["RunDeadline"]):
             loop = asyncio.get_running_loop()
             owner = Deadlines.of(loop)
             Deadline.__init__(self, owner, loop.time() + self._delay, _expire, self)
-            owner._push(self)
+            owner.push(self)
         return self
 
     def __exit__(

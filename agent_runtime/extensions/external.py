@@ -80,25 +80,16 @@ class _State(enum.Enum):
     CLOSED = "closed"  # over: answered and staged, expired, cancelled or failed
 
 
-class _Wait:
+class _Wait(Deadline["_Wait"]):
     """One registered wait. ``state`` only changes under the extension's lock.
 
     Its waiter awaits ``future`` itself (no task or coroutine of the wait's own): the answer
-    resolves it, and ``expiry``, at ``deadline`` on the loop's clock, fails it with
-    ``ExternalEventExpiredError``. Many runs may wait at once, so this is all a wait holds
-    (its expiry is an entry among the loop's shared ``Deadlines``, not a timer of its own).
+    resolves it, and its expiry at ``deadline`` on the loop's clock fails it with
+    ``ExternalEventExpiredError``. Many runs may wait at once, so this is all a wait holds:
+    it is its own entry among the loop's shared ``Deadlines`` (with a timeout), not a timer.
     """
 
-    __slots__ = (
-        "context",
-        "correlation_id",
-        "deadline",
-        "expiry",
-        "future",
-        "names",
-        "state",
-        "timeout",
-    )
+    __slots__ = ("context", "correlation_id", "deadline", "future", "names", "state", "timeout")
 
     def __init__(
         self,
@@ -107,15 +98,21 @@ class _Wait:
         names: frozenset[str],
         future: asyncio.Future[ExternalEvent],
         timeout: float | None,
-        deadline: float | None,
+        expiry: tuple[Deadlines, float, Callable[[_Wait], object]] | None,
     ) -> None:
+        if expiry is None:
+            self._callback = None  # an entry never scheduled
+            self._arg = None
+            self.deadline: float | None = None
+        else:
+            owner, when, callback = expiry
+            super().__init__(owner, when, callback, self)
+            self.deadline = when
         self.context = context
         self.correlation_id = correlation_id
         self.names = names
         self.future = future
         self.timeout = timeout
-        self.deadline = deadline
-        self.expiry: Deadline[_Wait] | None = None
         self.state = _State.OPEN
 
 
@@ -290,8 +287,9 @@ class ExternalEventExtension(AgentExtension):
         if timeout is not None and not timeout > 0:  # also refuses NaN
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        wait = _Wait(context, correlation_id, names, loop.create_future(), timeout, deadline)
+        deadlines = Deadlines.of(loop)
+        expiry = None if timeout is None else (deadlines, loop.time() + timeout, self._expire_wait)
+        wait = _Wait(context, correlation_id, names, loop.create_future(), timeout, expiry)
         slot = (context.session_id, correlation_id)
         with self._lock:
             if slot in self._waits:
@@ -305,8 +303,8 @@ class ExternalEventExtension(AgentExtension):
                 self._run_waits[context] = [wait]
             else:
                 run_waits.append(wait)
-        if deadline is not None:
-            wait.expiry = Deadlines.of(loop).at(deadline, self._expire_wait, wait)
+        if wait.active:
+            deadlines.push(wait)
         return wait
 
     def _close_wait(self, wait: _Wait) -> None:
@@ -315,9 +313,7 @@ class ExternalEventExtension(AgentExtension):
         with self._lock:
             self._forget(wait)
             wait.state = _State.CLOSED
-        if wait.expiry is not None:
-            wait.expiry.cancel()
-            wait.expiry = None
+        wait.cancel()  # its expiry (a no-op once expired, or without a timeout)
         future = wait.future
         if not future.done():
             future.cancel()
@@ -326,7 +322,6 @@ class ExternalEventExtension(AgentExtension):
 
     def _expire(self, wait: _Wait) -> None:
         """The wait's deadline passed (on its loop): nobody answered, so it fails expired."""
-        wait.expiry = None
         with self._lock:
             expired = wait.state in (_State.OPEN, _State.SUSPENDED)
             if expired:

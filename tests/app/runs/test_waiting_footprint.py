@@ -170,8 +170,7 @@ async def test_what_a_waiting_run_holds_has_no_instance_dict(world: World) -> No
         run._channel,
         run._checkpoints,
         run._options.checkpoint_sink,
-        wait,
-        wait.expiry,
+        wait,  # its own entry among the loop's deadlines
         *run.state.messages,
     ]
     assert [type(item).__name__ for item in held if hasattr(item, "__dict__")] == []
