@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import itertools
 import weakref
 from collections.abc import Callable
 from types import TracebackType
@@ -31,25 +30,24 @@ A = TypeVar("A")
 _EARLY = 0.001
 # cancelled entries the heap keeps before it is rebuilt without them (if more than half of it)
 _COMPACT_AT = 64
-_sequence = itertools.count()
 
 
 class Deadline(Generic[A]):
     """One deadline: ``callback(arg)`` at ``when`` (the loop's clock), unless cancelled."""
 
-    __slots__ = ("_arg", "_callback", "_owner", "_seq", "when")
+    __slots__ = ("_arg", "_callback", "_owner", "when")
 
     def __init__(
         self, owner: Deadlines, when: float, callback: Callable[[A], object], arg: A
     ) -> None:
         self._owner = owner
         self.when = when
-        self._seq = next(_sequence)
         self._callback: Callable[[A], object] | None = callback
         self._arg: A | None = arg
 
     def __lt__(self, other: Deadline[Any]) -> bool:
-        return (self.when, self._seq) < (other.when, other._seq)
+        # deadlines due at the same time fire together, in no particular order
+        return self.when < other.when
 
     @property
     def active(self) -> bool:
