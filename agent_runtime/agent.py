@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from .capabilities.agent_calls import CapabilityCalls, CapabilityHost
 from .capabilities.jobs import MediaJob
-from .channel import Channel, ChannelClosed
-from .checkpoints import Checkpointer, CheckpointSink, RunCheckpoint
+from .channel import EMPTY, ChannelClosed
+from .checkpoints import CheckpointSink, RunCheckpoint
 from .compaction import DEFAULT_MAX_HISTORY_MESSAGES, ContextCompactor, prepare_context
 from .content import (
     ContentStore,
@@ -38,6 +38,7 @@ from .content import (
 )
 from .conversation import ConversationStore, InMemoryConversationStore
 from .core_arguments import ModelLike, as_bindings, as_skills, check_limits, policy_table
+from .deadlines import RunDeadline
 from .errors import (
     AgentClosedError,
     ConfigurationError,
@@ -53,10 +54,11 @@ from .events import AgentEvent, AgentEventType, AgentPhase
 from .extensions.base import AgentExtension
 from .extensions.events import RunCancelledEvent
 from .messages import AssistantMessage, Message, UserMessage
-from .model import ModelRequest, Usage
+from .model import Usage
 from .model_calls import ModelCalls
 from .run_calls import ChatHost, RunCalls
 from .run_context import (
+    BARE_CONTEXT,
     CANCELLED_CALL,
     HANDOVER,
     AgentResponse,
@@ -69,12 +71,18 @@ from .run_context import (
     new_id,
 )
 from .run_options import RunOptions
-from .run_setup import build_run_options, first_event, prompt_cache_key, system_prompt
+from .run_setup import (
+    build_run_options,
+    first_event,
+    prompt_cache_key,
+    run_context,
+    system_prompt,
+)
 from .skills.activation import SkillState
 from .skills.catalogue import SkillManager
 from .structured import StructuredOutput, aoutput_spec, check_answer
 from .tool_calls import ToolCalls
-from .tools.base import Tool, ToolPolicy, _run_state
+from .tools.base import Tool, ToolPolicy
 from .tools.execution import ToolExecutor
 from .tools.registry import ToolRegistry
 from .tracing import NO_TRACER, RunTracer
@@ -191,6 +199,8 @@ class AgentCore(CapabilityCalls, RunCalls):
         self._close_task: asyncio.Future[None] | None = None
         self._runs: dict[str, AgentRunContext] = {}
         self._sessions: dict[str, str] = {}
+        # one bound method for every run task's done callback (not a closure per run)
+        self._task_done = self._end_unstarted
 
     # construction helpers -----------------------------------------------------------------
 
@@ -457,32 +467,29 @@ class AgentCore(CapabilityCalls, RunCalls):
             raise SessionBusyError(session_id, active)
         if run_id in self._runs:
             raise ConfigurationError(f"run id {run_id!r} is already in use")
-        channel: Channel[AgentEvent] = Channel()
-        context = AgentRunContext(self, config, run_id, session_id, run_options, channel)
-        sink = run_options.checkpoint_sink
-        if sink is not None:
-            context._checkpoints = Checkpointer(
-                sink,
-                run_id,
-                session_id,
-                prompt_text,
-                step=resume.step if resume is not None else 0,
-                structured_answers=resume.structured_answers if resume is not None else 0,
-                skill=resume.skill if resume is not None else options.get("skill"),
-            )
+        context = run_context(
+            self, config, run_id, session_id, run_options, prompt_text, options.get("skill")
+        )
+        channel = context._channel
         self._sessions[session_id] = run_id
         self._runs[run_id] = context
         self.state = context.state
-        task = asyncio.get_running_loop().create_task(self._execute(context, prompt))
+        # named by the run id it already holds (a default name is a string of its own)
+        task = asyncio.get_running_loop().create_task(self._execute(context, prompt), name=run_id)
         context._task = task
-        task.add_done_callback(lambda done: self._end_unstarted(context, done))
+        task.add_done_callback(self._task_done, context=BARE_CONTEXT)
+        # this generator lives as long as the run (maybe hours): it lets go of its setup
+        del prompt, prompt_text, conversation, options, output, run_options
         failure: BaseException | None = None
         try:
             while True:
                 try:
-                    event = await channel.get()
+                    event = channel.poll()
                 except ChannelClosed:
                     break
+                if event is EMPTY:  # a future, not a coroutine, while the run waits
+                    await channel.readable()
+                    continue
                 yield event
             # the task closed the channel: it has finished or is about to
             await asyncio.wait([task])
@@ -504,25 +511,16 @@ class AgentCore(CapabilityCalls, RunCalls):
             # not the consumer's own cancellation, so not a CancelledError
             raise RunCancelledError(context._cancel_reason or "cancelled", run_id=context.run_id)
 
-    def _end_unstarted(self, context: AgentRunContext, task: asyncio.Task[None]) -> None:
+    def _end_unstarted(self, task: asyncio.Task[None]) -> None:
         """End a run whose task was cancelled before its first step.
 
         Such a task never runs its body (``_execute``'s handlers included): nothing would put
         the terminal event, close the channel or forget the run, and its consumer would wait
         forever. Nothing of the run happened, so no extension is told.
         """
-        if not task.cancelled() or context.state.phase is not AgentPhase.IDLE:
+        context = self._runs.get(task.get_name())  # the task is named by its run's id
+        if context is None or context._task is not task or not context.end_unstarted():
             return
-        context.state.phase = AgentPhase.CANCELLED
-        context._channel.put_nowait(
-            AgentEvent(
-                AgentEventType.RUN_CANCELLED,
-                context.run_id,
-                context.session_id,
-                reason=context._cancel_reason or "cancelled",
-            )
-        )
-        context._channel.close()
         self._runs.pop(context.run_id, None)
         if self._sessions.get(context.session_id) == context.run_id:
             del self._sessions[context.session_id]
@@ -531,12 +529,11 @@ class AgentCore(CapabilityCalls, RunCalls):
         state = context.state
         options = context._options
         channel = context._channel
-        # the run's task has its own context: tools of this run see this dict, no other run does
-        _run_state.set({})
         try:
             with self.tracer.run(context, content_text(prompt)):
                 try:
-                    async with asyncio.timeout(options.run_timeout) as deadline:
+                    # the loop's shared deadlines, not a timer each: a run may wait for hours
+                    with RunDeadline(options.run_timeout) as deadline:
                         await self._run_loop(context, prompt)
                 except TimeoutError as exc:
                     if deadline.expired():
@@ -617,24 +614,15 @@ class AgentCore(CapabilityCalls, RunCalls):
                 max_messages=self.max_history_messages,
                 run_id=context.run_id,
             )
-            # read each time: a skill activated by the last batch narrows what is advertised
-            if skills is not None:
-                specs = skills.advertised(options.tools)
-            else:
-                specs = [t.spec for t in options.tools.values()]
-            request = ModelRequest(
-                messages=list(state.messages),
-                tools=specs,
+            # the request is built and dropped in there: a run waiting for an answer
+            # afterwards keeps none of it
+            message = await self._model_calls.turn(
+                context,
                 system=system,
-                run_id=context.run_id,
-                session_id=context.session_id,
-                params=options.params,
                 output_schema=output.schema if output is not None else None,
                 content_store=self.content_store,
                 cache_key=cache_key,
             )
-            response = await self._model_calls.call(context, request)
-            message = response.message
             state.messages.append(message)
             if not message.tool_calls and output is not None:
                 answers += 1
@@ -679,7 +667,8 @@ class AgentCore(CapabilityCalls, RunCalls):
         for extension in self._extensions:
             await extension.on_tool(context)
         if options.conversation is not None:
-            history = options.conversation
+            # read once: the run's messages hold it from here (a copy would live as long)
+            history, options.conversation = options.conversation, None
         elif self.conversation_store is not None:
             history = await self.conversation_store.load(context.session_id)
         else:
@@ -712,7 +701,7 @@ class AgentCore(CapabilityCalls, RunCalls):
                 raise ConfigurationError(
                     f"tool {name!r} collides with the skill tool of that name; rename it"
                 )
-            options.tools[name] = built
+            options.add_tool(name, built)
 
     async def _finish_open_calls(self, context: AgentRunContext, resume: RunCheckpoint) -> None:
         """A resumed run's open calls: those of its last model response without a result."""

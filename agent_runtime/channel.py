@@ -8,38 +8,65 @@ closing its stream early cancels the run instead of finding it already completed
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections import deque
-from typing import Generic, TypeVar
+from typing import Final, Generic, Literal, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["Channel", "ChannelClosed"]
+__all__ = ["EMPTY", "Channel", "ChannelClosed"]
+
+# consumed items the buffer keeps before it drops them in one step (a consumer that never
+# quite catches up); a buffer the consumer emptied is cleared at once
+_COMPACT_AT = 32
 
 
 class ChannelClosed(Exception):
     """The producer closed the channel and every item was taken."""
 
 
-class Channel(Generic[T]):
-    """Bounded FIFO with one producer side (possibly several tasks) and one consumer."""
+class _Empty(enum.Enum):
+    EMPTY = "empty"
 
-    __slots__ = ("_buffer", "_closed", "_get_waiter", "_idle_waiters", "_limit", "_put_waiters")
+
+EMPTY: Final = _Empty.EMPTY
+"""What ``Channel.poll`` answers when no item is buffered (await ``readable()``, then poll)."""
+
+
+class Channel(Generic[T]):
+    """Bounded FIFO with one producer side (possibly several tasks) and one consumer.
+
+    The buffer is a list read from ``_head`` and cleared whenever the consumer empties it, so
+    a channel whose consumer waits (a run waiting for an answer, maybe for hours) holds no
+    storage for items; a ``deque`` keeps a block of 64 slots even when empty.
+    """
+
+    __slots__ = (
+        "_buffer",
+        "_closed",
+        "_get_waiter",
+        "_head",
+        "_idle_waiters",
+        "_limit",
+        "_put_waiters",
+    )
 
     def __init__(self, limit: int = 64) -> None:
-        self._buffer: deque[T] = deque()
+        self._buffer: list[T] = []
+        self._head = 0
         self._limit = limit
         self._get_waiter: asyncio.Future[None] | None = None
         # created on first use: most channels never fill up, and idle runs are many
         self._put_waiters: deque[asyncio.Future[None]] | None = None
-        self._idle_waiters: list[asyncio.Future[None]] = []
+        self._idle_waiters: list[asyncio.Future[None]] | None = None
         self._closed = False
 
     def __len__(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) - self._head
 
     async def put(self, item: T) -> None:
         """Append ``item``, waiting while the channel is full."""
-        while len(self._buffer) >= self._limit:
+        while len(self._buffer) - self._head >= self._limit:
             waiter = asyncio.get_running_loop().create_future()
             if self._put_waiters is None:
                 self._put_waiters = deque()
@@ -68,18 +95,38 @@ class Channel(Generic[T]):
 
     async def get(self) -> T:
         """Take the next item, waiting for one; raises ChannelClosed at the end."""
+        while True:
+            item = self.poll()
+            if item is not EMPTY:
+                return item
+            try:
+                await self.readable()
+            except BaseException:
+                self._get_waiter = None  # a consumer gone is not waiting
+                raise
+
+    def poll(self) -> T | Literal[_Empty.EMPTY]:
+        """The next item, or ``EMPTY`` if none is buffered; raises ChannelClosed at the end.
+
+        With ``readable()``, the consumer's loop without a coroutine of the channel's own:
+        ``get()`` costs a coroutine frame for as long as it waits.
+        """
+        self._get_waiter = None  # the consumer runs again
         buffer = self._buffer
-        while not buffer:
+        head = self._head
+        if head == len(buffer):
             if self._closed:
                 raise ChannelClosed
-            self._wake_idle()
-            waiter = asyncio.get_running_loop().create_future()
-            self._get_waiter = waiter
-            try:
-                await waiter
-            finally:
-                self._get_waiter = None
-        item = buffer.popleft()
+            return EMPTY
+        item = buffer[head]
+        head += 1
+        if head == len(buffer):
+            buffer.clear()  # frees the list's storage
+            head = 0
+        elif head >= _COMPACT_AT:
+            del buffer[:head]
+            head = 0
+        self._head = head
         waiters = self._put_waiters
         if waiters:
             first = waiters.popleft()
@@ -87,20 +134,30 @@ class Channel(Generic[T]):
                 first.set_result(None)
         return item
 
+    def readable(self) -> asyncio.Future[None]:
+        """A future resolved once an item is put or the channel closes (after ``poll``
+        answered ``EMPTY``); from then until the consumer polls again, it counts as idle."""
+        self._wake_idle()
+        waiter = asyncio.get_running_loop().create_future()
+        self._get_waiter = waiter
+        return waiter
+
     async def wait_consumer_idle(self) -> None:
         """Return once the consumer took every item and is waiting for the next one."""
-        while self._buffer or self._get_waiter is None:
+        while len(self._buffer) > self._head or self._get_waiter is None:
             waiter = asyncio.get_running_loop().create_future()
+            if self._idle_waiters is None:
+                self._idle_waiters = []
             self._idle_waiters.append(waiter)
             try:
                 await waiter
             finally:
-                if waiter in self._idle_waiters:
+                if self._idle_waiters is not None and waiter in self._idle_waiters:
                     self._idle_waiters.remove(waiter)
 
     def _wake_idle(self) -> None:
         if self._idle_waiters:
-            waiters, self._idle_waiters = self._idle_waiters, []
+            waiters, self._idle_waiters = self._idle_waiters, None
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)

@@ -191,40 +191,55 @@ def unknown_outcome(call: ToolCall) -> str:
     )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Checkpointer:
     """One run's side of the checkpoints: the open calls' states, the results so far, and
-    saves in order (one at a time, each from the state as it is when it is taken)."""
+    saves in order (one at a time, each from the state as it is when it is taken).
+
+    ``calls`` and ``results`` are tuples, replaced on each change: a batch holds a call or a
+    few, and a run waiting for an answer keeps them for as long as it waits (an empty tuple
+    is shared, a dict of one entry is ~180 bytes)."""
 
     sink: CheckpointSink
     run_id: str
     session_id: str
     prompt: str
     step: int = 0
-    calls: dict[str, CheckpointedCall] = field(default_factory=dict)
-    results: dict[str, ToolMessage] = field(default_factory=dict)
+    calls: tuple[CheckpointedCall, ...] = ()
+    results: tuple[ToolMessage, ...] = ()
     structured_answers: int = 0
     skill: str | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def open(self, calls: Sequence[ToolCall]) -> None:
         """A model response with ``calls``: each is pending."""
-        self.results.clear()
-        self.calls = {c.id: CheckpointedCall(c.id, c.name, "pending") for c in calls}
+        self.results = ()
+        self.calls = tuple(CheckpointedCall(c.id, c.name, "pending") for c in calls)
+
+    def holds(self, call_id: str) -> bool:
+        """Whether the call is one of the open calls."""
+        return any(c.call_id == call_id for c in self.calls)
 
     def mark(self, call: ToolCall, state: CallState, expires_at: datetime | None = None) -> None:
         """Move one open call to ``state`` (``expires_at``: when its wait for an answer ends)."""
-        self.calls[call.id] = CheckpointedCall(call.id, call.name, state, expires_at)
+        marked = CheckpointedCall(call.id, call.name, state, expires_at)
+        if self.holds(call.id):
+            self.calls = tuple(marked if c.call_id == call.id else c for c in self.calls)
+        else:
+            self.calls = (*self.calls, marked)
 
     def finished(self, result: ToolMessage) -> None:
         """A call's result: it leaves the open calls."""
-        self.calls.pop(result.tool_call_id, None)
-        self.results[result.tool_call_id] = result
+        self.calls = tuple(c for c in self.calls if c.call_id != result.tool_call_id)
+        self.results = (
+            *(r for r in self.results if r.tool_call_id != result.tool_call_id),
+            result,
+        )
 
     def close(self) -> None:
         """The batch's results are in the conversation now."""
-        self.calls.clear()
-        self.results.clear()
+        self.calls = ()
+        self.results = ()
 
     async def save(self, added: Sequence[Message], iteration: int, usage: Usage) -> None:
         """Hand the sink a checkpoint of now (``added`` without this batch's results)."""
@@ -235,10 +250,10 @@ class Checkpointer:
                 session_id=self.session_id,
                 step=self.step,
                 prompt=self.prompt,
-                added=(*added, *self.results.values()),
+                added=(*added, *self.results),
                 iteration=iteration,
                 usage=dataclasses.replace(usage),
-                calls=tuple(self.calls.values()),
+                calls=self.calls,
                 skill=self.skill,
                 structured_answers=self.structured_answers,
             )

@@ -23,11 +23,21 @@ from typing import TYPE_CHECKING
 from .errors import ProviderError, UnsupportedContentError
 from .events import AgentEvent, AgentEventType
 from .input_kinds import declared_input_kinds, fit_messages
-from .model import Model, ModelEventKind, ModelRequest, ModelResponse, RetryOptions, Usage
+from .model import (
+    Model,
+    ModelEventKind,
+    ModelRequest,
+    ModelResponse,
+    OutputSchema,
+    RetryOptions,
+    Usage,
+)
 from .run_context import AgentRunContext, new_id
 
 if TYPE_CHECKING:
     from .bindings import ModelBinding, ModelBindings
+    from .content import ContentStore
+    from .messages import AssistantMessage
     from .tracing import RunTracer
 
 __all__ = ["ModelCalls"]
@@ -45,6 +55,36 @@ class ModelCalls:
     def __init__(self, bindings: ModelBindings, tracer: RunTracer) -> None:
         self._bindings = bindings
         self._tracer = tracer
+
+    async def turn(
+        self,
+        context: AgentRunContext,
+        *,
+        system: str | None,
+        output_schema: OutputSchema | None,
+        content_store: ContentStore | None,
+        cache_key: str | None,
+    ) -> AssistantMessage:
+        """The run's next model call on its conversation so far: the model's message."""
+        options = context._options
+        skills = options.skill_state
+        # read each time: a skill activated by the last batch narrows what is advertised
+        if skills is not None:
+            specs = skills.advertised(options.tools)
+        else:
+            specs = [t.spec for t in options.tools.values()]
+        request = ModelRequest(
+            messages=list(context.state.messages),
+            tools=specs,
+            system=system,
+            run_id=context.run_id,
+            session_id=context.session_id,
+            params=options.params,
+            output_schema=output_schema,
+            content_store=content_store,
+            cache_key=cache_key,
+        )
+        return (await self.call(context, request)).message
 
     async def call(self, context: AgentRunContext, request: ModelRequest) -> ModelResponse:
         """One model call, with retries on the same binding and failover to the next one."""

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import secrets
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast
 
 from .channel import Channel
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from .tools.registry import ToolRegistry
 
 __all__ = [
+    "BARE_CONTEXT",
     "CANCELLED_CALL",
     "HANDOVER",
     "UNSET",
@@ -66,6 +69,11 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
+
+
+BARE_CONTEXT = contextvars.Context()
+"""The context of callbacks that read no context variable: passed to ``add_done_callback``
+(``context=``), it spares the copy of the current one each callback otherwise keeps."""
 
 
 HANDOVER = "handover"
@@ -188,7 +196,8 @@ class RunOptions:
     system_prompt: str | None
     permission_callback: PermissionCallback | None
     conversation: list[Message] | None
-    tools: dict[str, Tool]
+    # the agent's shared snapshot (read-only) until the run adds a tool of its own (add_tool)
+    tools: Mapping[str, Tool]
     params: dict[str, Any]
     agent_name: str | None
     context_compactor: ContextCompactor | None = None
@@ -199,6 +208,13 @@ class RunOptions:
     tool_filter: Callable[[Tool], bool] | None = None
     checkpoint_sink: CheckpointSink | None = None
     resume: RunCheckpoint | None = None
+
+    def add_tool(self, name: str, built: Tool) -> None:
+        """Add a tool to this run only: its tools become a copy of the agent's the first
+        time (runs that add none share one)."""
+        tools = self.tools if isinstance(self.tools, dict) else dict(self.tools)
+        tools[name] = built
+        self.tools = tools
 
 
 class AnswerGate(Protocol):
@@ -248,6 +264,28 @@ class RunHost(Protocol):
     def policy_for(self, name: str, found: Tool | None = None) -> ToolPolicy: ...
 
 
+_NO_ASKS: Mapping[str, datetime | None] = MappingProxyType({})
+
+
+class _Waiting:
+    """``AgentRunContext.waiting``: a class, not a generator, since it lives as long as the
+    wait and a run may wait for hours."""
+
+    __slots__ = ("_previous", "_state")
+
+    def __init__(self, state: AgentState) -> None:
+        self._state = state
+        self._previous = state.phase
+
+    def __enter__(self) -> None:
+        self._previous = self._state.phase
+        self._state.phase = AgentPhase.WAITING
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._state.phase is AgentPhase.WAITING:
+            self._state.phase = self._previous
+
+
 class AgentRunContext:
     """Everything one run owns. Passed to every extension hook.
 
@@ -263,6 +301,7 @@ class AgentRunContext:
         "_options",
         "_resumed_asks",
         "_task",
+        "_tool_state",
         "agent",
         "config",
         "run_id",
@@ -286,16 +325,20 @@ class AgentRunContext:
         self.state = AgentState(run_id=run_id, session_id=session_id)
         self._options = options
         self._channel = channel
-        self._decisions: dict[str, tuple[bool, str | None]] = {}
+        # made on the first decision (most runs wait without one)
+        self._decisions: dict[str, tuple[bool, str | None]] | None = None
         # arguments an approval edited, by call id, until the runtime runs the call with them
-        self._edits: dict[str, dict[str, Any]] = {}
+        # (made on the first edit)
+        self._edits: dict[str, dict[str, Any]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._cancel_reason: str | None = None
         # with a checkpoint sink: the open calls' states and the saves (agent_runtime.checkpoints)
         self._checkpoints: Checkpointer | None = None
         # calls of a resumed run that were waiting for an approval (asked again, marked so),
         # with the expiry their request was first made with, when it was saved
-        self._resumed_asks: dict[str, datetime | None] = {}
+        self._resumed_asks: Mapping[str, datetime | None] = _NO_ASKS
+        # what this run's tools keep for the rest of it (``tools.run_state()``), made on use
+        self._tool_state: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"<AgentRunContext run_id={self.run_id} session_id={self.session_id}>"
@@ -339,7 +382,7 @@ class AgentRunContext:
             raise ConfigurationError(
                 f"tool {built.name!r} is already registered for this run; choose another name"
             )
-        self._options.tools[built.name] = built
+        self._options.add_tool(built.name, built)
         return built
 
     def tool_policy(self, name: str) -> ToolPolicy:
@@ -361,23 +404,27 @@ class AgentRunContext:
         runtime checks them again (the tool must be editable and take them) and denies the
         call if they do not pass.
         """
+        if self._decisions is None:
+            self._decisions = {}
         self._decisions[tool_call_id] = (approved, reason)
         if approved and arguments is not None:
+            if self._edits is None:
+                self._edits = {}
             self._edits[tool_call_id] = dict(arguments)
-        else:
+        elif self._edits is not None:
             self._edits.pop(tool_call_id, None)
 
     def take_tool_decision(self, tool_call_id: str) -> tuple[bool, str | None] | None:
         """Pop the recorded decision for a call, if any."""
-        return self._decisions.pop(tool_call_id, None)
+        return self._decisions.pop(tool_call_id, None) if self._decisions else None
 
     def take_tool_edit(self, tool_call_id: str) -> dict[str, Any] | None:
         """Pop the edited arguments an approval recorded for a call, if any."""
-        return self._edits.pop(tool_call_id, None)
+        return self._edits.pop(tool_call_id, None) if self._edits else None
 
     def has_tool_decision(self, tool_call_id: str) -> bool:
         """Whether a call is already decided (a resumed run's approved or denied call)."""
-        return tool_call_id in self._decisions
+        return self._decisions is not None and tool_call_id in self._decisions
 
     def is_resumed_ask(self, tool_call_id: str) -> bool:
         """Whether this call's approval was asked for before the run was resumed: the request
@@ -393,22 +440,39 @@ class AgentRunContext:
         """Note when a call's request for an answer expires, in the run's checkpoint (saved
         now, before the request is made), so a resumed run asks with the same expiry."""
         checkpoints = self._checkpoints
-        if checkpoints is None or call.id not in checkpoints.calls:
+        if checkpoints is None or not checkpoints.holds(call.id):
             return
         checkpoints.mark(call, "awaiting_approval", expires_at)
         state = self.state
         await checkpoints.save(state.added, state.iteration, state.usage)
 
-    @contextlib.contextmanager
-    def waiting(self) -> Iterator[None]:
+    def waiting(self) -> contextlib.AbstractContextManager[None]:
         """Mark the run as WAITING for an external answer for the duration of the block."""
-        previous = self.state.phase
-        self.state.phase = AgentPhase.WAITING
-        try:
-            yield
-        finally:
-            if self.state.phase is AgentPhase.WAITING:
-                self.state.phase = previous
+        return _Waiting(self.state)
+
+    def tool_state(self) -> dict[str, Any]:
+        """The run's own dict for its tools (``agent_runtime.tools.run_state()``)."""
+        if self._tool_state is None:
+            self._tool_state = {}
+        return self._tool_state
+
+    def end_unstarted(self) -> bool:
+        """End the run with ``run.cancelled`` if its task was cancelled before its first step
+        (and so ran none of its handlers); False if it had started."""
+        task = self._task
+        if task is None or not task.cancelled() or self.state.phase is not AgentPhase.IDLE:
+            return False
+        self.state.phase = AgentPhase.CANCELLED
+        self._channel.put_nowait(
+            AgentEvent(
+                AgentEventType.RUN_CANCELLED,
+                self.run_id,
+                self.session_id,
+                reason=self._cancel_reason or "cancelled",
+            )
+        )
+        self._channel.close()
+        return True
 
     def cancel(self, reason: str = "cancel_requested") -> bool:
         """Cancel the run; False if it already finished.

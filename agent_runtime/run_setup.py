@@ -8,9 +8,11 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .channel import Channel
+from .checkpoints import Checkpointer
 from .errors import ConfigurationError
 from .events import AgentEvent, AgentEventType
-from .run_context import UNSET, AgentRunContext, RunHost, RunOptions
+from .run_context import UNSET, AgentRunConfig, AgentRunContext, RunHost, RunOptions
 from .run_options import OPTION_NAMES
 from .skills.activation import SkillState
 from .tools.base import Tool, tool
@@ -24,8 +26,36 @@ __all__ = [
     "build_run_options",
     "first_event",
     "prompt_cache_key",
+    "run_context",
     "system_prompt",
 ]
+
+
+def run_context(
+    agent: RunHost,
+    config: AgentRunConfig,
+    run_id: str,
+    session_id: str,
+    options: RunOptions,
+    prompt_text: str,
+    skill: str | None,
+) -> AgentRunContext:
+    """A new run's context, on a channel of its own, with its checkpoints' side when its
+    options have a sink (a resumed run's go on from its checkpoint's step)."""
+    context = AgentRunContext(agent, config, run_id, session_id, options, Channel())
+    sink = options.checkpoint_sink
+    if sink is not None:
+        resume = options.resume
+        context._checkpoints = Checkpointer(
+            sink,
+            run_id,
+            session_id,
+            prompt_text,
+            step=resume.step if resume is not None else 0,
+            structured_answers=resume.structured_answers if resume is not None else 0,
+            skill=resume.skill if resume is not None else skill,
+        )
+    return context
 
 
 def build_run_options(
@@ -49,12 +79,17 @@ def build_run_options(
         run_timeout = agent.run_timeout
     if run_timeout is not None and run_timeout <= 0:
         raise ConfigurationError("run_timeout must be positive or None")
-    tools = agent.registry.snapshot()
-    for extra in options.get("extra_tools") or ():
-        built = extra if isinstance(extra, Tool) else tool(extra)
-        if built.name in tools:
-            raise ConfigurationError(f"extra tool {built.name!r} collides with a registered tool")
-        tools[built.name] = built
+    tools = agent.registry.snapshot()  # shared by the runs until one adds a tool
+    extras = options.get("extra_tools") or ()
+    if extras:
+        tools = dict(tools)
+        for extra in extras:
+            built = extra if isinstance(extra, Tool) else tool(extra)
+            if built.name in tools:
+                raise ConfigurationError(
+                    f"extra tool {built.name!r} collides with a registered tool"
+                )
+            tools[built.name] = built
     tool_filter = options.get("tool_filter")
     if tool_filter is not None:
         tools = {name: t for name, t in tools.items() if tool_filter(t)}

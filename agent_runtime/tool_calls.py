@@ -111,15 +111,7 @@ class ToolCalls:
             self._count_errors(context, results)
             return results
         if options.parallel_tool_calls and len(calls) > 1:
-            # checks (hooks, permissions) stay sequential in call order; execution overlaps
-            prepared = [await self._prepare_call(context, call) for call in calls]
-            finished = await asyncio.gather(
-                *(
-                    self._finish_call(context, call, ready)
-                    for call, ready in zip(calls, prepared, strict=True)
-                )
-            )
-            results = list(finished)
+            results = await self._run_overlapping(context, calls)
         else:
             results = []
             for call in calls:
@@ -127,6 +119,21 @@ class ToolCalls:
                 results.append(await self._finish_call(context, call, ready))
         self._count_errors(context, results)
         return results
+
+    async def _run_overlapping(
+        self, context: AgentRunContext, calls: Sequence[ToolCall]
+    ) -> list[ToolMessage]:
+        """Several calls at once: their checks (hooks, permissions) stay sequential in call
+        order, their execution overlaps. (A method of its own: its comprehensions' closures
+        would hold cells in ``run``'s frame for as long as any call waits for an answer.)"""
+        prepared = [await self._prepare_call(context, call) for call in calls]
+        finished = await asyncio.gather(
+            *(
+                self._finish_call(context, call, ready)
+                for call, ready in zip(calls, prepared, strict=True)
+            )
+        )
+        return list(finished)
 
     @staticmethod
     def _count_errors(context: AgentRunContext, results: Sequence[ToolMessage]) -> None:
@@ -247,7 +254,7 @@ class ToolCalls:
                 timeout = (
                     ready.timeout if ready.timeout is not None else context._options.tool_timeout
                 )
-                result, outcome_error = await self._executor.execute(ready, call, timeout)
+                result, outcome_error = await self._executor.execute(ready, call, timeout, context)
             media, outcome_error = await _stored_media(context, result, outcome_error)
             if media is not None:
                 result = media.described

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AnswerRefusedError, ConfigurationError
-from ..events import AgentEvent, AgentEventType
+from ..events import AgentEvent, AgentEventType, AgentPhase
 from ..messages import ToolCall
 from ..tools.base import ToolPolicy
 from .edits import EDITED_ARGUMENTS, edited_arguments
@@ -135,13 +135,14 @@ class ConfirmationExtension(ExternalEventExtension):
                 await self._expired(context, call, expires)
                 return
         found = context.tools.get(call.name)
+        # the lean wait (no generator, no task of its own): many runs may wait at once
+        wait = self._open_wait(context, call.id, timeout=timeout, subject=call)
         try:
-            async with self._wait_for_external_event(
-                context, call.id, timeout=timeout, subject=call
-            ) as wait:
-                if first is None and wait.expires_at is not None:  # always set: a timeout
-                    expires = format_expiry(wait.expires_at)
-                    await context.record_ask(call, wait.expires_at)
+            try:
+                if first is None:
+                    asked_until = datetime.now(UTC) + timedelta(seconds=timeout)
+                    expires = format_expiry(asked_until)
+                    await context.record_ask(call, asked_until)
                 await context.emit(
                     AgentEvent(
                         AgentEventType.CUSTOM,
@@ -159,10 +160,19 @@ class ConfirmationExtension(ExternalEventExtension):
                         },
                     )
                 )
+                # WAITING meanwhile (``context.waiting()`` inline: a run may wait for hours)
+                state = context.state
+                previous, state.phase = state.phase, AgentPhase.WAITING
+                try:
+                    answer = await wait.future
+                finally:
+                    if state.phase is AgentPhase.WAITING:
+                        state.phase = previous
+            finally:
+                self._close_wait(wait)
         except ExternalEventExpiredError:
             await self._expired(context, call, expires)
             return
-        answer = self._take_external_event(context, call.id)
         if answer.payload["approved"] is True:
             try:  # checked when the answer was accepted: the same check, the same verdict
                 edited = edited_arguments(found, call, answer.payload)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ..deadlines import Deadline, Deadlines
 from ..errors import AgentRuntimeError
 from ..messages import AssistantMessage, ToolCall
 from ..tools.base import current_tool_call_id
@@ -79,8 +80,14 @@ class _State(enum.Enum):
     CLOSED = "closed"  # over: answered and staged, expired, cancelled or failed
 
 
-class _Wait:
-    """One registered wait. ``state`` only changes under the extension's lock."""
+class _Wait(Deadline["_Wait"]):
+    """One registered wait. ``state`` only changes under the extension's lock.
+
+    Its waiter awaits ``future`` itself (no task or coroutine of the wait's own): the answer
+    resolves it, and its expiry at ``deadline`` on the loop's clock fails it with
+    ``ExternalEventExpiredError``. Many runs may wait at once, so this is all a wait holds:
+    it is its own entry among the loop's shared ``Deadlines`` (with a timeout), not a timer.
+    """
 
     __slots__ = (
         "context",
@@ -100,15 +107,22 @@ class _Wait:
         names: frozenset[str],
         future: asyncio.Future[ExternalEvent],
         timeout: float | None,
-        deadline: float | None,
+        expiry: tuple[Deadlines, float, Callable[[_Wait], object]] | None,
         subject: object = None,
     ) -> None:
+        if expiry is None:
+            self._callback = None  # an entry never scheduled
+            self._arg = None
+            self.deadline: float | None = None
+        else:
+            owner, when, callback = expiry
+            super().__init__(owner, when, callback, self)
+            self.deadline = when
         self.context = context
         self.correlation_id = correlation_id
         self.names = names
         self.future = future
         self.timeout = timeout
-        self.deadline = deadline
         self.subject = subject
         self.state = _State.OPEN
 
@@ -189,9 +203,11 @@ class ExternalEventExtension(AgentExtension):
         self._lock = threading.Lock()
         self._waits: dict[tuple[str, str], _Wait] = {}
         # the same waits by run, so ending a run costs its own waits, not a scan of everyone's
-        self._run_waits: dict[AgentRunContext, dict[str, _Wait]] = {}
+        self._run_waits: dict[AgentRunContext, list[_Wait]] = {}
         # only touched on the loop thread, by the run that owns the context
         self._staged: dict[AgentRunContext, dict[str, ExternalEvent]] = {}
+        # one bound method for every wait's expiry (a deadline keeps its callback)
+        self._expire_wait = self._expire
 
     # introspection --------------------------------------------------------------------------
 
@@ -246,6 +262,37 @@ class ExternalEventExtension(AgentExtension):
         refused. ``subject`` (what the question is about, such as the tool call) is handed to
         ``_check_answer``. The wait's entry is removed however the block ends.
         """
+        wait = self._open_wait(
+            context,
+            correlation_id,
+            response_event_name=response_event_name,
+            timeout=timeout,
+            subject=subject,
+        )
+        try:
+            yield ExternalWait(correlation_id, None if timeout is None else _utc_deadline(timeout))
+            with context.waiting():
+                answer = await wait.future
+            self._staged.setdefault(context, {})[correlation_id] = answer
+        finally:
+            self._close_wait(wait)
+
+    def _open_wait(
+        self,
+        context: AgentRunContext,
+        correlation_id: str,
+        *,
+        response_event_name: str | None = None,
+        timeout: float | None = None,
+        subject: object = None,
+    ) -> _Wait:
+        """Register a wait (``_wait_for_external_event``'s first step); its waiter awaits its
+        ``future`` and calls ``_close_wait`` however it ends. ``subject`` is handed to
+        ``_check_answer``.
+
+        The lean form of the helper, for an extension that holds many waits at once: no
+        generator or task lives while it waits, only the wait and its timer.
+        """
         if not (isinstance(correlation_id, str) and correlation_id.strip()):
             raise ValueError("correlation_id must be a non-empty string")
         names = self._names
@@ -259,11 +306,9 @@ class ExternalEventExtension(AgentExtension):
         if timeout is not None and not timeout > 0:  # also refuses NaN
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        wait = _Wait(
-            context, correlation_id, names, loop.create_future(), timeout, deadline, subject
-        )
-        handle = ExternalWait(correlation_id, None if timeout is None else _utc_deadline(timeout))
+        deadlines = Deadlines.of(loop)
+        expiry = None if timeout is None else (deadlines, loop.time() + timeout, self._expire_wait)
+        wait = _Wait(context, correlation_id, names, loop.create_future(), timeout, expiry, subject)
         slot = (context.session_id, correlation_id)
         with self._lock:
             if slot in self._waits:
@@ -272,40 +317,41 @@ class ExternalEventExtension(AgentExtension):
                     f"{correlation_id!r}; one wait per id at a time"
                 )
             self._waits[slot] = wait
-            self._run_waits.setdefault(context, {})[correlation_id] = wait
-        try:
-            yield handle
-            with context.waiting():
-                answer = await self._answer_of(wait)
-            self._staged.setdefault(context, {})[correlation_id] = answer
-        finally:
-            with self._lock:
-                self._forget(wait)
-                wait.state = _State.CLOSED
-            future = wait.future
-            if not future.done():
-                future.cancel()
-            elif not future.cancelled():
-                future.exception()  # mark an unused error as retrieved (no GC warning)
+            run_waits = self._run_waits.get(context)
+            if run_waits is None:
+                self._run_waits[context] = [wait]
+            else:
+                run_waits.append(wait)
+        if wait.active:
+            deadlines.push(wait)
+        return wait
 
-    async def _answer_of(self, wait: _Wait) -> ExternalEvent:
+    def _close_wait(self, wait: _Wait) -> None:
+        """The wait is over, however it ended: its entry and timer go, and an answer or error
+        nobody took is let go of."""
+        with self._lock:
+            self._forget(wait)
+            wait.state = _State.CLOSED
+        wait.cancel()  # its expiry (a no-op once expired, or without a timeout)
         future = wait.future
-        if wait.deadline is not None:
-            remaining = wait.deadline - future.get_loop().time()
-            if remaining > 0:
-                # asyncio.wait leaves the future alone on timeout, unlike wait_for
-                await asyncio.wait((future,), timeout=remaining)
-            if not future.done():
-                with self._lock:
-                    expired = wait.state in (_State.OPEN, _State.SUSPENDED)
-                    if expired:
-                        wait.state = _State.CLOSED
-                        self._forget(wait)
-                if expired:
-                    raise ExternalEventExpiredError(wait.correlation_id, wait.timeout or 0.0)
-                # an answer was claimed just before expiry: accept() told its sender True, so
-                # it counts; its delivery is already queued on this loop
-        return await future
+        if not future.done():
+            future.cancel()
+        elif not future.cancelled():
+            future.exception()  # mark an unused error as retrieved (no GC warning)
+
+    def _expire(self, wait: _Wait) -> None:
+        """The wait's deadline passed (on its loop): nobody answered, so it fails expired."""
+        with self._lock:
+            expired = wait.state in (_State.OPEN, _State.SUSPENDED)
+            if expired:
+                wait.state = _State.CLOSED
+                self._forget(wait)
+        # an answer claimed just before expiry counts (accept() told its sender True): its
+        # delivery is already queued on this loop
+        if expired and not wait.future.done():
+            wait.future.set_exception(
+                ExternalEventExpiredError(wait.correlation_id, wait.timeout or 0.0)
+            )
 
     def _take_external_event(
         self, context: AgentRunContext, correlation_id: str | None = None
@@ -396,7 +442,7 @@ class ExternalEventExtension(AgentExtension):
         """Refuse answers to the run's waits from now on (it is being handed over); False,
         changing nothing, if one of them claimed an answer or one is staged, not yet used."""
         with self._lock:
-            waits = list(self._run_waits.get(context, {}).values())
+            waits = list(self._run_waits.get(context, ()))
             if self._staged.get(context) or any(w.state is _State.CLAIMED for w in waits):
                 return False
             for wait in waits:
@@ -407,7 +453,7 @@ class ExternalEventExtension(AgentExtension):
     def resume_answers(self, context: AgentRunContext) -> None:
         """Take answers to the run's waits again (its hand-over did not happen)."""
         with self._lock:
-            for wait in self._run_waits.get(context, {}).values():
+            for wait in self._run_waits.get(context, ()):
                 if wait.state is _State.SUSPENDED:
                     wait.state = _State.OPEN
 
@@ -448,14 +494,14 @@ class ExternalEventExtension(AgentExtension):
         if self._waits.get(key) is wait:
             del self._waits[key]
         run_waits = self._run_waits.get(wait.context)
-        if run_waits is not None and run_waits.get(wait.correlation_id) is wait:
-            del run_waits[wait.correlation_id]
+        if run_waits is not None and wait in run_waits:
+            run_waits.remove(wait)
             if not run_waits:
                 del self._run_waits[wait.context]
 
     def _end_waits(self, context: AgentRunContext, error: BaseException | None) -> None:
         with self._lock:
-            ended = list(self._run_waits.get(context, {}).values())
+            ended = list(self._run_waits.get(context, ()))
             for wait in ended:
                 self._forget(wait)
                 wait.state = _State.CLOSED

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 import pydantic
 
@@ -22,8 +22,19 @@ from ..model import ToolSpec
 __all__ = ["Tool", "ToolPolicy", "current_tool_call_id", "run_state", "tool"]
 
 _current_tool_call_id: ContextVar[str | None] = ContextVar("current_tool_call_id", default=None)
-# set by the runtime in each run's own task: what a tool keeps for the rest of its run
-_run_state: ContextVar[dict[str, Any] | None] = ContextVar("run_state", default=None)
+
+
+class RunStateOwner(Protocol):
+    """What a tool call's ``run_state()`` comes from: its run (``AgentRunContext``)."""
+
+    def tool_state(self) -> dict[str, Any]:
+        """The run's own dict for its tools (made on first use)."""
+        ...
+
+
+# set by the runtime around each tool call (not for the run's whole task: a context variable
+# set there would cost every run, waiting ones included, a copy of the context's mapping)
+_run_state: ContextVar[RunStateOwner | None] = ContextVar("run_state", default=None)
 
 
 def current_tool_call_id() -> str | None:
@@ -37,10 +48,10 @@ def run_state() -> dict[str, Any]:
     One dict per ``chat()``/``stream()`` call, gone when the run ends; another run, even a
     concurrent one, never sees it. Outside a run it raises RuntimeError.
     """
-    state = _run_state.get()
-    if state is None:
+    owner = _run_state.get()
+    if owner is None:
         raise RuntimeError("run_state() is only available inside a tool called by a run")
-    return state
+    return owner.tool_state()
 
 
 class ToolPolicy(enum.StrEnum):

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..messages import ToolCall
-from .base import Tool, ToolArgumentsError, _current_tool_call_id
+from .base import RunStateOwner, Tool, ToolArgumentsError, _current_tool_call_id, _run_state
 
 __all__ = ["ToolExecutor"]
 
@@ -25,7 +25,11 @@ class ToolExecutor:
         self._executor = executor
 
     async def execute(
-        self, found: Tool, call: ToolCall, time_limit: float | None
+        self,
+        found: Tool,
+        call: ToolCall,
+        time_limit: float | None,
+        run: RunStateOwner | None = None,
     ) -> tuple[Any, str | None]:
         """Run a call; returns ``(result, None)`` or ``(None, error message for the model)``.
 
@@ -37,6 +41,7 @@ class ToolExecutor:
         except ToolArgumentsError as exc:
             return None, str(exc)
         token = _current_tool_call_id.set(call.id)
+        state_token = _run_state.set(run)  # ``run_state()`` inside the call
         try:
             async with asyncio.timeout(time_limit) as deadline:
                 if found.is_async:
@@ -56,6 +61,7 @@ class ToolExecutor:
             logger.info("tool %s raised %s", found.name, type(exc).__name__)
             return None, f"{type(exc).__name__}: {exc}"
         finally:
+            _run_state.reset(state_token)
             _current_tool_call_id.reset(token)
         return result, None
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -16,6 +17,7 @@ class ToolRegistry:
 
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
+        self._snapshot: Mapping[str, Tool] | None = None
 
     def register(self, item: Tool | Callable[..., Any]) -> Tool:
         """Add a tool (or a plain function, wrapped with ``@tool``); a taken name is an error."""
@@ -25,19 +27,25 @@ class ToolRegistry:
                 f"a tool named {built.name!r} is already registered; tool names must be unique"
             )
         self._tools[built.name] = built
+        self._snapshot = None
         return built
 
     def unregister(self, name: str) -> None:
         """Remove a tool; later runs no longer see it."""
         self._tools.pop(name, None)
+        self._snapshot = None
 
     def get(self, name: str) -> Tool | None:
         """The tool of that name, if registered."""
         return self._tools.get(name)
 
-    def snapshot(self) -> dict[str, Tool]:
-        """A copy for one run: later registrations do not reach a run already started."""
-        return dict(self._tools)
+    def snapshot(self) -> Mapping[str, Tool]:
+        """The tools for one run, read-only: later registrations do not reach a run already
+        started. One copy is shared by every run started since the last change (a run that
+        adds tools of its own copies it then, ``RunOptions.add_tool``)."""
+        if self._snapshot is None:
+            self._snapshot = MappingProxyType(dict(self._tools))
+        return self._snapshot
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

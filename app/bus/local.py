@@ -54,13 +54,15 @@ class _RunLog:
         # after; the seqs above it that a reader saw may have been the lost log's
         self.restarted_after: int | None = None
         self.sealed = False
-        self.waiters: set[_LocalSubscription] = set()
+        # readers waiting for the next event; None while there are none (most logs, most of
+        # the time: a run waiting for an answer may have no reader for hours)
+        self.waiters: set[_LocalSubscription] | None = None
         self.expiry: asyncio.TimerHandle | None = None
 
     def wake(self) -> None:
         waiters = self.waiters
         if waiters:
-            self.waiters = set()
+            self.waiters = None
             for subscription in waiters:
                 waiter = subscription._waiter
                 if waiter is not None and not waiter.done():
@@ -108,12 +110,15 @@ class _LocalSubscription:
                 return _EMPTY
             waiter = asyncio.get_running_loop().create_future()
             self._waiter = waiter
+            if log.waiters is None:
+                log.waiters = set()
             log.waiters.add(self)
             try:
                 await waiter
             finally:
                 self._waiter = None
-                log.waiters.discard(self)
+                if log.waiters is not None:
+                    log.waiters.discard(self)
             if self._take_interrupt() and self._cursor >= log.last_seq:
                 return _EMPTY
         return _EMPTY
@@ -131,7 +136,8 @@ class _LocalSubscription:
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
-            self._log.waiters.discard(self)
+            if self._log.waiters is not None:
+                self._log.waiters.discard(self)
             self._owner._subscribers -= 1
             waiter = self._waiter
             if waiter is not None and not waiter.done():

@@ -25,6 +25,7 @@ from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.content import parts_from_dicts
 from agent_runtime.messages import UserMessage
 from agent_runtime.model import Usage
+from agent_runtime.run_context import BARE_CONTEXT
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
 from app.runs.handle import REQUEST_OPTIONS, RunHandle, RunRequestOptions
@@ -140,6 +141,8 @@ _EXPIRED = 0.001
 class RunCheckpointSink:
     """Stores one run's checkpoints (``agent_runtime.CheckpointSink``)."""
 
+    __slots__ = ("_context", "_fencing", "_handle", "_records", "first")
+
     def __init__(
         self, context: RunContext, records: RunRecords, fencing: Fencing, handle: RunHandle
     ) -> None:
@@ -147,6 +150,33 @@ class RunCheckpointSink:
         self._records = records
         self._fencing = fencing
         self._handle = handle
+        # the store of the run's first checkpoint, while it goes on (``save_first``)
+        self.first: asyncio.Task[None] | None = None
+
+    def save_first(self) -> None:
+        """Start storing the run's step-0 checkpoint, at the log's position now (before the
+        run's first event, whatever the model streams meanwhile: a resume drops its text).
+        A failure only costs the run its resume until its first model response (the
+        runtime's own saves fail the run if they fail)."""
+        handle = self._handle
+        task = self._context.spawn(self._save_first(handle.seq), f"{handle.run_id}:step0")
+        self.first = task
+        task.add_done_callback(self._first_saved, context=BARE_CONTEXT)
+
+    def _first_saved(self, task: asyncio.Task[None]) -> None:
+        if self.first is task:
+            self.first = None  # a done task keeps its coroutine: a run may wait for hours
+
+    async def _save_first(self, event_seq: int) -> None:
+        handle = self._handle
+        try:
+            await self.save(first_checkpoint(handle), event_seq=event_seq)
+        except Exception as exc:
+            logger.warning(
+                "could not store the run's first checkpoint: %s",
+                exc,
+                extra={"run_id": handle.run_id},
+            )
 
     async def save(self, checkpoint: RunCheckpoint, *, event_seq: int | None = None) -> None:
         """Store ``checkpoint`` with the seq of the run's last event before it (by default

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_runtime.agent import AgentCore
 from agent_runtime.events import AgentPhase
+from agent_runtime.run_context import BARE_CONTEXT
 from app.admission.budgets import Budgets
 from app.admission.slots import Admission
 from app.agents.build import AgentProfile
@@ -108,6 +109,8 @@ class RunContext:
         self._drained: asyncio.Future[None] | None = None
         self.runs: dict[str, RunHandle] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        # one bound method for every task's done callback (runs may be many)
+        self._discard_task = self.tasks.discard
         self.idle = asyncio.Event()
         self.idle.set()
 
@@ -196,7 +199,7 @@ class RunContext:
         """A task of this worker's runs, kept until it ends."""
         task = asyncio.get_running_loop().create_task(coroutine, name=name)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._discard_task, context=BARE_CONTEXT)
         return task
 
     def reject(self, reason: str) -> None:

@@ -3,8 +3,8 @@
 ::
 
     execute(handle)
-      wait for a slot (background runs) → drive(handle)
-        conversation(handle): the session's stored messages
+      wait for a slot (background runs) → begin(handle), then stream(handle, history)
+        begin: the session's stored messages (conversation(handle)), the run marked running
         stream(handle, history): agent.stream(...), every AgentEvent → wire event (seq, JSON
         once) → the run's event log; the runtime's terminal event → the run's Outcome
       → Finalizer.finalize(handle, outcome), on every path
@@ -32,7 +32,7 @@ from app.admission.slots import AdmissionRejected, QueueTimeout
 from app.bus.base import BusError, WireEvent
 from app.bus.wire import delta_json, encode_data
 from app.runs.branches import branch_path, turns_of
-from app.runs.checkpoints import RunCheckpointSink, first_checkpoint
+from app.runs.checkpoints import RunCheckpointSink
 from app.runs.context import RunContext
 from app.runs.fencing import Fencing
 from app.runs.finalize import Finalizer
@@ -82,7 +82,9 @@ class Driver:
                 if handle.cancel_reason is not None:
                     outcome = Outcome.cancelled(handle.cancel_reason)
                 else:
-                    outcome = await self.drive(handle)
+                    # the conversation read first, then streamed on: one frame fewer while the
+                    # run waits for an answer (a run may wait for hours)
+                    outcome = await self.stream(handle, await self.begin(handle))
         except asyncio.CancelledError:
             # only the run manager cancels a run's task (a run not yet in the runtime); the
             # terminal event must still go out, so finalize shielded, then propagate
@@ -111,14 +113,14 @@ class Driver:
             outcome = Outcome.failed("internal", "the run failed unexpectedly; it was logged")
         await self._finalizer.finalize(handle, outcome)
 
-    async def drive(self, handle: RunHandle) -> Outcome:
-        """Load the conversation, run the agent on it; the outcome of its terminal event."""
+    async def begin(self, handle: RunHandle) -> list[Message]:
+        """Load the conversation and mark the run running: what ``stream`` continues."""
         history = await self.conversation(handle)
         if handle.status == "queued":
             handle.status = "running"
             handle.started_at = now()
             await self._records.status(handle, "running")
-        return await self.stream(handle, history)
+        return history
 
     async def conversation(self, handle: RunHandle) -> list[Message]:
         """The session's stored messages the run continues."""
@@ -135,7 +137,7 @@ class Driver:
         """Run the agent on ``history`` and forward its events to the run's log."""
         context = self._context
         run_id = handle.run_id
-        options, first = self._options(handle)
+        options, sink = self._options(handle)
         # a run resumed here: its first event is the service's own run.resumed (why, and
         # from which log position); a confirmation asked for again stays out of a log that
         # still holds the first request (it is the same, with the same id and deadline)
@@ -151,6 +153,7 @@ class Driver:
         handle.in_runtime = True
         try:
             stream = self._agent_events(handle, history, options)
+            del options, history  # the runtime keeps what it needs; the run may wait for hours
             try:
                 async for event in stream:
                     # the hot path: one encode, one append
@@ -172,6 +175,7 @@ class Driver:
                         and not repeat_confirmations
                     ):
                         await self._wait_again(handle)
+                        del event
                         continue
                     else:
                         if event_type is _TOOL_COMPLETED:
@@ -194,6 +198,7 @@ class Driver:
                         or handle.status == "waiting"
                     ):
                         await self._after_event(handle, event)
+                    del event  # a run now waiting for an answer keeps no event (nor its payload)
             except RunError:
                 pass  # run.failed or run.cancelled was yielded just before
             except BusError as exc:
@@ -208,6 +213,7 @@ class Driver:
             return Outcome.cancelled(handle.cancel_reason or "shutdown")
         finally:
             handle.in_runtime = False
+            first = sink.first if sink is not None else None
             if first is not None and not first.done():
                 await asyncio.wait([first])
         if terminal is None:  # pragma: no cover - the runtime always ends with a terminal event
@@ -235,24 +241,22 @@ class Driver:
         handle.t_first_event = time.monotonic()
         self._context.metrics.time_to_first_event.observe(handle.t_first_event - handle.t_accepted)
 
-    def _options(self, handle: RunHandle) -> tuple[RunOptions, asyncio.Task[None] | None]:
-        """The run's options (its gates, its checkpoint sink), and the task storing its first
-        checkpoint (None if it has none to store)."""
+    def _options(self, handle: RunHandle) -> tuple[RunOptions, RunCheckpointSink | None]:
+        """The run's options (its gates, its checkpoint sink), and its checkpoint sink (None
+        without resume), storing its first checkpoint (``first``) unless it was resumed."""
         context = self._context
         options = run_options(handle)
         if context.bus.shared:
             options["tool_gate"] = self._tool_gate(handle)
         if handle.budget is not None:
             options["model_gate"] = _budget_gate(handle, handle.budget)
-        first: asyncio.Task[None] | None = None
+        sink: RunCheckpointSink | None = None
         if context.resume_runs:
             sink = RunCheckpointSink(context, self._records, self._fencing, handle)
             options["checkpoint_sink"] = sink
             if handle.resumed_from is None:  # beside the first model call, not before it
-                first = asyncio.get_running_loop().create_task(
-                    self._first_checkpoint(sink, handle, handle.seq)
-                )
-        return options, first
+                sink.save_first()
+        return options, sink
 
     def _agent_events(
         self, handle: RunHandle, history: Sequence[Message], options: RunOptions
@@ -298,25 +302,9 @@ class Driver:
             await self._records.status(handle, "waiting", self._webhook(handle, event))
             handle.ask()
         elif handle.status == "waiting":
-            handle.asking.clear()
+            handle.asking = False
             handle.status = "running"
             await self._records.status(handle, "running")
-
-    async def _first_checkpoint(
-        self, sink: RunCheckpointSink, handle: RunHandle, event_seq: int
-    ) -> None:
-        """Store the run's step-0 checkpoint, at ``event_seq``: the log's position before the
-        run's first event, whatever the model streamed meanwhile (a resume drops its text).
-        A failure only costs the run its resume until its first model response (the
-        runtime's own saves fail the run if they fail)."""
-        try:
-            await sink.save(first_checkpoint(handle), event_seq=event_seq)
-        except Exception as exc:
-            logger.warning(
-                "could not store the run's first checkpoint: %s",
-                exc,
-                extra={"run_id": handle.run_id},
-            )
 
     def _tool_gate(self, handle: RunHandle) -> Callable[[ToolCall], str | None]:
         """The run's last word on each tool call, right before it starts: none starts once the
@@ -326,7 +314,7 @@ class Driver:
 
         def gate(call: ToolCall) -> str | None:
             if not context.lapsed(handle):
-                handle.tools_running.add(call.id)  # until its tool.call.completed
+                handle.tool_started(call.id)  # until its tool.call.completed
                 return None
             fencing.fence_off(handle, "its lease deadline passed before a tool call started")
             return "not run: this worker lost the run's session lease"
@@ -412,9 +400,8 @@ def _resumed_data(handle: RunHandle) -> dict[str, Any] | None:
 
 
 def _tool_finished(handle: RunHandle, event: AgentEvent) -> None:
-    if event.tool_call_id not in handle.tools_running:
+    if not handle.tool_finished(event.tool_call_id):
         return
-    handle.tools_running.discard(event.tool_call_id)
     if handle.fenced:
         logger.error(
             "a tool call of a fenced-off run finished after the run's lease",

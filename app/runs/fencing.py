@@ -93,9 +93,7 @@ class Fencing:
         if handle.fenced or handle.done:
             return
         context = self._context
-        handle.fenced = True
-        if not handle.fenced_off.done():
-            handle.fenced_off.set_result(None)
+        handle.fence()
         context.metrics.runs_fenced.inc()
         running = len(handle.tools_running)
         details = {"run_id": handle.run_id, "session_id": handle.session_id}

@@ -98,7 +98,7 @@ class Finalizer:
         elapsed = time.monotonic() - handle.t_accepted
         context.metrics.runs_total.labels(outcome.status).inc()
         context.metrics.run_duration.labels(outcome.status).observe(elapsed)
-        handle.finished.set_result(None)
+        handle.finish()
         if handle.checkpoint_step is not None and not handle.fenced:
             # the run is over, nothing is left to resume (after its end: nobody waits on it)
             try:
@@ -150,5 +150,4 @@ class Finalizer:
         if callable(discard):
             discard(handle.run_id)
         await self._records.not_started(handle)
-        if not handle.finished.done():
-            handle.finished.set_result(None)
+        handle.finish()

@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, Literal, cast
 
 from agent_runtime.content import ContentPart, TextPart, part_to_dict
@@ -25,6 +26,7 @@ from app.storage.schedules import FiringFence
 __all__ = [
     "CANCEL_REASONS",
     "HANDOVER",
+    "NO_METADATA",
     "REQUEST_OPTIONS",
     "Outcome",
     "RunHandle",
@@ -39,6 +41,11 @@ __all__ = [
 CANCEL_REASONS = frozenset({"client_disconnected", "cancel_requested", "shutdown", "superseded"})
 HANDOVER = "handover"
 """The runtime's cancel reason for a run that goes on on another worker (never on the wire)."""
+
+
+_NONE_RUNNING: frozenset[str] = frozenset()
+NO_METADATA: Mapping[str, Any] = MappingProxyType({})
+"""The metadata of a run that has none: one read-only mapping shared by all of them."""
 
 
 def new_run_id() -> str:
@@ -71,7 +78,7 @@ class RunRequestOptions:
     on_disconnect: Literal["cancel", "continue"] = "cancel"
     run_timeout: float | None = None
     max_iterations: int | None = None
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=lambda: NO_METADATA)
     # the session's latest run, whose turn this one takes the place of (app.runs.turns)
     replaces: str | None = None
     system_prompt: str | None = None
@@ -160,8 +167,16 @@ class RunHandle:
     and ``fenced_off`` resolves then (the run's streams end on it).
     """
 
+    # A worker may hold thousands of runs waiting for an answer, for hours: what a handle keeps
+    # is counted per run (docs/benchmarks.md, "Waiting capacity"). Its futures and sets are
+    # made when first asked for, and what the store, the checkpoint or the request already
+    # hold is not copied here.
     __slots__ = (
-        "agent",
+        "_ask_waiter",
+        "_done",
+        "_fenced_off",
+        "_finished",
+        "_tools_running",
         "appending",
         "asked",
         "asking",
@@ -172,16 +187,12 @@ class RunHandle:
         "encoder",
         "error",
         "fenced",
-        "fenced_off",
         "finalizing",
-        "finished",
         "finished_at",
         "history_size",
         "in_runtime",
-        "input",
         "lease",
         "lease_deadline",
-        "metadata",
         "new_session",
         "opened",
         "options",
@@ -200,7 +211,6 @@ class RunHandle:
         "task",
         "task_cancelled",
         "ticket",
-        "tools_running",
         "usage",
         "usage_before",
     )
@@ -220,10 +230,7 @@ class RunHandle:
         self.session_id = session_id
         self.principal = principal
         self.profile = profile
-        self.agent = profile.name
         self.options = options
-        self.input = options.input
-        self.metadata = dict(options.metadata)
         self.lease = lease
         self.ticket = ticket
         # the run's reservation of its token budgets (app.admission.budgets), settled at its end
@@ -247,7 +254,8 @@ class RunHandle:
         self.appending = False
         self.finalizing = False
         self.cancel_reason: str | None = None
-        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._done = False
+        self._finished: asyncio.Future[None] | None = None
         self.t_accepted = time.monotonic()
         self.t_first_event: float | None = None
         # messages the session held when the run was admitted; 0 spares reading them back
@@ -256,26 +264,107 @@ class RunHandle:
         self.new_session = False
         # the run's log and route were opened with its lease (``Bus.claim_run``)
         self.opened = False
-        # the write of the run's record, which runs beside the run's start (see app.runs.records)
-        self.recorded: asyncio.Task[None] | None = None
+        # the write of the run's record, which runs beside the run's start (see
+        # app.runs.records), then whether it was stored: a done task would keep its coroutine
+        self.recorded: asyncio.Task[None] | bool | None = None
         self.lease_deadline = lease_deadline
         self.fenced = False
-        self.fenced_off: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._fenced_off: asyncio.Future[None] | None = None
         # ids of the tool calls executing now (shared bus: what a fence-off leaves running)
-        self.tools_running: set[str] = set()
+        self._tools_running: set[str] | None = None
         # the step of the run's last stored checkpoint (None: none yet; app.runs.checkpoints)
         self.checkpoint_step: int | None = None
         # a run resumed here: the stored checkpoint it continues from (app.runs.resume)
         self.resumed_from: CheckpointRecord | None = None
-        # set while the runtime waits for an external answer (an answer may wait for it)
-        self.asking = asyncio.Event()
+        # true while the runtime waits for an external answer (an answer may wait for it,
+        # ``until_asking``)
+        self.asking = False
+        self._ask_waiter: asyncio.Future[None] | None = None
         # whether it has waited for one on this worker (a resumed run asks its question again)
         self.asked = False
+
+    @property
+    def agent(self) -> str:
+        """The name of the run's agent."""
+        return self.profile.name
+
+    @property
+    def input(self) -> str:
+        """The run's input as text (``RunRequestOptions.input``)."""
+        return self.options.input
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The request's metadata (read-only: the request's own mapping, not a copy)."""
+        return self.options.metadata
 
     def ask(self) -> None:
         """The runtime waits for an external answer now."""
         self.asked = True
-        self.asking.set()
+        self.asking = True
+        waiter, self._ask_waiter = self._ask_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def until_asking(self) -> asyncio.Future[None]:
+        """Resolved once the runtime waits for an external answer (at once if it does now)."""
+        if self._ask_waiter is None:
+            self._ask_waiter = asyncio.get_running_loop().create_future()
+        waiter = self._ask_waiter
+        if self.asking and not waiter.done():
+            waiter.set_result(None)
+        return waiter
+
+    @property
+    def finished(self) -> asyncio.Future[None]:
+        """Resolved once the run is over here: its terminal event appended, or handed over."""
+        if self._finished is None:
+            self._finished = asyncio.get_running_loop().create_future()
+            if self._done:
+                self._finished.set_result(None)
+        return self._finished
+
+    def finish(self) -> None:
+        """The run is over here (``finished``, ``done``). Idempotent."""
+        self._done = True
+        if self._finished is not None and not self._finished.done():
+            self._finished.set_result(None)
+
+    @property
+    def fenced_off(self) -> asyncio.Future[None]:
+        """Resolved once the run was fenced off (its streams end on it)."""
+        if self._fenced_off is None:
+            self._fenced_off = asyncio.get_running_loop().create_future()
+            if self.fenced:
+                self._fenced_off.set_result(None)
+        return self._fenced_off
+
+    def fence(self) -> None:
+        """Mark the run fenced off (``fenced``, ``fenced_off``)."""
+        self.fenced = True
+        if self._fenced_off is not None and not self._fenced_off.done():
+            self._fenced_off.set_result(None)
+
+    @property
+    def tools_running(self) -> frozenset[str] | set[str]:
+        """Ids of the tool calls executing now (with a tool gate: the shared bus)."""
+        return _NONE_RUNNING if self._tools_running is None else self._tools_running
+
+    def tool_started(self, call_id: str) -> None:
+        """A tool call starts (``tools_running``), until ``tool_finished``."""
+        if self._tools_running is None:
+            self._tools_running = set()
+        self._tools_running.add(call_id)
+
+    def tool_finished(self, call_id: str | None) -> bool:
+        """A tool call's result came; False if it was not known to be running."""
+        running = self._tools_running
+        if running is None or call_id not in running:
+            return False
+        running.discard(call_id)
+        if not running:
+            self._tools_running = None
+        return True
 
     @property
     def settling(self) -> bool:
@@ -292,8 +381,8 @@ class RunHandle:
 
     @property
     def done(self) -> bool:
-        """True once the terminal event was appended."""
-        return self.finished.done()
+        """True once the terminal event was appended (or the run handed over)."""
+        return self._done
 
     def view(self, status: RunStatus) -> dict[str, Any]:
         """``GET /v1/runs/{id}``, with the status as the caller sees it now."""
@@ -312,7 +401,7 @@ class RunHandle:
             "error": self.error,
             "usage": self.usage.to_dict(),
             "model": self.usage.model,
-            "metadata": self.metadata,
+            "metadata": dict(self.metadata),
             "events_url": f"/v1/runs/{self.run_id}/events",
         }
 

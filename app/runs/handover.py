@@ -119,8 +119,7 @@ class HandOver:
             logger.warning("could not release a parked run's lease", extra={"run_id": run_id})
         context.forget(run_id)
         context.metrics.runs_parked.inc()
-        if not handle.finished.done():
-            handle.finished.set_result(None)
+        handle.finish()
         logger.info(
             "run handed over",
             extra={"run_id": run_id, "events": handle.seq, "step": handle.checkpoint_step},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 
 from app.errors import NotFound
@@ -54,7 +55,7 @@ class RunRecords:
             status=handle.status,
             created_at=handle.created_at,
             started_at=handle.started_at,
-            metadata=handle.metadata,
+            metadata=dict(handle.metadata),
             webhook_url=webhook_url,
         )
         recorded = asyncio.get_running_loop().create_task(
@@ -63,6 +64,7 @@ class RunRecords:
             )
         )
         handle.recorded = recorded
+        recorded.add_done_callback(functools.partial(_settled, handle))
         return recorded
 
     async def _create(
@@ -85,8 +87,8 @@ class RunRecords:
     async def stored(self, handle: RunHandle) -> bool:
         """Wait for the run's record to be written; False if it was not (start() says why)."""
         recorded = handle.recorded
-        if recorded is None:
-            return False
+        if recorded is None or isinstance(recorded, bool):
+            return bool(recorded)
         if not recorded.done():
             await asyncio.wait([recorded])
         return not recorded.cancelled() and recorded.exception() is None
@@ -125,3 +127,10 @@ class RunRecords:
                     error={"code": "internal", "message": "the run could not be started"},
                     fence=handle.lease.token,
                 )
+
+
+def _settled(handle: RunHandle, recorded: asyncio.Task[None]) -> None:
+    """Keep whether the record was stored, not its write's task (which keeps its coroutine
+    for as long as it is referred to: the run's life)."""
+    if handle.recorded is recorded:
+        handle.recorded = not recorded.cancelled() and recorded.exception() is None

@@ -19,7 +19,6 @@ Anything else ends the way it did before: ``run.failed`` ``worker_lost`` (``app.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import Mapping
@@ -135,7 +134,7 @@ class Resumer:
         handle.started_at = record.started_at
         handle.resumed_from = taken
         handle.checkpoint_step = taken.step
-        handle.recorded = asyncio.get_running_loop().create_task(_stored())
+        handle.recorded = True  # stored long ago
         events = context.events
         last = await events.last_seq(run_id)
         if last is None:
@@ -172,7 +171,3 @@ def abandoned_without_readers(data: Mapping[str, Any], checkpoint: RunCheckpoint
     if not isinstance(request, Mapping) or request.get("on_disconnect") != "cancel":
         return False
     return not any(call.state == "awaiting_approval" for call in checkpoint.calls)
-
-
-async def _stored() -> None:
-    """The record of a resumed run: stored long ago."""

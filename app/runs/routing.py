@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from agent_runtime.agent import AgentRunConfig
 from agent_runtime.errors import AgentClosedError, AnswerRefusedError
@@ -321,12 +320,8 @@ class Routing:
     async def _answer_resumed(self, handle: RunHandle, event: ExternalEvent) -> list[str] | None:
         """Give the answer to a run just resumed here, once it waits again (or has ended);
         None if it has not asked again in time."""
-        asking: asyncio.Future[Any] = asyncio.ensure_future(handle.asking.wait())
-        ended: asyncio.Future[Any] = handle.finished
-        try:
-            await asyncio.wait([asking, ended], timeout=_RESUME_WAIT)
-        finally:
-            asking.cancel()
-        if not handle.asking.is_set():
+        asking = handle.until_asking()
+        await asyncio.wait([asking, handle.finished], timeout=_RESUME_WAIT)
+        if not handle.asking:
             return [] if handle.done else None
         return self.deliver_local(handle.session_id, handle.run_id, event)

@@ -30,6 +30,7 @@ from app.http.api.schemas import (
 from app.http.api.streaming import EventStreamResponse, RunResultResponse
 from app.runs import RunHandle, RunRequestOptions, record_view
 from app.runs.branches import check_branch_from
+from app.runs.handle import NO_METADATA
 from app.runs.idempotency import Claim, check_key, fingerprint
 from app.runs.multitask import QueuedRun
 from app.server.services import Services, ServicesDep
@@ -165,7 +166,7 @@ def _options(body: RunRequest, taken: RunInput) -> RunRequestOptions:
         on_disconnect=body.on_disconnect,
         run_timeout=body.run_timeout,
         max_iterations=body.max_iterations,
-        metadata=body.metadata or {},
+        metadata=body.metadata or NO_METADATA,
         replaces=body.replaces,
         branch_from=body.branch_from,
         skill=body.skill,
