@@ -21,7 +21,7 @@ from app.storage.base import (
 from app.storage.checkpoints import CheckpointRecord
 from app.storage.rows import SQLITE, checkpoint_record
 
-__all__ = ["CHECKPOINTS_MIGRATION", "SQLiteCheckpoints"]
+__all__ = ["CHECKPOINTS_MIGRATION", "SQLiteCheckpoints", "drop_checkpoint", "write_checkpoint"]
 
 # The schema of run checkpoints (migration 9 in the project's numbering).
 CHECKPOINTS_MIGRATION: Final[tuple[str, ...]] = (
@@ -58,7 +58,7 @@ class SQLiteCheckpoints(BackgroundOperations):
     async def save_checkpoint(self, record: CheckpointRecord, *, fence: int) -> None:
         """Store the run's checkpoint in place of the last; ``StaleFence`` if the run or its
         checkpoint was written with a newer token."""
-        await self._write(_save, record, fence)
+        await self._write(write_checkpoint, record, fence)
 
     @finish_on_cancel
     async def get_checkpoint(self, run_id: str) -> CheckpointRecord | None:
@@ -84,7 +84,7 @@ class SQLiteCheckpoints(BackgroundOperations):
     async def delete_checkpoint(self, run_id: str, *, fence: int | None = None) -> None:
         """Forget the run's checkpoint (its run ended); with ``fence``, only if not written
         with a newer token."""
-        await self._write(_delete, run_id, fence)
+        await self._write(drop_checkpoint, run_id, fence)
 
 
 def _stored_fence(db: sqlite3.Connection, run_id: str) -> int:
@@ -96,7 +96,8 @@ def _stored_fence(db: sqlite3.Connection, run_id: str) -> int:
     return int(row[0])
 
 
-def _save(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
+def write_checkpoint(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
+    """``save_checkpoint`` inside the caller's transaction (a run's start writes its first)."""
     stored = _stored_fence(db, record.run_id)
     if stored > fence:
         raise StaleFence(f"checkpoint of run {record.run_id!r}", fence, stored)
@@ -154,7 +155,8 @@ def _park(db: sqlite3.Connection, run_id: str, fence: int, reason: str) -> bool:
     return cursor.rowcount > 0
 
 
-def _delete(db: sqlite3.Connection, run_id: str, fence: int | None) -> None:
+def drop_checkpoint(db: sqlite3.Connection, run_id: str, fence: int | None) -> None:
+    """``delete_checkpoint`` inside the caller's transaction (a run's end drops it)."""
     db.execute(
         "DELETE FROM run_checkpoints WHERE run_id = ? AND (? IS NULL OR fence <= ?)",
         (run_id, fence, fence),

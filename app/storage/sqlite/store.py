@@ -45,6 +45,7 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
+from app.storage.checkpoints import CheckpointRecord
 from app.storage.rows import (
     SQLITE,
     USAGE_SUMS,
@@ -54,7 +55,7 @@ from app.storage.rows import (
     usage_total,
 )
 from app.storage.schedules import FiringFence
-from app.storage.sqlite.checkpoints import SQLiteCheckpoints
+from app.storage.sqlite.checkpoints import SQLiteCheckpoints, drop_checkpoint, write_checkpoint
 from app.storage.sqlite.files import SQLiteFiles
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
 from app.storage.sqlite.schema import BOOK_USAGE_SELECT, SCHEMA_VERSION, migrate
@@ -229,9 +230,10 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         firing: FiringFence | None = None,
         create_session: bool = False,
         stateless: bool = False,
+        checkpoint: CheckpointRecord | None = None,
     ) -> None:
         """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
-        await self._write(_create_run, run, firing, create_session, stateless)
+        await self._write(_create_run, run, firing, create_session, stateless, checkpoint)
 
     @finish_on_cancel
     async def update_run(
@@ -249,26 +251,37 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         webhook: outbox.WebhookMessage | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
-        started, finished = run_update_stamps(status, started_at, finished_at)
-        parameters = (
-            status,
-            encode_optional_json(output),
-            encode_optional_json(error),
-            encode_optional_json(usage),
-            model,
-            _optional_ts(started_at),
-            _optional_ts(started),
-            _optional_ts(finished_at),
-            _optional_ts(finished),
-            fence,
-            run_id,
-            fence,
-            fence,
+        parameters = _update_parameters(
+            run_id, status, output, error, usage, started_at, finished_at, model, fence
         )
         record = await self._write(_update_run, run_id, parameters, fence, webhook)
         if record is None:
             raise RunNotFound(run_id)
         return record
+
+    @finish_on_cancel
+    async def end_run(
+        self,
+        run_id: str,
+        *,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]] = (),
+        status: RunStatus,
+        output: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        usage: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        fence: int | None = None,
+        webhook: outbox.WebhookMessage | None = None,
+        delete_checkpoint: bool = False,
+    ) -> RunRecord:
+        """A run's end in one transaction; see `Store.end_run`."""
+        parameters = _update_parameters(
+            run_id, status, output, error, usage, None, None, model, fence
+        )
+        return await self._write(
+            _end_run, session_id, run_id, messages, parameters, fence, webhook, delete_checkpoint
+        )
 
     @finish_on_cancel
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -581,6 +594,7 @@ def _create_run(
     firing: FiringFence | None,
     create_session: bool,
     stateless: bool,
+    checkpoint: CheckpointRecord | None,
 ) -> None:
     if create_session:
         owner = _get_or_create_session(db, run.session_id, run.principal, stateless).principal
@@ -620,11 +634,43 @@ def _create_run(
         raise RunAlreadyExists(run.run_id) from exc
     if firing is not None:  # in the same transaction: refused, the insert is rolled back
         take_firing(db, firing, run.run_id)
+    if checkpoint is not None:
+        write_checkpoint(db, checkpoint, checkpoint.fence)
     title = title_of(run.input)
     if title is not None:
         db.execute(
             "UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL", (title, run.session_id)
         )
+
+
+def _update_parameters(
+    run_id: str,
+    status: RunStatus,
+    output: Mapping[str, Any] | None,
+    error: Mapping[str, Any] | None,
+    usage: Mapping[str, Any] | None,
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    model: str | None,
+    fence: int | None,
+) -> tuple[Any, ...]:
+    """The parameters of ``_update_run``'s statement (checked, encoded, stamped)."""
+    started, finished = run_update_stamps(status, started_at, finished_at)
+    return (
+        status,
+        encode_optional_json(output),
+        encode_optional_json(error),
+        encode_optional_json(usage),
+        model,
+        _optional_ts(started_at),
+        _optional_ts(started),
+        _optional_ts(finished_at),
+        _optional_ts(finished),
+        fence,
+        run_id,
+        fence,
+        fence,
+    )
 
 
 def _update_run(
@@ -657,6 +703,27 @@ def _update_run(
     if changed == 1 and webhook is not None:
         outbox.sqlite_enqueue(db, webhook)  # the run's write and its notification: one commit
     return _get_run(db, run_id)
+
+
+def _end_run(
+    db: sqlite3.Connection,
+    session_id: str,
+    run_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    parameters: tuple[Any, ...],
+    fence: int | None,
+    webhook: outbox.WebhookMessage | None,
+    delete_checkpoint: bool,
+) -> RunRecord:
+    # one transaction: an error in any part (a stale token, a bad message) rolls back all
+    if messages:
+        _append_messages(db, session_id, run_id, messages, fence)
+    record = _update_run(db, run_id, parameters, fence, webhook)
+    if record is None:
+        raise RunNotFound(run_id)
+    if delete_checkpoint:
+        drop_checkpoint(db, run_id, fence)
+    return record
 
 
 _USAGE_KEYS: Final = {"agent": "agent", "principal": "principal", "day": "day"}
