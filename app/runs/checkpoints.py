@@ -37,7 +37,9 @@ __all__ = [
     "CheckpointFenced",
     "CheckpointUnavailable",
     "RunCheckpointSink",
+    "checkpoint_record",
     "first_checkpoint",
+    "first_with_record",
     "request_options",
     "resumed_options",
 ]
@@ -105,6 +107,31 @@ def request_options(options: RunRequestOptions) -> dict[str, Any]:
     return kept
 
 
+def first_with_record(context: RunContext, handle: RunHandle) -> CheckpointRecord | None:
+    """The run's first checkpoint, stored with its record (one write): for a new run that
+    starts at once, when runs are resumable. A run that waits for a slot first stores its own
+    when it starts (``Driver``): until then there is nothing to resume."""
+    if not context.resume_runs or handle.resumed_from is not None or handle.status != "running":
+        return None
+    return checkpoint_record(handle, first_checkpoint(handle), handle.seq)
+
+
+def checkpoint_record(
+    handle: RunHandle, checkpoint: RunCheckpoint, event_seq: int
+) -> CheckpointRecord:
+    """``checkpoint`` as the store keeps it: at ``event_seq``, under the run's lease token, the
+    request's own options beside the runtime's state (a resumed run keeps them)."""
+    return CheckpointRecord(
+        run_id=handle.run_id,
+        session_id=handle.session_id,
+        step=checkpoint.step,
+        event_seq=event_seq,
+        data={**checkpoint.to_dict(), REQUEST_KEY: request_options(handle.options)},
+        fence=handle.lease.token,
+        updated_at=datetime.now(UTC),
+    )
+
+
 def resumed_options(
     record: RunRecord, data: Mapping[str, Any], profile_timeout: float | None
 ) -> RunRequestOptions:
@@ -159,14 +186,8 @@ class RunCheckpointSink:
             raise CheckpointFenced(f"run {handle.run_id!r} is no longer held by this worker")
         if not await self._records.stored(handle):
             return  # the start is being undone: there is no run to resume
-        record = CheckpointRecord(
-            run_id=handle.run_id,
-            session_id=handle.session_id,
-            step=checkpoint.step,
-            event_seq=handle.seq if event_seq is None else event_seq,
-            # the request's own options beside the runtime's state: a resumed run keeps them
-            data={**checkpoint.to_dict(), REQUEST_KEY: request_options(handle.options)},
-            updated_at=datetime.now(UTC),
+        record = checkpoint_record(
+            handle, checkpoint, handle.seq if event_seq is None else event_seq
         )
         starting = any(call.state == "started" for call in checkpoint.calls)
         began = time.monotonic()

@@ -114,11 +114,14 @@ class Driver:
     async def drive(self, handle: RunHandle) -> Outcome:
         """Load the conversation, run the agent on it; the outcome of its terminal event."""
         history = await self.conversation(handle)
-        if handle.status == "queued":
+        # a run that had its slot at once has its first checkpoint stored with its record
+        # (app.runs.checkpoints.first_with_record); one that waited for it stores it now
+        queued = handle.status == "queued"
+        if queued:
             handle.status = "running"
             handle.started_at = now()
             await self._records.status(handle, "running")
-        return await self.stream(handle, history)
+        return await self.stream(handle, history, first_checkpoint=queued)
 
     async def conversation(self, handle: RunHandle) -> list[Message]:
         """The session's stored messages the run continues."""
@@ -131,11 +134,15 @@ class Driver:
             [message_from_dict(item.message) for turn in path for item in turn.messages]
         )
 
-    async def stream(self, handle: RunHandle, history: Sequence[Message]) -> Outcome:
-        """Run the agent on ``history`` and forward its events to the run's log."""
+    async def stream(
+        self, handle: RunHandle, history: Sequence[Message], *, first_checkpoint: bool = True
+    ) -> Outcome:
+        """Run the agent on ``history`` and forward its events to the run's log; with
+        ``first_checkpoint``, store a new run's first checkpoint beside its first model call
+        (unless its record carried it)."""
         context = self._context
         run_id = handle.run_id
-        options, first = self._options(handle)
+        options, first = self._options(handle, first_checkpoint)
         # a run resumed here: its first event is the service's own run.resumed (why, and
         # from which log position); a confirmation asked for again stays out of a log that
         # still holds the first request (it is the same, with the same id and deadline)
@@ -235,7 +242,9 @@ class Driver:
         handle.t_first_event = time.monotonic()
         self._context.metrics.time_to_first_event.observe(handle.t_first_event - handle.t_accepted)
 
-    def _options(self, handle: RunHandle) -> tuple[RunOptions, asyncio.Task[None] | None]:
+    def _options(
+        self, handle: RunHandle, first_checkpoint: bool
+    ) -> tuple[RunOptions, asyncio.Task[None] | None]:
         """The run's options (its gates, its checkpoint sink), and the task storing its first
         checkpoint (None if it has none to store)."""
         context = self._context
@@ -248,7 +257,7 @@ class Driver:
         if context.resume_runs:
             sink = RunCheckpointSink(context, self._records, self._fencing, handle)
             options["checkpoint_sink"] = sink
-            if handle.resumed_from is None:  # beside the first model call, not before it
+            if first_checkpoint and handle.resumed_from is None:  # beside the first model call
                 first = asyncio.get_running_loop().create_task(
                     self._first_checkpoint(sink, handle, handle.seq)
                 )
