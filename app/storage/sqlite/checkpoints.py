@@ -15,7 +15,6 @@ from app.storage.base import (
     BackgroundOperations,
     StaleFence,
     encode_json,
-    finish_on_cancel,
     utcnow,
 )
 from app.storage.checkpoints import CheckpointRecord
@@ -54,19 +53,16 @@ class SQLiteCheckpoints(BackgroundOperations):
     async def _write(self, function: Any, *args: Any) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    @finish_on_cancel
     async def save_checkpoint(self, record: CheckpointRecord, *, fence: int) -> None:
         """Store the run's checkpoint in place of the last; ``StaleFence`` if the run or its
         checkpoint was written with a newer token."""
         await self._write(write_checkpoint, record, fence)
 
-    @finish_on_cancel
     async def get_checkpoint(self, run_id: str) -> CheckpointRecord | None:
         """The run's last checkpoint, or None."""
         found: CheckpointRecord | None = await self._read(_get, run_id)
         return found
 
-    @finish_on_cancel
     async def take_over_checkpoint(self, run_id: str, *, fence: int) -> CheckpointRecord | None:
         """Count one more resume of the run and make ``fence`` its checkpoint's token (older
         writers are refused from now on); the checkpoint as it is now, None if it has none.
@@ -74,13 +70,11 @@ class SQLiteCheckpoints(BackgroundOperations):
         found: CheckpointRecord | None = await self._write(_take_over, run_id, fence)
         return found
 
-    @finish_on_cancel
     async def park_checkpoint(self, run_id: str, *, fence: int, reason: str) -> bool:
         """Mark the run's checkpoint as handed over (``reason``); False if it has none."""
         parked: bool = await self._write(_park, run_id, fence, reason)
         return parked
 
-    @finish_on_cancel
     async def delete_checkpoint(self, run_id: str, *, fence: int | None = None) -> None:
         """Forget the run's checkpoint (its run ended); with ``fence``, only if not written
         with a newer token."""

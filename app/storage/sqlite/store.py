@@ -4,18 +4,20 @@ Each store operation is one plain function run on that thread (statements, trans
 the conversion of rows into records together), so the event loop never blocks on disk and
 an operation costs one hand-off to the thread and back, however many statements it runs.
 The thread runs operations one at a time, in the order they were submitted, which is what
-keeps one operation's statements out of another's transaction.
+keeps one operation's statements out of another's transaction (``app.storage.sqlite.jobs``).
+
+An operation of one hand-off needs no task of its own to outlive a cancelled caller (as
+``finish_on_cancel`` gives the PostgreSQL store's): once submitted it runs on the thread
+whatever happens to its caller, and ``close`` queues the connection's close after it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -39,7 +41,6 @@ from app.storage.base import (
     encode_json,
     encode_optional_json,
     encode_parts,
-    finish_on_cancel,
     message_role,
     run_update_stamps,
     title_of,
@@ -57,6 +58,7 @@ from app.storage.rows import (
 from app.storage.schedules import FiringFence
 from app.storage.sqlite.checkpoints import SQLiteCheckpoints, drop_checkpoint, write_checkpoint
 from app.storage.sqlite.files import SQLiteFiles
+from app.storage.sqlite.jobs import JobThread
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
 from app.storage.sqlite.schema import BOOK_USAGE_SELECT, SCHEMA_VERSION, migrate
 from app.storage.sqlite.threads import SQLiteThreads
@@ -102,7 +104,7 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         super().__init__()
         self._path = path
         self._db: sqlite3.Connection | None = None  # used on the store's thread only
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        self._jobs = JobThread("sqlite-store")
         self._closed = False
         self._closing_db: asyncio.Future[None] | None = None
 
@@ -137,21 +139,18 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
             await self._call(self._close_on_thread)
         finally:
             self._closed = True
-            self._thread.shutdown(wait=False)
+            self._jobs.stop()
 
-    @finish_on_cancel
     async def migrate(self) -> int:
         """Bring the schema up to date (idempotent); return its version."""
         return await self._write(migrate, self._path)
 
-    @finish_on_cancel
     async def ping(self) -> None:
         """Run a trivial query; raises `StorageUnavailable`."""
         await self._read(_ping)
 
     # --- sessions -------------------------------------------------------------------------
 
-    @finish_on_cancel
     async def get_or_create_session(
         self, session_id: str, principal: str, *, stateless: bool = False
     ) -> SessionRecord:
@@ -161,17 +160,14 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
             raise SessionOwnedByOther(session_id)
         return record
 
-    @finish_on_cancel
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None."""
         return await self._read(_get_session, session_id)
 
-    @finish_on_cancel
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its messages and runs (by ON DELETE CASCADE)."""
         return await self._write(_delete_session, session_id)
 
-    @finish_on_cancel
     async def list_sessions(
         self, principal: str, limit: int = 20, before: SessionCursor | None = None
     ) -> list[SessionRecord]:
@@ -180,29 +176,24 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
             raise ValueError(f"limit must be at least 1, got {limit}")
         return await self._read(_list_sessions, principal, limit, before)
 
-    @finish_on_cancel
     async def set_title(self, session_id: str, title: str) -> SessionRecord | None:
         """Set the session's title; see `Store.set_title`."""
         return await self._write(_set_title, session_id, title)
 
-    @finish_on_cancel
     async def idle_stateless_sessions(self, before: datetime, limit: int) -> list[str]:
         """Stateless sessions idle since before `before`; see `Store.idle_stateless_sessions`."""
         return await self._read(_idle_stateless_sessions, _ts(before), limit)
 
-    @finish_on_cancel
     async def delete_idle_stateless_session(self, session_id: str, before: datetime) -> bool:
         """Delete an idle stateless session; see `Store.delete_idle_stateless_session`."""
         return await self._write(_delete_idle_stateless_session, session_id, _ts(before))
 
     # --- messages -------------------------------------------------------------------------
 
-    @finish_on_cancel
     async def list_messages(self, session_id: str) -> list[StoredMessage]:
         """The conversation in order."""
         return await self._read(_list_messages, session_id)
 
-    @finish_on_cancel
     async def append_messages(
         self,
         session_id: str,
@@ -215,14 +206,12 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         if messages:
             await self._write(_append_messages, session_id, run_id, messages, fence)
 
-    @finish_on_cancel
     async def remove_last_turn(self, session_id: str, run_id: str) -> bool:
         """Remove the run's messages if they end the conversation; see `Store.remove_last_turn`."""
         return await self._write(_remove_last_turn, session_id, run_id)
 
     # --- runs -----------------------------------------------------------------------------
 
-    @finish_on_cancel
     async def create_run(
         self,
         run: RunRecord,
@@ -235,7 +224,6 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
         await self._write(_create_run, run, firing, create_session, stateless, checkpoint)
 
-    @finish_on_cancel
     async def update_run(
         self,
         run_id: str,
@@ -259,7 +247,6 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
             raise RunNotFound(run_id)
         return record
 
-    @finish_on_cancel
     async def end_run(
         self,
         run_id: str,
@@ -283,24 +270,20 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
             _end_run, session_id, run_id, messages, parameters, fence, webhook, delete_checkpoint
         )
 
-    @finish_on_cancel
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or None."""
         return await self._read(_get_run, run_id)
 
-    @finish_on_cancel
     async def list_runs(self, session_id: str, limit: int | None = 20) -> list[RunRecord]:
         """The session's most recent runs, newest first; all of them with `limit=None`."""
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         return await self._read(_list_runs, session_id, limit)
 
-    @finish_on_cancel
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs still queued, running or waiting, oldest first."""
         return await self._read(_list_unfinished_runs)
 
-    @finish_on_cancel
     async def usage_totals(
         self,
         *,
@@ -314,14 +297,12 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
 
     # --- the webhook outbox (app.storage.outbox) -------------------------------------------
 
-    @finish_on_cancel
     async def claim_webhooks(
         self, claim: str, *, now: float, until: float, limit: int
     ) -> list[outbox.ClaimedWebhook]:
         """Claim up to ``limit`` due messages until ``until``; see ``Store.claim_webhooks``."""
         return await self._write(outbox.sqlite_claim, claim, now, until, limit)
 
-    @finish_on_cancel
     async def record_webhook_attempt(
         self,
         claimed: outbox.ClaimedWebhook,
@@ -333,12 +314,10 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         """Record an attempt under its claim; see ``Store.record_webhook_attempt``."""
         return await self._write(outbox.sqlite_record, claimed, attempt, state, next_attempt_at)
 
-    @finish_on_cancel
     async def prune_webhooks(self, *, before: float, limit: int) -> int:
         """Delete settled messages past their retention; see ``Store.prune_webhooks``."""
         return await self._write(outbox.sqlite_prune, before, limit)
 
-    @finish_on_cancel
     async def webhook_states(self, run_id: str) -> list[outbox.WebhookState]:
         """The run's webhook messages and their attempts."""
         return await self._read(outbox.sqlite_states, run_id)
@@ -347,24 +326,26 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
 
     async def _call(self, function: Callable[..., T], *args: Any) -> T:
         """Run `function(*args)` on the store's thread; SQLite's operational errors become ours."""
-        if self._closed:
-            raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._thread, functools.partial(function, *args))
-        except sqlite3.OperationalError as exc:
-            # Locked beyond the busy timeout, disk full, I/O error, file gone.
-            raise StorageUnavailable(f"SQLite database {self._path!r}: {exc}") from exc
+        return await self._hop(function.__name__, function, *args)
 
     async def _read(self, function: Callable[..., T], *args: Any) -> T:
         """`function(db, *args)` on the store's thread."""
-        result: T = await self._call(self._on_connection, function, *args)
+        result: T = await self._hop(function.__name__, self._on_connection, function, *args)
         return result
 
     async def _write(self, function: Callable[..., T], *args: Any) -> T:
         """`function(db, *args)` in one write transaction on the store's thread."""
-        result: T = await self._call(self._in_transaction, function, *args)
+        result: T = await self._hop(function.__name__, self._in_transaction, function, *args)
         return result
+
+    async def _hop(self, name: str, function: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
+        try:
+            return await self._jobs.run(name, function, *args)
+        except sqlite3.OperationalError as exc:
+            # Locked beyond the busy timeout, disk full, I/O error, file gone.
+            raise StorageUnavailable(f"SQLite database {self._path!r}: {exc}") from exc
 
     # --- plumbing: on the store's thread ----------------------------------------------------
 
