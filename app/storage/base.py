@@ -300,13 +300,17 @@ class UsageTotal:
 # --- JSON ---------------------------------------------------------------------------------
 
 
+# one encoder for every write (``json.dumps`` with these options builds a new one per call)
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
 def encode_json(value: Mapping[str, Any]) -> str:
     """Encode for storage; both backends store exactly this text's meaning.
 
     NaN and infinities are refused because they are not JSON (PostgreSQL's jsonb rejects
     them, and so would a browser's JSON.parse).
     """
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _encode(value)
 
 
 def encode_optional_json(value: Mapping[str, Any] | None) -> str | None:
@@ -328,7 +332,7 @@ def encode_parts(parts: Sequence[Mapping[str, Any]]) -> str | None:
     """A run's input parts (a JSON array) for storage; None for none."""
     if not parts:
         return None
-    return json.dumps(list(parts), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _encode(list(parts))
 
 
 def decode_parts(text: str | None) -> tuple[JSONObject, ...]:
@@ -598,15 +602,16 @@ class Store(FileStore, Protocol):
         fence: int | None = None,
         webhook: WebhookMessage | None = None,
         delete_checkpoint: bool = False,
-    ) -> RunRecord:
+    ) -> bool:
         """A run's end in one transaction: its turn, its final state and its checkpoint gone.
 
         The same as, in one transaction, `append_messages(session_id, run_id, messages,
         fence=fence)` (when there are messages), `update_run(run_id, status=..., fence=fence,
         webhook=webhook)` and, with `delete_checkpoint`, `delete_checkpoint(run_id,
-        fence=fence)`; it returns what `update_run` does. All of it is stored, or nothing:
-        each part's error (`StaleFence`, `SessionNotFound`, `RunNotFound`, `TypeError` or
-        `ValueError` for a bad message) rolls back the others.
+        fence=fence)`. True if this call ended the run; False if it had ended before (its
+        stored end stands, as with `update_run`; read it with `get_run`). All of it is
+        stored, or nothing: each part's error (`StaleFence`, `SessionNotFound`,
+        `RunNotFound`, `TypeError` or `ValueError` for a bad message) rolls back the others.
         """
         ...
 

@@ -430,21 +430,24 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, Pos
         checkpoint: CheckpointRecord | None = None,
     ) -> None:
         """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
+        title = title_of(run.input)
         async with self._connection() as conn, conn.transaction():
             owner: str | None = None
             if create_session:
                 # a row another transaction inserts meanwhile is skipped here and read below;
-                # the row this one inserts is locked until the commit
+                # the row this one inserts is locked until the commit (and has its title)
                 now = utcnow()
                 owner = await conn.fetchval(
-                    "INSERT INTO sessions (id, principal, created_at, updated_at, stateless)"
-                    " VALUES ($1, $2, $3, $3, $4) ON CONFLICT (id) DO NOTHING"
+                    "INSERT INTO sessions (id, principal, created_at, updated_at, stateless, title)"
+                    " VALUES ($1, $2, $3, $3, $4, $5) ON CONFLICT (id) DO NOTHING"
                     " RETURNING principal",
                     run.session_id,
                     run.principal,
                     now,
                     stateless,
+                    title,
                 )
+            created = owner is not None
             if owner is None:
                 # FOR KEY SHARE keeps the session from being deleted before the INSERT.
                 owner = await conn.fetchval(
@@ -482,8 +485,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, Pos
                 await take_firing(conn, firing, run.run_id)
             if checkpoint is not None:  # a new run: no token can be newer than its own
                 await write_checkpoint(conn, checkpoint, checkpoint.fence)
-            title = title_of(run.input)
-            if title is not None:
+            if title is not None and not created:
                 await conn.execute(
                     "UPDATE sessions SET title = $2 WHERE id = $1 AND title IS NULL",
                     run.session_id,
@@ -512,7 +514,8 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, Pos
         async with self._connection() as conn, contextlib.AsyncExitStack() as stack:
             if webhook is not None:  # the run's write and its notification: one commit
                 await stack.enter_async_context(conn.transaction())
-            return await _update(conn, parameters, webhook)
+            record, _ = await _update(conn, parameters, webhook)
+        return record
 
     @finish_on_cancel
     async def end_run(
@@ -529,7 +532,7 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, Pos
         fence: int | None = None,
         webhook: outbox.WebhookMessage | None = None,
         delete_checkpoint: bool = False,
-    ) -> RunRecord:
+    ) -> bool:
         """A run's end in one transaction; see `Store.end_run`."""
         parameters = _update_parameters(
             run_id, status, output, error, usage, None, None, model, fence
@@ -539,10 +542,10 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, Pos
         async with self._connection() as conn, conn.transaction():
             if messages:
                 await _append(conn, session_id, run_id, messages, fence)
-            record = await _update(conn, parameters, webhook)
+            _, ended = await _update(conn, parameters, webhook)
             if delete_checkpoint:
                 await drop_checkpoint(conn, run_id, fence)
-        return record
+        return ended
 
     @finish_on_cancel
     async def usage_totals(
@@ -727,8 +730,9 @@ def _update_parameters(
 
 async def _update(
     conn: Any, parameters: tuple[Any, ...], webhook: outbox.WebhookMessage | None
-) -> RunRecord:
-    """``update_run`` on ``conn`` (in the caller's transaction when there is a webhook)."""
+) -> tuple[RunRecord, bool]:
+    """``update_run`` on ``conn`` (in the caller's transaction when there is a webhook): the
+    run as stored, and whether this changed it (False: it had ended before)."""
     run_id, fence = parameters[0], parameters[-1]
     # one statement: the move to a terminal status books the run's usage with it; the fence
     # is compared in the same statement that writes: no write with an older token can land
@@ -751,7 +755,8 @@ async def _update(
         f" SELECT {_RUN_COLUMNS} FROM updated",
         *parameters,
     )
-    if row is not None and webhook is not None:
+    changed = row is not None
+    if changed and webhook is not None:
         await outbox.postgres_enqueue(conn, webhook)
     if row is None:  # finished already, fenced off, or unknown
         row = await conn.fetchrow(
@@ -761,4 +766,4 @@ async def _update(
             raise StaleFence(f"run {run_id!r}", fence, row["fence"])
     if row is None:
         raise RunNotFound(run_id)
-    return run_record(row, POSTGRES)
+    return run_record(row, POSTGRES), changed

@@ -20,7 +20,12 @@ from app.storage.base import (
 from app.storage.checkpoints import CheckpointRecord
 from app.storage.rows import SQLITE, checkpoint_record
 
-__all__ = ["CHECKPOINTS_MIGRATION", "SQLiteCheckpoints", "drop_checkpoint", "write_checkpoint"]
+__all__ = [
+    "CHECKPOINTS_MIGRATION",
+    "SQLiteCheckpoints",
+    "drop_checkpoint",
+    "insert_checkpoint",
+]
 
 # The schema of run checkpoints (migration 9 in the project's numbering).
 CHECKPOINTS_MIGRATION: Final[tuple[str, ...]] = (
@@ -56,7 +61,7 @@ class SQLiteCheckpoints(BackgroundOperations):
     async def save_checkpoint(self, record: CheckpointRecord, *, fence: int) -> None:
         """Store the run's checkpoint in place of the last; ``StaleFence`` if the run or its
         checkpoint was written with a newer token."""
-        await self._write(write_checkpoint, record, fence)
+        await self._write(_save, record, fence)
 
     async def get_checkpoint(self, run_id: str) -> CheckpointRecord | None:
         """The run's last checkpoint, or None."""
@@ -90,11 +95,16 @@ def _stored_fence(db: sqlite3.Connection, run_id: str) -> int:
     return int(row[0])
 
 
-def write_checkpoint(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
-    """``save_checkpoint`` inside the caller's transaction (a run's start writes its first)."""
+def _save(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
     stored = _stored_fence(db, record.run_id)
     if stored > fence:
         raise StaleFence(f"checkpoint of run {record.run_id!r}", fence, stored)
+    insert_checkpoint(db, record, fence)
+
+
+def insert_checkpoint(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
+    """The checkpoint's row, its fence checked by the caller (or the run new in the caller's
+    transaction, so that no token can be newer)."""
     db.execute(
         f"INSERT INTO run_checkpoints ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, 0, NULL, ?, ?)"
         " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"

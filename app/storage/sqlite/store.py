@@ -56,7 +56,7 @@ from app.storage.rows import (
     usage_total,
 )
 from app.storage.schedules import FiringFence
-from app.storage.sqlite.checkpoints import SQLiteCheckpoints, drop_checkpoint, write_checkpoint
+from app.storage.sqlite.checkpoints import SQLiteCheckpoints, drop_checkpoint, insert_checkpoint
 from app.storage.sqlite.files import SQLiteFiles
 from app.storage.sqlite.jobs import JobThread
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
@@ -261,7 +261,7 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         fence: int | None = None,
         webhook: outbox.WebhookMessage | None = None,
         delete_checkpoint: bool = False,
-    ) -> RunRecord:
+    ) -> bool:
         """A run's end in one transaction; see `Store.end_run`."""
         parameters = _update_parameters(
             run_id, status, output, error, usage, None, None, model, fence
@@ -577,17 +577,18 @@ def _create_run(
     stateless: bool,
     checkpoint: CheckpointRecord | None,
 ) -> None:
-    if create_session:
-        owner = _get_or_create_session(db, run.session_id, run.principal, stateless).principal
-    else:
+    title = title_of(run.input)
+    # a session created here is the run's principal's, titled by its input: nothing to read
+    # back or update (the fewer statements, the fewer hand-offs of the GIL on this thread)
+    created = create_session and _insert_session(db, run, stateless, title)
+    if not created:
         row = db.execute(
             "SELECT principal FROM sessions WHERE id = ?", (run.session_id,)
         ).fetchone()
         if row is None:
             raise SessionNotFound(run.session_id)
-        owner = row["principal"]
-    if owner != run.principal:
-        raise SessionOwnedByOther(run.session_id)
+        if row["principal"] != run.principal:
+            raise SessionOwnedByOther(run.session_id)
     try:
         db.execute(
             f"INSERT INTO runs ({_RUN_COLUMNS})"
@@ -615,13 +616,26 @@ def _create_run(
         raise RunAlreadyExists(run.run_id) from exc
     if firing is not None:  # in the same transaction: refused, the insert is rolled back
         take_firing(db, firing, run.run_id)
-    if checkpoint is not None:
-        write_checkpoint(db, checkpoint, checkpoint.fence)
-    title = title_of(run.input)
-    if title is not None:
+    if checkpoint is not None:  # a new run: no token can be newer than its own
+        insert_checkpoint(db, checkpoint, checkpoint.fence)
+    if title is not None and not created:
         db.execute(
             "UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL", (title, run.session_id)
         )
+
+
+def _insert_session(
+    db: sqlite3.Connection, run: RunRecord, stateless: bool, title: str | None
+) -> bool:
+    """Create the run's session unless it exists; whether this did."""
+    now = _ts(utcnow())
+    return bool(
+        db.execute(
+            "INSERT OR IGNORE INTO sessions"
+            " (id, principal, created_at, updated_at, stateless, title) VALUES (?, ?, ?, ?, ?, ?)",
+            (run.session_id, run.principal, now, now, int(stateless), title),
+        ).rowcount
+    )
 
 
 def _update_parameters(
@@ -661,6 +675,21 @@ def _update_run(
     fence: int | None,
     webhook: outbox.WebhookMessage | None,
 ) -> RunRecord | None:
+    try:
+        _change_run(db, run_id, parameters, fence, webhook)
+    except RunNotFound:
+        return None
+    return _get_run(db, run_id)
+
+
+def _change_run(
+    db: sqlite3.Connection,
+    run_id: str,
+    parameters: tuple[Any, ...],
+    fence: int | None,
+    webhook: outbox.WebhookMessage | None,
+) -> bool:
+    """``_update_run``'s write: whether it changed the run (False: it had ended before)."""
     # the fence is compared in the statement that writes (see app.storage.base)
     changed = db.execute(
         "UPDATE runs SET status = ?, output = COALESCE(?, output),"
@@ -670,20 +699,23 @@ def _update_run(
         f" WHERE run_id = ? AND status NOT IN ({_TERMINAL_SQL}) AND (? IS NULL OR fence <= ?)",
         parameters,
     ).rowcount
-    if not changed and fence is not None:
+    if not changed:
         row = db.execute("SELECT fence FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is not None and row["fence"] > fence:
+        if row is None:
+            raise RunNotFound(run_id)
+        if fence is not None and row["fence"] > fence:
             raise StaleFence(f"run {run_id!r}", fence, row["fence"])
-    if changed == 1 and parameters[0] in TERMINAL_STATUSES:
+        return False
+    if parameters[0] in TERMINAL_STATUSES:
         # the run's end books its tokens, in the same transaction
         db.execute(
             f"INSERT OR IGNORE INTO usage {BOOK_USAGE_SELECT}"
             " WHERE run_id = ? AND usage IS NOT NULL AND finished_at IS NOT NULL",
             (run_id,),
         )
-    if changed == 1 and webhook is not None:
+    if webhook is not None:
         outbox.sqlite_enqueue(db, webhook)  # the run's write and its notification: one commit
-    return _get_run(db, run_id)
+    return True
 
 
 def _end_run(
@@ -695,16 +727,14 @@ def _end_run(
     fence: int | None,
     webhook: outbox.WebhookMessage | None,
     delete_checkpoint: bool,
-) -> RunRecord:
+) -> bool:
     # one transaction: an error in any part (a stale token, a bad message) rolls back all
     if messages:
         _append_messages(db, session_id, run_id, messages, fence)
-    record = _update_run(db, run_id, parameters, fence, webhook)
-    if record is None:
-        raise RunNotFound(run_id)
+    ended = _change_run(db, run_id, parameters, fence, webhook)
     if delete_checkpoint:
         drop_checkpoint(db, run_id, fence)
-    return record
+    return ended
 
 
 _USAGE_KEYS: Final = {"agent": "agent", "principal": "principal", "day": "day"}

@@ -57,7 +57,7 @@ async def _started(store: Store, fence: int = 4) -> None:
     await store.create_run(_run(), create_session=True, checkpoint=_first(fence=fence))
 
 
-async def _end(store: Store, fence: int | None = 4, **changes: Any) -> RunRecord:
+async def _end(store: Store, fence: int | None = 4, **changes: Any) -> bool:
     arguments: dict[str, Any] = {
         "session_id": "s1",
         "messages": _turn("hi"),
@@ -127,8 +127,9 @@ async def test_a_refused_start_stores_no_checkpoint(store: Store) -> None:
 async def test_a_run_s_end_is_its_turn_its_outcome_and_no_checkpoint(store: Store) -> None:
     await _started(store)
     webhook = WebhookMessage("msg_1", "run_a", "https://hooks.test/x", "run.completed", "{}", 1.0)
-    ended = await _end(store, webhook=webhook)
-    assert ended.status == "completed" and ended.output == {"content": "hi"}
+    assert await _end(store, webhook=webhook)
+    ended = await store.get_run("run_a")
+    assert ended is not None and ended.status == "completed" and ended.output == {"content": "hi"}
     assert ended.finished_at is not None and ended.model == "demo"
     assert [m.role for m in await store.list_messages("s1")] == ["user", "assistant"]
     session = await store.get_session("s1")
@@ -141,17 +142,19 @@ async def test_a_run_s_end_is_its_turn_its_outcome_and_no_checkpoint(store: Stor
     (total,) = await store.usage_totals(start=now - day, end=now + day, group_by="agent")
     assert (total.input_tokens, total.output_tokens, total.runs) == (3, 2, 1)
     # a repeat (a retry whose first answer was lost) adds nothing: the run is final
-    again = await _end(store, messages=[], status="failed", delete_checkpoint=False)
-    assert again.status == "completed"
+    assert not await _end(store, messages=[], status="failed", delete_checkpoint=False)
+    again = await store.get_run("run_a")
+    assert again is not None and again.status == "completed"
     assert len(await store.webhook_states("run_a")) == 1
 
 
 async def test_an_end_without_a_turn_or_checkpoint_drop(store: Store) -> None:
     await _started(store)
-    ended = await _end(
+    assert await _end(
         store, messages=[], status="failed", error={"code": "x"}, delete_checkpoint=False
     )
-    assert ended.status == "failed" and ended.error == {"code": "x"}
+    ended = await store.get_run("run_a")
+    assert ended is not None and ended.status == "failed" and ended.error == {"code": "x"}
     assert await store.list_messages("s1") == []
     assert await store.get_checkpoint("run_a") is not None
 
@@ -180,8 +183,9 @@ async def test_a_stale_token_on_the_session_stores_nothing(store: Store) -> None
     assert [m.run_id for m in await store.list_messages("s1")] == ["run_b", "run_b"]
     assert await store.get_checkpoint("run_a") is not None
     # the outcome alone, under the run's own token, is the store's to take
-    lost = await _end(store, fence=4, messages=[], status="failed", error={"code": "lost"})
-    assert lost.status == "failed"
+    assert await _end(store, fence=4, messages=[], status="failed", error={"code": "lost"})
+    lost = await store.get_run("run_a")
+    assert lost is not None and lost.status == "failed"
     assert await store.get_checkpoint("run_a") is None
 
 
@@ -203,6 +207,5 @@ async def test_an_unknown_run_stores_nothing(store: Store) -> None:
 
 async def test_an_unfenced_end_deletes_any_checkpoint(store: Store) -> None:
     await _started(store, fence=6)
-    ended = await _end(store, fence=None)
-    assert ended.status == "completed"
+    assert await _end(store, fence=None)
     assert await store.get_checkpoint("run_a") is None
