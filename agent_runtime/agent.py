@@ -606,6 +606,8 @@ class AgentCore(CapabilityCalls, RunCalls):
         cache_key = prompt_cache_key(options, context.session_id)
         if resume is not None and resume.calls:
             await self._finish_open_calls(context, resume)
+        # what is advertised, once per run; a skill activated by a batch narrows it (read again)
+        all_specs = [t.spec for t in options.tools.values()] if skills is None else []
         while True:
             if state.iteration >= options.max_iterations:
                 raise _max_iterations(context)
@@ -617,11 +619,7 @@ class AgentCore(CapabilityCalls, RunCalls):
                 max_messages=self.max_history_messages,
                 run_id=context.run_id,
             )
-            # read each time: a skill activated by the last batch narrows what is advertised
-            if skills is not None:
-                specs = skills.advertised(options.tools)
-            else:
-                specs = [t.spec for t in options.tools.values()]
+            specs = all_specs if skills is None else skills.advertised(options.tools)
             request = ModelRequest(
                 messages=list(state.messages),
                 tools=specs,
