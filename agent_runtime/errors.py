@@ -20,7 +20,8 @@ misuse of the API is kept apart from a run that failed::
     ├── AnswerRefusedError (also ValueError)    an answer a waiting run refuses, saying why; the
     │   │                                       wait stays open for another (.code)
     │   ├── EditNotAllowedError                 edited arguments for a tool that takes none
-    │   └── InvalidEditError                    edited arguments the tool's schema refuses
+    │   ├── InvalidEditError                    edited arguments the tool's schema refuses
+    │   └── InvalidReplyError                   a reply in the call's place that is not text
     ├── MCPClientError                          an MCP server or its client failed (mcp.errors)
     │   ├── MCPClientStateError (also RuntimeError)  used before start() or after close()
     │   ├── MCPServerError                      unreachable, died, timed out, refused
@@ -58,6 +59,7 @@ __all__ = [
     "EditNotAllowedError",
     "InvalidEditError",
     "InvalidInputError",
+    "InvalidReplyError",
     "LoopAffinityError",
     "MaxIterationsError",
     "OutputSchemaError",
@@ -183,6 +185,18 @@ class InvalidEditError(AnswerRefusedError):
 
     def __init__(self, tool: str, problems: str) -> None:
         super().__init__(f"the edited arguments for {tool!r} were refused: {problems}")
+        self.tool = tool
+        self.problems = problems
+
+
+class InvalidReplyError(AnswerRefusedError):
+    """A denial carried a reply (``response``) the run cannot pass on: not text, empty, too
+    long, or sent with an approval. ``problems`` says what is wrong."""
+
+    code = "invalid_response"
+
+    def __init__(self, tool: str, problems: str) -> None:
+        super().__init__(f"the reply to the call to {tool!r} was refused: {problems}")
         self.tool = tool
         self.problems = problems
 

@@ -34,7 +34,7 @@ def test_quick_run_exercises_every_scenario(tmp_path: Path) -> None:
     numbers = {scenario["number"] for scenario in report["scenarios"]}
     # 7 (peers) is skipped in quick mode; 11 (the structured-output stall) and 12 (prompt
     # caching, four turns) are quick themselves
-    assert numbers == {1, 2, 3, 4, 5, 6, 11, 12, 13}
+    assert numbers == {1, 2, 3, 4, 5, 6, 11, 12, 13, 14}
     for scenario in report["scenarios"]:
         assert scenario["rows"], scenario["title"]
     by_number = {scenario["number"]: scenario for scenario in report["scenarios"]}
@@ -56,6 +56,13 @@ def test_quick_run_exercises_every_scenario(tmp_path: Path) -> None:
     upstream = image["upstream"]
     assert upstream["large_requests"] == upstream["expected_large_requests"] > 0
     assert upstream["largest_body"] > image["image_bytes"]
+    # every case of the cost per event streamed its runs to the end and was measured
+    cost = by_number[14]["raw"]
+    for cases in (cost["per_event"], cost["per_run"]):
+        for case in cases.values():
+            assert all(r["ok"] == r["runs"] > 0 for r in case["raw"]), case["raw"]
+            assert all(us is not None for us in case["cpu_us"])  # 0 at a quick size: ticks
+    assert any("Redis" in name for name in cost["per_event"])
     assert "quick" in report["command"]
 
 

@@ -24,6 +24,7 @@ from ..messages import ToolCall
 from ..tools.base import ToolPolicy
 from .edits import EDITED_ARGUMENTS, edited_arguments
 from .external import ExternalEvent, ExternalEventExpiredError, ExternalEventExtension
+from .replies import reply_of
 
 if TYPE_CHECKING:
     from ..agent import AgentRunContext
@@ -71,15 +72,17 @@ class ConfirmationExtension(ExternalEventExtension):
     ``response_event`` (``"confirmation_response"``) and ``expires_at`` (ISO 8601, UTC), and
     ``editable: true`` for a tool whose arguments may be edited. An answer's payload is
     ``{"tool_call_id": str, "approved": bool}``, with ``"arguments": {...}`` to approve the
-    call with edited arguments; other keys are ignored and a non-boolean ``approved`` is
-    refused without using up the request. An edit the tool does not allow, or arguments its
-    validation refuses, raise an ``AnswerRefusedError`` from ``emit_external_event`` and use
-    up nothing either.
+    call with edited arguments, or ``"response": "..."`` to deny it with a reply the model
+    gets in the tool's place; other keys are ignored and a non-boolean ``approved`` is
+    refused without using up the request. An edit the tool does not allow, arguments its
+    validation refuses, or a reply that is not text with a denial, raise an
+    ``AnswerRefusedError`` from ``emit_external_event`` and use up nothing either.
 
     Once decided, a ``custom`` event ``confirmation_resolved`` reports ``tool_call_id`` and
     ``outcome`` (``approved``, ``denied`` or ``expired``), so a front end can close its dialog
     and say what happened without parsing the tool's error text; an approval that edited the
-    arguments adds ``edited: true`` and the ``arguments`` the call runs with.
+    arguments adds ``edited: true`` and the ``arguments`` the call runs with; a denial with a
+    reply adds the ``response``.
 
     Several ``ask`` calls in one model turn are confirmed one after another, in call order:
     the second request is emitted only once the first is decided.
@@ -106,6 +109,8 @@ class ConfirmationExtension(ExternalEventExtension):
     ) -> None:
         if isinstance(subject, ToolCall) and event.payload.get(EDITED_ARGUMENTS) is not None:
             edited_arguments(context.tools.get(subject.name), subject, event.payload)
+        if isinstance(subject, ToolCall):
+            reply_of(subject.name, event.payload)
 
     async def before_tool(self, context: AgentRunContext, call: ToolCall) -> None:
         """Hold an ``ask`` call until it is approved, denied or expired."""
@@ -168,10 +173,21 @@ class ConfirmationExtension(ExternalEventExtension):
             context.set_tool_decision(call.id, True, arguments=edited)
             await self._resolved(context, call, "approved", edited)
         else:
-            context.set_tool_decision(
-                call.id, False, f"the call to {call.name!r} was denied by the user"
-            )
-            await self._resolved(context, call, "denied")
+            try:  # checked when the answer was accepted: the same check, the same verdict
+                reply = reply_of(call.name, answer.payload)
+            except AnswerRefusedError:
+                reply = None
+            if reply is None:
+                context.set_tool_decision(
+                    call.id, False, f"the call to {call.name!r} was denied by the user"
+                )
+            else:
+                context.set_tool_decision(
+                    call.id,
+                    False,
+                    f"the call to {call.name!r} was not run: the user answered instead: {reply}",
+                )
+            await self._resolved(context, call, "denied", reply=reply)
 
     async def _expired(self, context: AgentRunContext, call: ToolCall, expires: str) -> None:
         context.set_tool_decision(
@@ -188,10 +204,14 @@ class ConfirmationExtension(ExternalEventExtension):
         call: ToolCall,
         outcome: str,
         edited: dict[str, Any] | None = None,
+        *,
+        reply: str | None = None,
     ) -> None:
         payload: dict[str, Any] = {"tool_call_id": call.id, "outcome": outcome}
         if edited is not None:
             payload.update(edited=True, arguments=dict(edited))
+        if reply is not None:
+            payload["response"] = reply
         await context.emit(
             AgentEvent(AgentEventType.CUSTOM, name=CONFIRMATION_RESOLVED, payload=payload)
         )

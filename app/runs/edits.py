@@ -1,4 +1,5 @@
-"""An approval that edits a call's arguments, checked on the worker it reached.
+"""An approval that edits a call's arguments (or a denial with a reply), checked on the worker
+it reached.
 
 The runtime of the worker holding the run checks an edit as it takes the answer
 (``agent_runtime.extensions.edits``) and refuses it with an ``AnswerRefusedError``. An answer
@@ -17,6 +18,7 @@ from agent_runtime.errors import EditNotAllowedError
 from agent_runtime.extensions.confirmation import CONFIRMATION_REQUESTED, CONFIRMATION_RESPONSE
 from agent_runtime.extensions.edits import EDITED_ARGUMENTS, edited_arguments
 from agent_runtime.extensions.external import ExternalEvent
+from agent_runtime.extensions.replies import REPLY, reply_of
 from agent_runtime.messages import ToolCall
 from app.bus.base import BusError, EventLog
 
@@ -27,13 +29,14 @@ _READ_TIMEOUT = 5.0
 
 
 def is_edit(event: ExternalEvent) -> bool:
-    """Whether ``event`` is an answer that carries edited arguments (one whose ``approved`` is
-    not a boolean is no answer at all: the holder refuses it as not accepted)."""
+    """Whether ``event`` is an answer that carries edited arguments or a reply (one whose
+    ``approved`` is not a boolean is no answer at all: the holder refuses it as not
+    accepted)."""
     payload = event.payload
     return (
         event.name == CONFIRMATION_RESPONSE
         and isinstance(payload.get("approved"), bool)
-        and payload.get(EDITED_ARGUMENTS) is not None
+        and (payload.get(EDITED_ARGUMENTS) is not None or payload.get(REPLY) is not None)
     )
 
 
@@ -50,6 +53,9 @@ async def check_edit(
     if asked is None:
         return
     name = str(asked.get("tool") or "")
+    reply_of(name, event.payload)
+    if event.payload.get(EDITED_ARGUMENTS) is None:
+        return
     if asked.get("editable") is not True:
         raise EditNotAllowedError(name)
     found = agent.registry.get(name) if agent is not None else None

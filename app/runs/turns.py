@@ -15,8 +15,8 @@ marker is ours; models never see it): the model knows what it was asked and how 
 **Replacing the last turn.** A run started with ``replaces: <run id>`` (regenerate, or edit
 and resend) takes the place of the session's latest run: that run's turn is removed before the
 new run reads the conversation, so the model never sees the answer being replaced. Only the
-latest run can be replaced (another run of the session is a 422, a run of no such session a
-404); there are no branches.
+latest run can be replaced (another run of the session is a 409, a run of no such session a
+404). To keep the old turn as well, a run branches instead (``app.runs.branches``).
 """
 
 from __future__ import annotations

@@ -21,7 +21,10 @@ RFC 9110 forbids) is answered ``400`` problem+json here rather than with uvicorn
 
 It also gives each request's scope an ``abort`` callable (``scope["extensions"]
 ["agent.abort"]``): a response whose client stopped reading drops the connection and what its
-transport still buffers, which closing cannot do (a close waits for the buffer to flush).
+transport still buffers, which closing cannot do (a close waits for the buffer to flush). And a
+``write_paused`` one (``["agent.write_paused"]``): True while the transport's buffer is over its
+high-water mark, the only time a body write waits; an event stream bounds those writes by its
+send timeout and writes the others without arming a timer.
 
 A subclass rather than another server: it keeps uvicorn's parser, flow control, lifespan,
 workers and signals, and adds one timer handle and two counters per connection (measured in
@@ -265,7 +268,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         STATS.open += 1
         self._counted = True
         super().connection_made(transport)
-        self._extensions = {"agent.abort": self._abort}
+        self._extensions = {"agent.abort": self._abort, "agent.write_paused": self._write_paused}
         self._arm_head_timer()
 
     def _abort(self) -> None:
@@ -275,6 +278,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.abort()
         if self.cycle is not None:
             self.cycle.disconnected = True
+
+    def _write_paused(self) -> bool:
+        """Whether the next body write waits for the client to read (uvicorn's flow control)."""
+        return bool(self.flow.write_paused)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:

@@ -129,6 +129,37 @@ async def test_an_edit_of_a_tool_that_allows_none_is_refused(edit_server: Server
         assert completed["result"] == "Deleted plans.md" and "edited" not in completed
 
 
+async def test_a_denial_with_a_reply_answers_in_the_calls_place(edit_server: Server) -> None:
+    async with edit_server.client() as client:
+        session, run_id, asked = await ask(client, "default", "delete notes.md")
+        denial = answer(session, run_id, asked, approved=False)
+        for wrong in ("", 7):
+            denial["payload"]["response"] = wrong
+            assert_problem(
+                await client.post("/external-events", json=denial), 422, "invalid_response"
+            )
+        approval = answer(session, run_id, asked)
+        approval["payload"]["response"] = "yes please"
+        assert_problem(
+            await client.post("/external-events", json=approval), 422, "invalid_response"
+        )
+        assert (await client.get(f"/v1/runs/{run_id}")).json()["status"] == "waiting"
+        denial["payload"]["response"] = "keep it, move it to the archive instead"
+        accepted = await client.post("/external-events", json=denial)
+        assert accepted.status_code == 202, accepted.text
+        events = await follow(client, run_id)
+        resolved = next(
+            e.data["data"]["payload"]
+            for e in events
+            if e.type == "custom" and e.data["data"]["name"] == "confirmation_resolved"
+        )
+        assert resolved["outcome"] == "denied"
+        assert resolved["response"] == "keep it, move it to the archive instead"
+        completed = next(e for e in events if e.type == "tool.call.completed").data["data"]
+        assert completed["is_error"] is True
+        assert "move it to the archive instead" in completed["error"]
+
+
 # --- LangGraph: the Python SDK -------------------------------------------------------------
 
 

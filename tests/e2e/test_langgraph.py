@@ -186,6 +186,25 @@ async def test_interrupt_accepted_and_ignored(client: LangGraphClient) -> None:
     assert "did not delete old.log" in ignored["messages"][-1]["content"]
 
 
+async def test_interrupt_answered_with_a_reply(client: LangGraphClient) -> None:
+    # Agent Inbox's "response": the tool does not run; the model gets the reply in its place
+    thread: Any = await client.threads.create()
+    tid = thread["thread_id"]
+    waiting: Any = await client.runs.wait(tid, "default", input=_human("delete draft.md"))
+    assert waiting["__interrupt__"][0]["value"]["config"]["allow_respond"] is True
+    with pytest.raises((UnprocessableEntityError, httpx.HTTPStatusError)) as refused:
+        await client.runs.wait(tid, "default", command={"resume": {"type": "response"}})
+    assert "422" in str(refused.value)
+    reply = "keep it, I still need the draft"
+    result: Any = await client.runs.wait(
+        tid, "default", command={"resume": {"type": "response", "args": reply}}
+    )
+    tool = next(m for m in result["messages"] if m["type"] == "tool")
+    assert reply in tool["content"] and tool["status"] == "error"
+    assert not any("Deleted draft.md" in str(m["content"]) for m in result["messages"])
+    assert (await client.threads.get(tid))["status"] == "idle"
+
+
 async def test_another_principal_sees_nothing(lg_server: Server, client: LangGraphClient) -> None:
     thread: Any = await client.threads.create(metadata={"secret": "yes"})
     await client.runs.wait(thread["thread_id"], "default", input=_human("mine"))

@@ -538,6 +538,8 @@ def test_busy_session_offers_to_wait_or_interrupt(page: Page, ui_server: Server)
         wait_until(lambda: client.get("/debug/state").json()["session_queued"] == 1)
         assert client.post(f"/v1/runs/{first}/cancel").status_code == 202
         expect(answer(page)).to_have_text("You said: After you")
+        # its end, not only its last word: until then the session is still busy
+        wait_until(lambda: client.get(f"/v1/sessions/{session}").json()["active_run_id"] is None)
         # stop the active run and send this one instead
         second = hold()
         send(page, "Instead")

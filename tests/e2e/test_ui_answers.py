@@ -1,6 +1,7 @@
 """The browser UI's answers in headless Chromium: Markdown with hostile payloads, copy, edit and
-regenerate, stopped and stored turns drawn as the live ones were, titles from the server, the
-security headers (and no CSP violation), /docs offline, the phone viewport.
+regenerate (each a new branch; tests/e2e/test_ui_branches.py steps between them), stopped and
+stored turns drawn as the live ones were, titles from the server, the security headers (and no
+CSP violation), /docs offline, the phone viewport.
 
 Every test waits on DOM state, never on the clock; the page fixtures fail a test on any
 JavaScript error or console error (a CSP violation is one).
@@ -156,15 +157,15 @@ def test_copy_the_answer_a_code_block_and_a_message(
     assert clipboard() == prompt
 
 
-def test_edit_and_resend_replaces_the_last_turn(page: Page, ui_server: Server) -> None:
+def test_edit_and_resend_makes_a_branch(page: Page, ui_server: Server) -> None:
     page.goto(ui_server.base_url)
     send(page, "first question")
     expect(answer(page)).to_have_text("You said: first question")
     send(page, "second question, with a typo")
     expect(answer(page)).to_have_text("You said: second question, with a typo")
     turns = page.locator("#log > .turn")
-    # only the last turn can be edited or regenerated
-    expect(turns.first.get_by_role("button", name="Edit and resend the message")).to_be_hidden()
+    # any message can be edited, the last one here
+    expect(turns.first.get_by_role("button", name="Edit and resend the message")).to_be_visible()
     turns.last.get_by_role("button", name="Edit and resend the message").click()
     box = turns.last.get_by_role("textbox", name="Edit the message")
     expect(box).to_be_focused()
@@ -175,11 +176,14 @@ def test_edit_and_resend_replaces_the_last_turn(page: Page, ui_server: Server) -
     expect(answer(page)).to_have_text("You said: second question, fixed")
     expect(last_turn(page)).to_have_attribute("data-status", "completed")
     expect(turns).to_have_count(2)
-    # the server's conversation is the one on screen: the replaced turn is gone
+    expect(turns.last.get_by_role("group", name="Branch 2 of 2")).to_be_visible()
+    # the server keeps both branches: the edited turn beside the first one's answer
     contents = [m["content"] for m in stored(ui_server, session_id_of(page))["messages"]]
     assert contents == [
         "first question",
         "You said: first question",
+        "second question, with a typo",
+        "You said: second question, with a typo",
         "second question, fixed",
         "You said: second question, fixed",
     ]
@@ -190,7 +194,7 @@ def test_edit_and_resend_replaces_the_last_turn(page: Page, ui_server: Server) -
     assert log_text(page) == live
 
 
-def test_regenerate_replaces_the_answer(page: Page, ui_server: Server) -> None:
+def test_regenerate_makes_a_sibling_answer(page: Page, ui_server: Server) -> None:
     page.goto(ui_server.base_url)
     send(page, "tell me once")
     turn = last_turn(page)
@@ -204,8 +208,10 @@ def test_regenerate_replaces_the_answer(page: Page, ui_server: Server) -> None:
     expect(answer(page)).to_have_text("You said: tell me once")
     after = last_turn(page).get_attribute("data-run-id")
     body = stored(ui_server, session_id_of(page))
-    assert {m["run_id"] for m in body["messages"]} == {after}
-    assert [r["run_id"] for r in body["runs"]] == [after]
+    assert [r["run_id"] for r in body["runs"]] == [before, after]
+    # two first turns: the regenerated one continues nothing, as the first did
+    firsts = [(m["run_id"], m["parent_run"]) for m in body["messages"] if "parent_run" in m]
+    assert firsts == [(before, None), (after, None)]
 
 
 def test_a_stopped_turn_survives_a_reload_unchanged(page: Page, ui_server: Server) -> None:

@@ -285,8 +285,10 @@ def test_paste_an_image_and_regenerate_with_it(page: Page, files_server: Server)
     expect(page.locator("#log > .turn")).to_have_count(1)
     assert len(sent) == 1
     session: str = page.evaluate("window.agentUI.sessionId")
+    # both branches keep the turn: the picture twice, the same stored file
     parts = stored_user_parts(files_server, session)
-    assert [p["type"] for p in parts] == ["image"], parts
+    assert [p["type"] for p in parts] == ["image", "image"], parts
+    assert parts[0]["file_id"] == parts[1]["file_id"]
 
 
 def test_a_reload_mid_run_keeps_the_turns_picture(page: Page, files_server: Server) -> None:

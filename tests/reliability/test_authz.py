@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -194,4 +195,19 @@ async def test_bobs_own_session_with_alices_run_changes_nothing(
         assert_problem(
             await client.post("/external-events", json=elsewhere, headers=alice), 404, "not_found"
         )
+        await still_waiting(client, world)
+        # nor can bob continue alice's conversation from his session: her run is as unknown
+        # there as a run that never existed, and alice's own run branches only in its session
+        fresh = f"alice-{uuid.uuid4().hex[:8]}"
+        for who, session, run_id in (
+            (bob, mine, world.done_run),
+            (bob, mine, "run_" + "0" * 32),
+            (alice, fresh, world.done_run),
+        ):
+            start: dict[str, Any] = {"input": "go on", "stream": False, "branch_from": run_id}
+            refused = await client.post(f"/v1/sessions/{session}/runs", json=start, headers=who)
+            problem = assert_problem(refused, 404, "not_found")
+            assert problem.keys() == {"type", "title", "status", "detail", "code"}
+        assert (await client.get(f"/v1/sessions/{fresh}", headers=alice)).status_code == 404
+        assert (await client.get(f"/v1/sessions/{mine}", headers=bob)).json()["message_count"] == 2
         await still_waiting(client, world)

@@ -128,6 +128,8 @@ _SEMANTIC_CODES = frozenset(
         "too_many_parts",
         # a file whose bytes are of no type taken (the schema can only say binary): a 415
         "unsupported_media_type",
+        # a run's branch_from that names a run of the session that stored no turn
+        "not_a_turn",
     }
 )
 
@@ -148,6 +150,17 @@ def _sent_authorization(response: Any) -> bool:
     request = getattr(response, "request", None)
     headers = getattr(request, "headers", None) or {}
     return any(name.lower() == "authorization" for name in headers)
+
+
+def _from_the_start(body: Any) -> Any:
+    """A generated ``branch_from`` names no run (a 404): branch from the start instead, so runs
+    start; unless the value (or its pairing with ``replaces``) is what the case gets wrong."""
+    if not isinstance(body, dict) or "replaces" in body:
+        return body
+    branch = body.get("branch_from")
+    if isinstance(branch, str) and 0 < len(branch) <= 128 and "\x00" not in branch:
+        body["branch_from"] = "start"
+    return body
 
 
 def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
@@ -176,7 +189,7 @@ def fuzz(server: Server) -> tuple[engine_events.EngineFinished, dict[str, Any]]:
         # that runs start and the stateful phase has something to follow
         if isinstance(body, dict) and isinstance(body.get("agent"), str):
             body["agent"] = "default"
-        return body
+        return _from_the_start(body)
 
     recreated: list[str] = []
 
@@ -321,6 +334,14 @@ BAD_RUN_BODIES: list[tuple[str, bytes, dict[str, str]]] = [
     ("run_timeout is 1e999", b'{"input": "x", "run_timeout": 1e999}', JSON),
     ("a 5000-digit number", b'{"input": "x", "max_iterations": ' + b"9" * 5000 + b"}", JSON),
     ("on_disconnect unknown", b'{"input": "x", "on_disconnect": "explode"}', JSON),
+    (
+        "response_format strict is 0",
+        b'{"input": "x", "response_format": {"type": "json_schema",'
+        b' "json_schema": {"schema": {}, "strict": 0}}}',
+        JSON,
+    ),
+    ("branch_from is null", b'{"input": "x", "branch_from": null}', JSON),
+    ("branch_from beside replaces", b'{"input": "x", "branch_from": "a", "replaces": "b"}', JSON),
     ("metadata is a list", b'{"input": "x", "metadata": [1]}', JSON),
     ("unknown field", b'{"input": "x", "inputs": "y"}', JSON),
     ("lone surrogate in input", b'{"input": "a\\ud800b"}', JSON),

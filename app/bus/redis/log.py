@@ -188,10 +188,14 @@ class _Follower:
         if group:
             first = events[0].seq
             for waiter in list(group):
-                if first - 1 <= waiter.cursor < final:
+                cursor = waiter.cursor
+                if cursor == first - 1:  # the usual reader: right behind the batch
                     group.discard(waiter)
-                    waiter.release([event for event in events if event.seq > waiter.cursor])
-                elif local and waiter.cursor < first - 1:
+                    waiter.release(events)
+                elif first <= cursor < final:
+                    group.discard(waiter)
+                    waiter.release([event for event in events if event.seq > cursor])
+                elif local and cursor < first - 1:
                     group.discard(waiter)
                     waiter.release()
             if not group:
@@ -630,8 +634,9 @@ class RedisEventLog:
         for index, (run_id, batch) in enumerate(batches):
             events = batch.events
             first = events[0].seq
-            if any(event.seq != first + at for at, event in enumerate(events)):
-                # the script numbers a batch's events from its first: a gap is refused here
+            if events[-1].seq - first != len(events) - 1:
+                # the script numbers a batch's events from its first (the writer queues them
+                # in order): a gap is refused here
                 errors[index] = _append_error(run_id, batch, scripts.APPEND_SEQ)
                 continue
             sent.append(index)
@@ -640,16 +645,23 @@ class RedisEventLog:
                 session_id = self._writing.pop(run_id, "")
                 if not session_id:  # a log this worker did not start (the reaper's append)
                     session_id = str(events[-1].document["session_id"])
-            batch_frames = [event.frame for event in events]
-            frames += batch_frames
+            if len(events) == 1:  # one event a run and call: the common case at one a write
+                frame = events[0].frame
+                frames.append(frame)
+                types, sizes = events[0].type, str(len(frame))
+            else:
+                batch_frames = [event.frame for event in events]
+                frames += batch_frames
+                types = _US.join([event.type for event in events])
+                sizes = _US.join([str(len(frame)) for frame in batch_frames])
             header += (
                 run_id,
                 session_id,
                 str(batch.fence),
                 "1" if batch.terminal else "0",
                 str(first),
-                _US.join([event.type for event in events]),
-                _US.join([str(len(frame)) for frame in batch_frames]),
+                types,
+                sizes,
             )
         if sent:
             header.append("")  # every field ends with RS
@@ -657,12 +669,12 @@ class RedisEventLog:
             args.append(b"".join(frames))
             try:
                 async with unavailable(self._where, "appending to an event log"):
-                    statuses = await self._append(keys=(), args=args)
+                    answer = await self._append(keys=(), args=args)
             except BaseException:
                 for run_id, _ in batches:
                     self.follower.stopped_writing(run_id)
                 raise
-            for index, status in zip(sent, statuses, strict=True):
+            for index, status in zip(sent, bytes(answer).split(), strict=True):
                 run_id, batch = batches[index]
                 errors[index] = _append_error(run_id, batch, int(status))
         for (run_id, _), error in zip(batches, errors, strict=True):

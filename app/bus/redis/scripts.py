@@ -197,7 +197,8 @@ APPEND_SEQ: Final = -4
 # session (for a terminal batch, whose lock it releases; else empty), fence, terminal (0/1: the
 # batch's last event is terminal), the first event's seq, the events' types and their frames'
 # lengths (both with US, \31, between items). The frames of every batch follow one another in
-# the last argument. The answer: one status per run (APPEND_*), in order.
+# the last argument. The answer: one status per run (APPEND_*), in order, in one string with a
+# space between them (one reply to parse rather than one a run).
 #
 # One call appends the batches of several runs (``app.bus.redis.writer``), in five arguments
 # whatever their number: encoding a command's arguments is most of what a call costs the worker,
@@ -298,7 +299,7 @@ for at = 1, #header - 6, 7 do
     offset = offset + tonumber(sizes[index])
   end
 end
-return statuses
+return table.concat(statuses, ' ')
 """
 
 # KEYS: meta, stream. ARGV: cursor (the last seq read), count, rebase (1 for a new reader).

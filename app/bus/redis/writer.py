@@ -8,11 +8,14 @@ or none). A batch holds consecutive events with one fence (a different fence sta
 batch) and ends at a terminal event. An awaited ``append`` joins the same queue and returns
 once its batch is confirmed, so the calls of one run are written in the order they came.
 
-The window. A call begins at most once per ``window`` seconds: the first event after a quiet
-spell goes out at once, and while events keep coming, those of the next ``window`` wait for
-the same call. One call then carries many runs' events, which is what makes the shared bus
-cheap per event (a call costs the worker far more than the events in it); the price is at
-most ``window`` of added latency while the worker is busy.
+The window. A call begins at most once per ``window`` seconds (10 ms): the first event after
+a quiet spell goes out at once, and while events keep coming, those of the next ``window``
+wait for the same call. One call then carries many runs' events, which is what makes the
+shared bus cheap per event: a call costs the worker far more than the events in it (encoding,
+the pool, the round trip's system calls, and above all waking Redis, which on a virtual machine
+costs a few hundred µs; docs/benchmarks.md). The price is at most ``window`` of added latency
+while the worker is busy: less than a frame of a screen, and less than a streaming model's gap
+between two tokens (20 ms and more), so a token still reaches its reader as its own write.
 
 What readers see. An event reaches *any* reader, on this worker or another, only once Redis
 confirmed its batch: readers on this worker are fed from memory the moment the answer comes
@@ -37,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
@@ -51,7 +53,7 @@ MAX_BATCH: Final = 1_000
 MAX_CALL: Final = 4_000
 """Events per script call at most, all runs together: the rest waits for the next call."""
 
-WINDOW: Final = 0.002
+WINDOW: Final = 0.010
 """Seconds between the starts of two calls at least (see the module docstring)."""
 
 
@@ -70,20 +72,15 @@ class Batch:
         return bool(self.events) and self.events[-1].terminal
 
 
-class _Item:
-    __slots__ = ("event", "fence", "waiter")
-
-    def __init__(self, event: WireEvent, fence: int, waiter: asyncio.Future[None] | None) -> None:
-        self.event = event
-        self.fence = fence
-        self.waiter = waiter
+_Item = tuple[WireEvent, int, "asyncio.Future[None] | None"]
+"""A queued event, its fence, and the future of the ``append`` that waits for it (if any)."""
 
 
 class _RunQueue:
     __slots__ = ("failure", "items", "sending")
 
     def __init__(self) -> None:
-        self.items: deque[_Item] = deque()
+        self.items: list[_Item] = []
         self.sending = False  # a batch of the run is in the call in flight
         self.failure: BusError | None = None
 
@@ -134,7 +131,7 @@ class AppendPipeline:
             if event.terminal:  # the run's last call: nothing more to report after it
                 self._forget(run_id, run)
             raise failure
-        run.items.append(_Item(event, fence, waiter))
+        run.items.append((event, fence, waiter))
         if not run.sending:
             self._ready[run_id] = run
         if self._task is None:
@@ -149,15 +146,22 @@ class AppendPipeline:
     @staticmethod
     def _take(run: _RunQueue, room: int) -> Batch:
         items = run.items
-        batch = Batch(items[0].fence)
-        limit = min(MAX_BATCH, room)
-        while items and len(batch.events) < limit and items[0].fence == batch.fence:
-            item = items.popleft()
-            batch.events.append(item.event)
-            if item.waiter is not None:
-                batch.waiters.append(item.waiter)
-            if item.event.terminal:
+        fence = items[0][1]
+        batch = Batch(fence)
+        events, waiters = batch.events, batch.waiters
+        limit = min(MAX_BATCH, room, len(items))
+        count = 0
+        while count < limit:
+            event, item_fence, waiter = items[count]
+            if item_fence != fence:
                 break
+            count += 1
+            events.append(event)
+            if waiter is not None:
+                waiters.append(waiter)
+            if event.terminal:
+                break
+        del items[:count]
         return batch
 
     def _collect(self) -> list[tuple[str, _RunQueue, Batch]]:
@@ -229,7 +233,7 @@ class AppendPipeline:
     @staticmethod
     def _fail_all(run: _RunQueue, batch: Batch | None, error: BusError) -> None:
         waiters = list(batch.waiters) if batch is not None else []
-        waiters.extend(item.waiter for item in run.items if item.waiter is not None)
+        waiters.extend(waiter for _, _, waiter in run.items if waiter is not None)
         run.items.clear()
         for waiter in waiters:
             if not waiter.done():

@@ -29,6 +29,7 @@ from app.http.api.schemas import (
 )
 from app.http.api.streaming import EventStreamResponse, RunResultResponse
 from app.runs import RunHandle, RunRequestOptions, record_view
+from app.runs.branches import check_branch_from
 from app.runs.idempotency import Claim, check_key, fingerprint
 from app.runs.multitask import QueuedRun
 from app.server.services import Services, ServicesDep
@@ -166,6 +167,7 @@ def _options(body: RunRequest, taken: RunInput) -> RunRequestOptions:
         max_iterations=body.max_iterations,
         metadata=body.metadata or {},
         replaces=body.replaces,
+        branch_from=body.branch_from,
         skill=body.skill,
         response_format=body.response_format.runtime_form() if body.response_format else None,
         multitask_strategy=body.multitask_strategy,
@@ -208,6 +210,8 @@ async def start_run(
             return await _replay(services, principal, body, claim.run_id, last_event_id)
     taken: RunInput | None = None
     try:
+        if body.branch_from is not None:
+            await check_branch_from(services.store, principal, session_id, body.branch_from)
         # after the key's claim: a repeat of the request stores none of its data URLs again
         taken = await take_input(services.files, principal, _input_value(body), limits=None)
         handle = await manager.submit(principal, session_id, _options(body, taken))

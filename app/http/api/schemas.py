@@ -124,6 +124,14 @@ class JsonSchemaFormat(BaseModel):
     )
     strict: bool = Field(False, description="Ask the provider for strict schema adherence.")
 
+    # JSON's own true and false only, as the schema says (pydantic would take 0 or "yes")
+    @field_validator("strict", mode="before")
+    @classmethod
+    def _a_boolean(cls, value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+        return value
+
 
 class ResponseFormat(BaseModel):
     """``{"type": "json_schema", "json_schema": {...}}``: the answer must be JSON matching it."""
@@ -248,7 +256,9 @@ InputPart = Annotated[TextInputPart | ImageInputPart | FileInputPart, Field(disc
 class RunRequest(BaseModel):
     """``POST /v1/sessions/{session_id}/runs``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"not": {"required": ["replaces", "branch_from"]}}
+    )
 
     input: str | list[InputPart] = Field(
         description="The user's message: a string, or content parts (text, images, "
@@ -287,6 +297,17 @@ class RunRequest(BaseModel):
         "(regenerate, or edit and resend). That turn is removed from the conversation before "
         "this run reads it; 409 `turn_not_latest` when the run is not the session's latest "
         "(the conversation moved on), 404 when it is no run of the session.",
+    )
+    branch_from: str | SkipJsonSchema[None] = _optional(
+        min_length=1,
+        max_length=128,
+        description="The run whose turn this run continues, in place of the session's latest "
+        "turn: the model sees the conversation up to that turn on its branch, and this turn is "
+        "a new branch beside the turns that already follow it (edit an earlier message, or "
+        "regenerate an answer, keeping the old ones). `start`: a new first turn. 404 when it is "
+        "no run of the session, 422 `not_a_turn` when it is one that stored no turn (failed, "
+        "or not ended). Not with `replaces`. See `GET /v1/sessions/{session_id}/messages` for "
+        "the tree.",
     )
     webhook_url: str | None = Field(
         None,
@@ -328,6 +349,20 @@ class RunRequest(BaseModel):
     @classmethod
     def _text(cls, data: Any) -> Any:
         return unicode_text(data)
+
+    @field_validator("branch_from", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("leave it out rather than null")
+        return value
+
+    @model_validator(mode="after")
+    def _one_place(self) -> Any:
+        # as the schema says it (``not`` both members), whatever their values
+        if {"replaces", "branch_from"} <= self.model_fields_set:
+            raise ValueError("give replaces or branch_from, not both")
+        return self
 
 
 class ExternalEventRequest(BaseModel):
@@ -544,6 +579,13 @@ class MessageView(BaseModel):
         None,
         description="On an assistant message of a model that reasoned: the text of its "
         "reasoning (never the provider's signed reasoning state). Absent otherwise.",
+    )
+    parent_run: str | None = Field(
+        None,
+        description="On the first message of each turn: the run whose turn this turn "
+        "continues (null: a first turn). Turns with the same parent are branches of the "
+        "conversation (a run started with `branch_from`), in the order they were stored. "
+        "Absent on a turn's other messages.",
     )
 
 

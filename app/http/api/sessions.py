@@ -22,8 +22,9 @@ from app.http.api.schemas import (
     SessionPatch,
     SessionView,
 )
+from app.runs.branches import PARENT_KEY, parents, turns_of
 from app.server.services import Services, ServicesDep
-from app.storage import RunRecord, SessionCursor, SessionRecord
+from app.storage import RunRecord, SessionCursor, SessionRecord, StoredMessage
 
 __all__ = ["router"]
 
@@ -166,7 +167,8 @@ async def get_messages(
     session_id: SessionId, principal: Principal, services: ServicesDep
 ) -> Response:
     """Every message of the session's turns, oldest first (a stopped turn's marked
-    ``stopped``), and the runs behind them."""
+    ``stopped``, the first of each turn naming the turn it continues), and the runs behind
+    them."""
     await _owned(services, session_id, principal)
     stored = await services.store.list_messages(session_id)
     shown = {item.run_id for item in stored}
@@ -175,22 +177,35 @@ async def get_messages(
         if shown
         else []
     )
-    messages: list[dict[str, Any]] = [
-        {
-            **shown_message(item.message),
-            "position": item.position,
-            "run_id": item.run_id,
-            "created_at": iso_ms(item.created_at.timestamp()),
-        }
-        for item in stored
-    ]
     return JSONResponse(
         {
             "session_id": session_id,
-            "messages": messages,
+            "messages": _shown_messages(stored),
             "runs": [_turn_run(r) for r in reversed(runs)],
         }
     )
+
+
+def _shown_messages(stored: list[StoredMessage]) -> list[dict[str, Any]]:
+    """The stored messages as listed, the first of each turn with ``parent_run``: the turn it
+    continues, or None for a first turn (``app.runs.branches``), so a client reads the tree
+    without knowing that a turn naming none continues the one stored before it."""
+    turns = turns_of(stored)
+    up = parents(turns)
+    shown: list[dict[str, Any]] = []
+    for turn in turns:
+        for index, item in enumerate(turn.messages):
+            message = {
+                **shown_message(item.message),
+                "position": item.position,
+                "run_id": item.run_id,
+                "created_at": iso_ms(item.created_at.timestamp()),
+            }
+            message.pop(PARENT_KEY, None)
+            if index == 0:
+                message[PARENT_KEY] = up[turn.run_id]
+            shown.append(message)
+    return shown
 
 
 @router.delete(

@@ -14,7 +14,9 @@ Each response:
 - watches ``receive()`` for the client's disconnect in one small task;
 - bounds each write by ``send_timeout``: a client that stops reading counts as gone, and its
   connection is aborted (``scope["extensions"]["agent.abort"]``, given by
-  ``app.server.http_protocol``), which frees what the transport still buffers for it;
+  ``app.server.http_protocol``), which frees what the transport still buffers for it; on that
+  server only a write while the transport is paused can wait (``agent.write_paused``), and only
+  those arm the timer: the rest, nearly all, cost no timer each;
 - starts with a ``retry:`` field (``AGENT_SSE_RETRY_MS``), an EventSource's reconnect delay;
 - sends ``: ping`` after ``ping`` seconds of silence;
 - on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy);
@@ -224,8 +226,9 @@ class EventStreamResponse(Response):
         manager = self._manager
         if manager is not None:
             manager.stream_opened()
+        paused = scope.get("extensions", {}).get("agent.write_paused")
         try:
-            aborted = await self._stream(subscription, receive, send)
+            aborted = await self._stream(subscription, receive, send, paused)
         finally:
             if manager is not None:
                 manager.stream_closed()
@@ -234,7 +237,13 @@ class EventStreamResponse(Response):
             if abort is not None:
                 abort()
 
-    async def _stream(self, subscription: Subscription, receive: Receive, send: Send) -> bool:
+    async def _stream(
+        self,
+        subscription: Subscription,
+        receive: Receive,
+        send: Send,
+        write_paused: Callable[[], bool] | None = None,
+    ) -> bool:
         """Send the log until its end or the client's; True if the connection is to be dropped:
         a write timed out, or the stream ends early (fenced off, or this worker's drain is
         over) without a terminal event, which a client's transport reports as a cut, its cue
@@ -245,7 +254,8 @@ class EventStreamResponse(Response):
         cut = False  # ended before the run's end, for the client to resume elsewhere
         send_timeout = self._send_timeout
         encoder = self._encoder
-        pausing = encoder if isinstance(encoder, PausingEncoder) else None
+        # (the check against a runtime-checkable protocol is costly: only with an encoder)
+        pausing = encoder if encoder is not None and isinstance(encoder, PausingEncoder) else None
         # a run held here that gets fenced off (app.runs.fencing) ends its streams without a
         # terminal event: the client resumes on another worker, which tells the real end
         handle = self._manager.local(self._run_id) if self._manager is not None else None
@@ -286,8 +296,12 @@ class EventStreamResponse(Response):
                 body, more = last
                 # most writes complete without waiting; the deadline only bites when the
                 # client stopped reading and the server's buffers are full
-                async with asyncio.timeout(send_timeout):
-                    await send({"type": "http.response.body", "body": body, "more_body": more})
+                message = {"type": "http.response.body", "body": body, "more_body": more}
+                if write_paused is not None and not write_paused():
+                    await send(message)  # the transport takes it now: nothing to wait for
+                else:
+                    async with asyncio.timeout(send_timeout):
+                        await send(message)
                 if not more:
                     completed = True
                     break

@@ -565,13 +565,18 @@ async def answer_confirmation(
     tool_call_id: str,
     approved: bool,
     arguments: Mapping[str, Any] | None = None,
+    *,
+    reply: str | None = None,
 ) -> bool:
     """Deliver an approval or a denial to the waiting run, exactly as ``POST /external-events``
     does (the run holds the call; only an approval's ``arguments``, where its tool takes edits,
-    change it). False if no run took it."""
+    change it; a denial's ``reply`` is what the model gets in the tool's place). False if no
+    run took it."""
     payload: dict[str, Any] = {"tool_call_id": tool_call_id, "approved": approved}
     if arguments is not None:
         payload["arguments"] = dict(arguments)
+    if reply is not None:
+        payload["response"] = reply
     answer = ExternalEvent(CONFIRMATION_RESPONSE, payload)
     accepted = await services.manager.routing.external_event(principal, session_id, run_id, answer)
     return bool(accepted)

@@ -83,16 +83,16 @@ const seg = encodeURIComponent;
 // service under a prefix (https://example.org/agent/ → https://example.org/agent/v1/...).
 
 export const api = {
-  /** Start a run; ``options``: ``agent`` (a configured agent's name), ``replaces`` (the
-   * id of the session's latest run, whose turn this run takes the place of), ``key`` (the
-   * send's Idempotency-Key: the same POST sent again attaches to the run it started) and
-   * ``strategy`` (``multitask_strategy``: what to do when the session is busy). */
+  /** Start a run; ``options``: ``agent`` (a configured agent's name), ``branchFrom`` (the
+   * run whose turn this run continues, or "start": ``branch_from``; none: the latest turn),
+   * ``key`` (the send's Idempotency-Key: the same POST sent again attaches to the run it
+   * started) and ``strategy`` (``multitask_strategy``: what to do when the session is busy). */
   startRun(sessionId, input, signal, options = {}) {
     // on_disconnect "continue": a reload or a dropped connection must not cancel the run;
     // the page reconnects to its events instead, and Stop cancels explicitly
     const body = { input, stream: true, on_disconnect: "continue" };
     if (options.agent) body.agent = options.agent;
-    if (options.replaces) body.replaces = options.replaces;
+    if (options.branchFrom) body.branch_from = options.branchFrom;
     if (options.strategy) body.multitask_strategy = options.strategy;
     const extraHeaders = { Accept: "text/event-stream" };
     if (options.key) extraHeaders["Idempotency-Key"] = options.key;

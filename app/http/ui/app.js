@@ -1,9 +1,11 @@
 // The chat page: sends prompts, follows runs over SSE (reconnecting with Last-Event-ID),
-// answers confirmations, and lists the caller's sessions (GET /v1/sessions, kept in
-// localStorage for when the server cannot be asked).
+// answers confirmations, lists the caller's sessions (GET /v1/sessions, kept in
+// localStorage for when the server cannot be asked), and shows one branch of the
+// conversation at a time (branches.js: edit and regenerate add branches, "‹ 2 / 3 ›" steps).
 
 import { api, ApiError } from "./api.js";
 import { AttachmentTray } from "./attachments.js";
+import { BranchTree, BranchView } from "./branches.js";
 import { ConfirmDialog } from "./confirm.js";
 import { copyText, plainTitle } from "./markdown.js";
 import { ACCEPT, adoptFileUrl, DEFAULT_LIMITS, fileUrl, releaseFileUrls } from "./media.js";
@@ -45,8 +47,11 @@ const els = {
   attachments: $("attachments"),
   attachMessage: $("attach-message"),
 };
+// the open conversation: every branch's turns, one branch shown (branches.js)
+const branches = new BranchView(els.log);
 
 const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
+const STORED = new Set(["completed", "cancelled"]); // how a run ends that stores its turn
 const STALL_MS = 45_000; // the server pings every 15 s of silence: three missed pings
 const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
 // a send whose POST got no answer at all is sent again (same Idempotency-Key) this often
@@ -302,6 +307,7 @@ function newChat() {
   store.setSessionId(sessionId);
   renderSessions();
   els.log.replaceChildren();
+  branches.tree = new BranchTree();
   showEmpty(true);
   els.prompt.focus();
 }
@@ -371,6 +377,7 @@ async function loadSession() {
   const token = ++loadToken;
   const id = sessionId;
   els.log.replaceChildren();
+  branches.tree = new BranchTree();
   releaseFileUrls();
   showEmpty(false);
   let messages = [];
@@ -400,7 +407,8 @@ async function loadSession() {
   }
   if (token !== loadToken) return;
   els.app.dataset.loading = "false";
-  for (const turn of turnsFromMessages(messages, runs)) els.log.append(new TurnView(turn).el);
+  const tree = BranchTree.fromTurns(turnsFromMessages(messages, runs));
+  branches.tree = tree;
   const known = new Set(messages.map((m) => m.run_id));
 
   const snapshot = store.activeRun();
@@ -408,12 +416,17 @@ async function loadSession() {
     if (known.has(snapshot.runId)) {
       store.setActiveRun(null); // it finished while the page was away
     } else {
+      // the branch the run continues, then the run
+      const parent = snapshot.turn?.parent;
+      branches.show(tree.path(parent === undefined ? tree.latest : parent));
       showEmpty(false);
       follow(snapshot.runId, snapshot.turn, snapshot.lastSeq);
       scrollToEnd(true);
       return;
     }
   }
+  // the newest branch: the one the latest turn is on
+  branches.show(tree.path(tree.latest));
   showEmpty(messages.length === 0);
   scrollToEnd(true); // opened at its end, following what comes
   // a run started elsewhere (another tab, a script) and still going: follow it from the start
@@ -484,19 +497,28 @@ async function startWithKey(run, input, options) {
 }
 
 /**
- * Send ``prompt`` as a new run, with the stored files of ``attachments`` (see newTurn). With
- * ``replacing`` (a turn's element, for regenerate and edit) the run takes the place of that
- * turn, the session's last: the old turn is hidden while the run starts, removed once it has,
- * and shown again if the start fails. ``key`` is the send's Idempotency-Key: the Retry of a
- * failed send keeps it, so a retry that reaches a run the failed attempt did start follows
- * that run instead of starting a second. ``strategy``: the multitask_strategy.
+ * Send ``prompt`` as a new run, with the stored files of ``attachments`` (see newTurn). The
+ * run continues ``parent`` (a turn's run id; null: none, a new first turn), by default the
+ * last turn shown. With ``beside`` (a turn's element, for edit and regenerate) it is a new
+ * branch beside that turn, continuing that turn's parent: the turn and the ones after it give
+ * way while the run starts (they stay stored, a step away on "‹ ›"), and come back if the
+ * start fails. ``key`` is the send's Idempotency-Key: the Retry of a failed send keeps it, so
+ * a retry that reaches a run the failed attempt did start follows that run instead of
+ * starting a second. ``strategy``: the multitask_strategy.
  */
-async function send(prompt, { replacing = null, key = newSendKey(), strategy = null, attachments = [] } = {}) {
+async function send(
+  prompt,
+  { beside = null, parent = undefined, key = newSendKey(), strategy = null, attachments = [] } = {},
+) {
   if (current || !(prompt.trim() || attachments.length)) return;
   showEmpty(false);
-  const replaces = replacing?.dataset.runId || null;
-  if (replacing) replacing.hidden = true;
-  const view = new TurnView(newTurn(prompt, null, attachments));
+  if (parent === undefined) parent = beside ? branches.parentOf(beside) : branches.head();
+  const branchFrom = branches.tree.branchFrom(parent);
+  const giving = beside ? branches.from(beside) : [];
+  for (const el of giving) el.hidden = true;
+  const turn = newTurn(prompt, null, attachments);
+  turn.parent = parent;
+  const view = new TurnView(turn);
   els.log.append(view.el);
   scrollToEnd(true);
   store.touchSession(sessionId, titleOf(prompt, attachments));
@@ -509,27 +531,37 @@ async function send(prompt, { replacing = null, key = newSendKey(), strategy = n
   let response;
   try {
     const input = inputOf(prompt, attachments);
-    response = await startWithKey(run, input, { agent: chosenAgent(), replaces, key, strategy });
+    response = await startWithKey(run, input, { agent: chosenAgent(), branchFrom, key, strategy });
   } catch (error) {
     if (run.abandoned) return;
     current = null;
     setBusy(false);
-    if (replacing) replacing.hidden = false;
-    startFailed(view, error, prompt, replacing, key);
+    for (const el of giving) el.hidden = false;
+    startFailed(view, error, prompt, { parent, beside, key });
     return;
   }
-  replacing?.remove();
+  for (const el of giving) {
+    el.hidden = false; // shown again when the person steps back to its branch
+    el.remove();
+  }
   noteServerClock(response);
   run.runId = response.headers.get("x-run-id");
   view.turn.runId = run.runId;
+  if (!branches.tree.has(run.runId)) branches.tree.add(view.turn, parent, view);
+  branches.render();
   persist(run);
   if (run.stopRequested) stop();
   await drive(run, response);
 }
 
 function follow(runId, turn, lastSeq) {
+  // a run this tab did not start continues the latest turn, as far as the page can tell
+  const tree = branches.tree;
+  if (turn.parent === undefined) turn.parent = tree.latest;
   const view = new TurnView(turn);
   els.log.append(view.el);
+  if (!tree.has(runId)) tree.add(turn, turn.parent, view);
+  branches.render();
   const run = newRun(view);
   run.runId = runId;
   run.lastSeq = lastSeq;
@@ -670,6 +702,12 @@ function finish(run) {
   confirmDialog.settled(null);
   setBusy(false);
   const turn = run.view.turn;
+  if (!STORED.has(turn.status)) {
+    // a failed run stores no turn: it is no branch to step to or continue (it stays on
+    // screen until the page shows another branch)
+    branches.tree.remove(run.runId);
+    branches.render();
+  }
   store.touchSession(run.sessionId, titleOf(turn.prompt, turn.attachments));
   renderSessions();
   refreshSessions();
@@ -718,8 +756,11 @@ const ERROR_TITLES = {
   internal: "The server failed to answer",
 };
 
-function startFailed(view, error, prompt, replacing = null, key = undefined) {
+/** ``branch``: where the failed send went, {parent, beside, key} (see send). */
+function startFailed(view, error, prompt, { parent, beside = null, key } = {}) {
   const attachments = view.turn.attachments || [];
+  // the same branch again; the turn it was sent beside is hidden again if it is still shown
+  const again = (options) => send(prompt, { parent, beside: beside?.isConnected ? beside : null, attachments, ...options });
   const err = error instanceof ApiError ? error : new ApiError({ detail: describe(error) });
   const title = ERROR_TITLES[err.code] || err.title || `Error ${err.status}`;
   let detail = err.detail ? err.detail.charAt(0).toUpperCase() + err.detail.slice(1) : "";
@@ -728,7 +769,7 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
   retry.addEventListener("click", () => {
     if (current) return;
     view.el.remove();
-    send(prompt, { replacing: replacing?.isConnected ? replacing : null, key, attachments });
+    again({ key });
   });
   if (err.retryAfter !== null && err.retryAfter !== undefined) {
     const seconds = err.retryAfter;
@@ -752,7 +793,7 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
             if (current) return;
             view.el.remove();
             // a new send: another body under the old key would be refused as a reuse
-            send(prompt, { strategy, attachments });
+            again({ strategy });
           },
         }),
       );
@@ -782,7 +823,7 @@ function startFailed(view, error, prompt, replacing = null, key = undefined) {
   if (err.status === 401) {
     needKey(() => {
       view.el.remove();
-      send(prompt, { replacing: replacing?.isConnected ? replacing : null, key, attachments });
+      again({ key });
     });
   }
   scrollToEnd(true);
@@ -894,6 +935,15 @@ function syncConfirmation(run) {
   }
 }
 
+// --- branches ------------------------------------------------------------------------------
+
+/** Step between the branches of the turn ``turnEl`` (not while a run is going). */
+function stepBranch(turnEl, delta) {
+  if (current) return;
+  const position = branches.step(turnEl, delta);
+  if (position) announce(`Branch ${position.index} of ${position.count}`);
+}
+
 // --- copy, edit, regenerate ----------------------------------------------------------------
 
 const viewOf = (turnEl) => TurnView.of(turnEl);
@@ -911,7 +961,8 @@ async function copyFrom(button, text) {
   }, 1500);
 }
 
-/** The last turn's prompt becomes a text box: Send replaces the turn, Escape cancels. */
+/** A turn's prompt becomes a text box: Send sends it as a new branch beside the turn (the
+ * old one stays, a step away on "‹ ›"), Escape cancels. */
 function startEdit(turnEl) {
   const view = viewOf(turnEl);
   if (!view || current || turnEl.querySelector(".edit-form")) return;
@@ -947,7 +998,7 @@ function startEdit(turnEl) {
     form.remove();
     bubble.hidden = !view.turn.prompt;
     if (actions) actions.hidden = false;
-    send(text, { replacing: turnEl, attachments });
+    send(text, { beside: turnEl, attachments });
   });
   bubble.hidden = true;
   if (actions) actions.hidden = true;
@@ -970,7 +1021,13 @@ function onTurnAction(button) {
       startEdit(turnEl);
       break;
     case "regenerate":
-      if (view && !current) send(view.turn.prompt || "", { replacing: turnEl, attachments: view.turn.attachments || [] });
+      if (view && !current) send(view.turn.prompt || "", { beside: turnEl, attachments: view.turn.attachments || [] });
+      break;
+    case "branch-prev":
+      stepBranch(turnEl, -1);
+      break;
+    case "branch-next":
+      stepBranch(turnEl, 1);
       break;
   }
 }

@@ -43,6 +43,8 @@ const ICONS = {
   redo: "M4 12a8 8 0 1 0 2.3-5.7M4 4v4.5h4.5",
   clip: "M20 11.5l-8.2 8.2a5 5 0 0 1-7.1-7.1l8.5-8.5a3.3 3.3 0 0 1 4.7 4.7l-8.5 8.5a1.7 1.7 0 0 1-2.4-2.4L14.8 7",
   file: "M14 3H7a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h10a2 2 0 0 0 2-2V8zM14 3v5h5M9 13h6M9 17h6",
+  prev: "M14.5 6l-6 6 6 6",
+  next: "M9.5 6l6 6-6 6",
 };
 
 /** The error result the runtime gives a tool call that a stop cut short. */
@@ -79,7 +81,9 @@ function row(label, value) {
 }
 
 /** A turn's model: ``attachments`` are the files sent with the prompt,
- * [{kind: "image" | "document", file_id, media_type, filename, bytes}]. */
+ * [{kind: "image" | "document", file_id, media_type, filename, bytes}]. Its ``parent`` (set
+ * where it is known) is the run id of the turn it continues, null for a first turn
+ * (branches.js). */
 export function newTurn(prompt, runId = null, attachments = []) {
   return {
     runId,
@@ -174,6 +178,19 @@ export class TurnView {
     if (turn.runId) this.el.dataset.runId = turn.runId;
     turn.parts.forEach((part, index) => this.renderPart(part, index));
     this.renderStatus();
+  }
+
+  /** Show "‹ 2 / 3 ›" on a turn with siblings (``position``: {index, count}; branches.js),
+   * with the message's own actions; nothing on a turn without. */
+  setBranch(position) {
+    const key = position && position.count > 1 ? `${position.index}/${position.count}` : "";
+    if (key === (this.branchKey || "")) return;
+    this.branchKey = key;
+    const nav = key ? branchNav(position) : null;
+    if (this.branchEl) this.branchEl.replaceWith(...(nav ? [nav] : []));
+    else if (nav && this.userEl) this.userEl.querySelector(".user-actions").prepend(nav);
+    else if (nav) this.actions.before(nav);
+    this.branchEl = nav;
   }
 
   // --- events -------------------------------------------------------------------------
@@ -582,14 +599,14 @@ function usageText(usage) {
   return `${usage.input_tokens} tokens in${cached} · ${usage.output_tokens} out${reasoning}`;
 }
 
-function actionButton(iconName, action, label, description, lastOnly = false) {
+function actionButton(iconName, action, label, description, idleOnly = false) {
   return h(
     "button",
     {
       type: "button",
       class: "turn-action",
       "data-action": action,
-      "data-last-only": lastOnly ? "true" : null,
+      "data-idle-only": idleOnly ? "true" : null,
       "aria-label": description,
       title: description,
     },
@@ -601,7 +618,7 @@ function actionButton(iconName, action, label, description, lastOnly = false) {
 /**
  * Turns from the stored conversation (GET /v1/sessions/{id}/messages): its messages, and the
  * runs behind them (model, token usage, agent, skill), so that a stored turn shows what the
- * live one did.
+ * live one did. Every branch's turns, in the order they were stored, each with its ``parent``.
  */
 export function turnsFromMessages(messages, runs = []) {
   const byRun = new Map(runs.map((run) => [run.run_id, run]));
@@ -611,8 +628,11 @@ export function turnsFromMessages(messages, runs = []) {
   for (const message of messages) {
     if (message.role === "user" || !turn || turn.runId !== message.run_id) {
       const user = message.role === "user";
+      const previous = turn?.runId ?? null;
       turn = newTurn(user ? contentText(message.content) : null, message.run_id, user ? contentFiles(message.content) : []);
       turn.status = "completed";
+      // the turn it continues (branches.js); a server that does not say: the one before it
+      turn.parent = "parent_run" in message ? message.parent_run : previous;
       const run = byRun.get(message.run_id);
       if (run) {
         turn.agent = run.agent || null;
@@ -736,4 +756,21 @@ function contentText(content) {
       .join("\n\n");
   }
   return JSON.stringify(content);
+}
+
+/** "‹ 2 / 3 ›": the buttons step to the previous and next sibling of a turn (app.js). */
+function branchNav({ index, count }) {
+  const step = (iconName, action, label, disabled) =>
+    h(
+      "button",
+      { type: "button", class: "turn-action branch-step", "data-action": action, "aria-label": label, title: label, disabled },
+      icon(iconName),
+    );
+  return h(
+    "div",
+    { class: "branch-nav", role: "group", "aria-label": `Branch ${index} of ${count}` },
+    step("prev", "branch-prev", "Show the previous branch", index <= 1),
+    h("span", { class: "branch-count", "aria-hidden": "true", text: `${index} / ${count}` }),
+    step("next", "branch-next", "Show the next branch", index >= count),
+  );
 }

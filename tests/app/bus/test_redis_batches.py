@@ -328,3 +328,21 @@ async def test_a_crash_inside_the_window_loses_no_event_a_reader_saw(buses: Buse
     async with asyncio.timeout(5):
         tail = await (await successor.events.subscribe("run_1", after=2)).next()
     assert [(e.seq, e.type) for e in tail] == [(3, "run.failed")]
+
+
+async def test_events_of_one_window_share_a_call(buses: Buses) -> None:
+    # the first event after a quiet spell goes out at once; what comes within the window
+    # after that call began waits for the next call, together
+    bus = await buses.open()
+    bus.events._pipeline._window = 0.5  # wide enough that the test's own pace cannot split it
+    for run_id in ("run_a", "run_b"):
+        await bus.events.create(run_id, session_id=f"s-{run_id}", fence=1)
+    gate = Gate(bus)
+    gate.open()
+    await bus.events.append("run_a", event(1, run_id="run_a"), fence=1)
+    assert gate.calls == [1]
+    bus.events.append_nowait("run_a", event(2, run_id="run_a"), fence=1)
+    bus.events.append_nowait("run_b", event(1, run_id="run_b"), fence=1)
+    await bus.events.append("run_b", event(2, run_id="run_b"), fence=1)
+    assert gate.calls == [1, 2]
+    assert gate.batches == [[1], [2], [1, 2]]

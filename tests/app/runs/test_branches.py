@@ -5,15 +5,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.runs.branches import PARENT_KEY, branch_path, mark_branch, parents, turns_of
+from app.runs.branches import PARENT_KEY, START, branch_path, mark_branch, parents, turns_of
 from app.storage import StoredMessage
 
+_FIRST = object()
+"""A turn that names no parent: a new first turn (``branch_from`` ``START``)."""
 
-def _stored(*turns: tuple[str, str | None]) -> list[StoredMessage]:
+
+def _stored(*turns: tuple[str, str | object | None]) -> list[StoredMessage]:
     items: list[StoredMessage] = []
     for run_id, parent in turns:
         user: dict[str, Any] = {"role": "user", "content": run_id}
-        if parent is not None:
+        if parent is _FIRST:
+            user[PARENT_KEY] = None
+        elif parent is not None:
             user[PARENT_KEY] = parent
         for message in (user, {"role": "assistant", "content": f"answer {run_id}"}):
             items.append(
@@ -58,3 +63,17 @@ def test_mark_branch_names_the_parent_on_the_first_message_only() -> None:
     marked = mark_branch(list(turn), "r1")
     assert marked[0][PARENT_KEY] == "r1" and PARENT_KEY not in marked[1]
     assert mark_branch(list(turn), None) == turn
+
+
+def test_a_new_first_turn_and_the_turns_after_it() -> None:
+    # r3 starts again from the start; r4 continues it
+    turns = turns_of(_stored(("r1", None), ("r2", None), ("r3", _FIRST), ("r4", None)))
+    assert parents(turns) == {"r1": None, "r2": "r1", "r3": None, "r4": "r3"}
+    assert _ids(branch_path(turns)) == ["r3", "r4"]
+    assert _ids(branch_path(turns, "r2")) == ["r1", "r2"]
+    assert branch_path(turns, START) == []
+
+
+def test_mark_branch_from_the_start_names_no_parent() -> None:
+    marked = mark_branch([{"role": "user", "content": "x"}], START)
+    assert marked == [{"role": "user", "content": "x", PARENT_KEY: None}]

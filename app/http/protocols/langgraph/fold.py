@@ -2,10 +2,11 @@
 far, the interrupt it waits on, and the stream parts of each stream mode.
 
 A confirmation is an interrupt in Agent Inbox's ``HumanInterrupt`` shape: ``action_request``
-names the tool and its arguments, ``config`` says what may be answered (accept and ignore; an
-edit of the arguments where the tool allows it; never a reply in the call's place: our server
-runs the call it holds), ``description`` is the question. The interrupt's id is the tool
-call's id. An edit shows on the AI message's ``tool_calls`` once the run takes it.
+names the tool and its arguments, ``config`` says what may be answered (accept, ignore, a reply
+in the call's place, which the model gets as the call's result while the tool does not run; an
+edit of the arguments where the tool allows it), ``description`` is the question. The
+interrupt's id is the tool call's id. An edit shows on the AI message's ``tool_calls`` once the
+run takes it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.http.protocols.langgraph.messages import (
+    ai_content,
     ai_message,
     human_message,
     message_id,
@@ -40,7 +42,7 @@ def interrupt_of(payload: Mapping[str, Any]) -> dict[str, Any]:
             "config": {
                 "allow_accept": True,
                 "allow_ignore": True,
-                "allow_respond": False,
+                "allow_respond": True,
                 "allow_edit": payload.get("editable") is True,
             },
             "description": str(payload.get("question") or ""),
@@ -53,9 +55,10 @@ class _OpenAI:
     id: str
     content: list[str] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
 
     def message(self) -> dict[str, Any]:
-        return ai_message("".join(self.content), self.id, self.calls)
+        return ai_message("".join(self.content), self.id, self.calls, "".join(self.reasoning))
 
 
 class RunFold:
@@ -120,7 +123,19 @@ class RunFold:
             if isinstance(delta, str) and delta:
                 ai = self._ai()
                 ai.content.append(delta)
-                parts.append(("messages", [self._chunk(ai.id, delta), self._meta()]))
+                # after reasoning, the text is a block too, so that the chunks merge into the
+                # message's content (``ai_content``)
+                content: str | list[dict[str, Any]] = delta
+                if ai.reasoning:
+                    content = [{"type": "text", "text": delta, "index": 1}]
+                parts.append(("messages", [self._chunk(ai.id, content), self._meta()]))
+        elif kind == "reasoning.delta":
+            delta = data.get("delta")
+            if isinstance(delta, str) and delta:
+                ai = self._ai()
+                ai.reasoning.append(delta)
+                content = ai_content("", delta)
+                parts.append(("messages", [self._chunk(ai.id, content), self._meta()]))
         elif kind == "tool.call.started":
             ai = self._ai()
             call = {
@@ -225,7 +240,7 @@ class RunFold:
                 }
                 return
 
-    def _chunk(self, id_: str, content: str) -> dict[str, Any]:
+    def _chunk(self, id_: str, content: str | list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "type": "AIMessageChunk",
             "content": content,

@@ -48,12 +48,13 @@ def human_message(content: Any, id_: str) -> dict[str, Any]:
 
 
 def ai_message(
-    content: str, id_: str, tool_calls: Sequence[Mapping[str, Any]] = ()
+    content: str, id_: str, tool_calls: Sequence[Mapping[str, Any]] = (), reasoning: str = ""
 ) -> dict[str, Any]:
-    """An ``ai`` message; ``tool_calls`` as ``{"id", "name", "args"}``."""
+    """An ``ai`` message; ``tool_calls`` as ``{"id", "name", "args"}``. With ``reasoning`` its
+    content is LangChain's standard blocks: the reasoning, then the text (if any)."""
     return {
         "type": "ai",
-        "content": content,
+        "content": ai_content(content, reasoning),
         "id": id_,
         "name": None,
         "tool_calls": [
@@ -65,6 +66,18 @@ def ai_message(
         "response_metadata": {},
         "usage_metadata": None,
     }
+
+
+def ai_content(text: str, reasoning: str = "") -> str | list[dict[str, Any]]:
+    """An AI message's content: its text, or with reasoning the standard content blocks
+    (``{"type": "reasoning"}`` at index 0, ``{"type": "text"}`` at index 1), the shape its
+    streamed chunks merge into."""
+    if not reasoning:
+        return text
+    blocks: list[dict[str, Any]] = [{"type": "reasoning", "reasoning": reasoning, "index": 0}]
+    if text:
+        blocks.append({"type": "text", "text": text, "index": 1})
+    return blocks
 
 
 def tool_message(
@@ -132,7 +145,15 @@ def lc_messages(stored: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[st
                 for c in message.get("tool_calls") or []
                 if isinstance(c, dict)
             ]
-            out.append(ai_message(str(message.get("content") or ""), id_, calls))
+            reasoning = message.get("reasoning")
+            out.append(
+                ai_message(
+                    str(message.get("content") or ""),
+                    id_,
+                    calls,
+                    reasoning if isinstance(reasoning, str) else "",
+                )
+            )
         elif role == "tool":
             out.append(
                 tool_message(

@@ -142,6 +142,7 @@ class _Answer:
     call_id: str
     approved: bool
     arguments: dict[str, Any] | None = None
+    reply: str | None = None
 
 
 def _edit(call_id: str, args: Any, asked: Mapping[str, Any]) -> _Answer:
@@ -196,16 +197,19 @@ def _human_answers(resume: Any, pending: Mapping[str, Mapping[str, Any]]) -> lis
             args = response.get("args") if isinstance(response, Mapping) else None
             answers.append(_edit(call_id, args, pending[call_id]))
         elif kind == "response":
-            raise InvalidRequest(
-                "a 'response' answer is not offered for this interrupt: its config allows "
-                "accept and ignore, and edit where it says so (the server runs the call it "
-                "holds)",
-                code="answer_not_allowed",
-            )
+            # the call does not run: the model gets the person's reply in the tool's place
+            reply = response.get("args") if isinstance(response, Mapping) else None
+            if not isinstance(reply, str):
+                raise InvalidRequest(
+                    'a \'response\' HumanResponse carries its text: {"type": "response", '
+                    '"args": "..."}',
+                    code="invalid_response",
+                )
+            answers.append(_Answer(call_id, False, reply=reply))
         else:
             raise InvalidRequest(
-                "command.resume must be a HumanResponse ({type: accept|ignore|edit}), a list "
-                "of them, or a mapping of interrupt id to one"
+                "command.resume must be a HumanResponse ({type: accept|ignore|response|edit}), "
+                "a list of them, or a mapping of interrupt id to one"
             )
     return answers
 
@@ -232,6 +236,7 @@ async def _answer(
             answer.call_id,
             answer.approved,
             answer.arguments,
+            reply=answer.reply,
         ):
             raise Conflict(f"interrupt {answer.call_id!r} was not accepted", code="not_accepted")
     return run_id, after

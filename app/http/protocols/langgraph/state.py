@@ -20,7 +20,7 @@ from app.http.protocols.common import snapshot
 from app.http.protocols.langgraph.fold import RunFold
 from app.http.protocols.langgraph.messages import lc_messages
 from app.runs import RunHandle
-from app.runs.branches import parents, turns_of
+from app.runs.branches import START, parents, turns_of
 from app.server.services import Services
 from app.storage import RunRecord, SessionRecord
 
@@ -69,8 +69,9 @@ class ThreadView:
         return "error" if self.last_status == "failed" else "idle"
 
     def path(self, head: str | None = None) -> list[str]:
-        """The run ids of the turns from the first to ``head`` (default: the latest)."""
-        if not self.turns:
+        """The run ids of the turns from the first to ``head`` (default: the latest; none for
+        ``START``, a new first turn)."""
+        if not self.turns or head == START:
             return []
         current: str | None = head if head in self.parents else self.turns[-1][0]
         path: list[str] = []
