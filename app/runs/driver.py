@@ -217,6 +217,12 @@ class Driver:
             handle.in_runtime = False
             if first is not None and not first.done():
                 await asyncio.wait([first])
+            sink = options.get("checkpoint_sink")
+            if isinstance(sink, RunCheckpointSink):
+                # a completed run's end deletes its checkpoint: its final answer's is not
+                # written (nor one of a run fenced off); any other end stores it first
+                completed = terminal is not None and terminal.type is AgentEventType.RUN_COMPLETED
+                await sink.settle(ended=completed or handle.fenced)
         if terminal is None:  # pragma: no cover - the runtime always ends with a terminal event
             return Outcome.failed("internal", "the run ended without a result")
         return self.outcome_of(handle, terminal)

@@ -1,6 +1,7 @@
 """What a run writes to the store: one that starts at once is resumable from its first write
 (its record carries its first checkpoint), one that waits for a slot stores its first
-checkpoint when it starts, and every run's end is one write that also deletes its checkpoint."""
+checkpoint when it starts, every run's end is one write that also deletes its checkpoint, and
+a final answer's checkpoint is written only when the run's end is late."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from typing import Any
 import pytest
 
 from agent_runtime import AgentCore
+from agent_runtime.agent import AgentRunContext
+from agent_runtime.extensions.base import AgentExtension
+from agent_runtime.messages import AssistantMessage
 from agent_runtime.testing import ScriptedModel, tool_call_turn
 from agent_runtime.tools.base import tool
 from app.admission.slots import Admission
 from app.agents.build import load_config
 from app.bus import LocalBus
-from app.runs import RunManager, RunRequestOptions
+from app.runs import RunManager, RunRequestOptions, checkpoints
 from app.storage import Store, open_store
 from app.telemetry.metrics import Metrics
 from tests.support.waiting import wait_until
@@ -73,8 +77,25 @@ class World:
         return found
 
 
+class SlowEnd(AgentExtension):
+    """Holds each run after its final answer until ``release`` is set."""
+
+    name = "slow_end"
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def on_success(self, context: AgentRunContext, result: AssistantMessage) -> None:
+        await self.release.wait()
+
+
 async def _world(
-    tmp_path: Path, turns: list[Any], *, resume_runs: bool, slots: int
+    tmp_path: Path,
+    turns: list[Any],
+    *,
+    resume_runs: bool,
+    slots: int,
+    extensions: tuple[AgentExtension, ...] = (),
 ) -> AsyncIterator[World]:
     real = await open_store(f"sqlite:///{tmp_path}/a.db")
     store = RecordingStore(real)
@@ -90,7 +111,7 @@ async def _world(
         return "done"
 
     model = ScriptedModel(turns)
-    agent = AgentCore(model, tools=[wait_here])
+    agent = AgentCore(model, tools=[wait_here], extensions=extensions)
     manager = RunManager(
         agent=agent,
         store=store,
@@ -130,6 +151,12 @@ async def one_slot(tmp_path: Path) -> AsyncIterator[World]:
 
 
 @pytest.fixture
+async def answering(tmp_path: Path) -> AsyncIterator[World]:
+    async for made in _world(tmp_path, ["answered"], resume_runs=True, slots=4):
+        yield made
+
+
+@pytest.fixture
 async def not_resumable(tmp_path: Path) -> AsyncIterator[World]:
     async for made in _world(tmp_path, ["answered"], resume_runs=False, slots=4):
         yield made
@@ -158,8 +185,7 @@ async def test_a_run_s_first_checkpoint_is_written_with_its_record(world: World)
         "save_checkpoint",  # the model's answer with the tool call
         "save_checkpoint",  # the call's start (the tool is not idempotent)
         "save_checkpoint",  # its result
-        "save_checkpoint",  # the model's final answer
-        "end_run",
+        "end_run",  # not the final answer's: the end deletes the checkpoint with it
     ]
     ended = world.write("end_run", handle.run_id)
     assert ended["delete_checkpoint"] is True and ended["fence"] == handle.lease.token
@@ -209,3 +235,45 @@ async def test_without_resumes_a_run_writes_no_checkpoint(not_resumable: World) 
     assert world.write("create_run", run_id)["checkpoint"] is None
     assert world.write("end_run", run_id)["delete_checkpoint"] is False
     world.model.assert_consumed()
+
+
+async def test_a_run_that_answers_at_once_is_two_writes(answering: World) -> None:
+    world = answering
+    run_id = await _finished(world, "s1")
+    # its record with its first checkpoint, then its end (which deletes it): the final
+    # answer's checkpoint is never written, its end coming first
+    assert world.store.of(run_id) == ["create_run", "end_run"]
+    assert world.write("end_run", run_id)["delete_checkpoint"] is True
+    assert await world.store.store.get_checkpoint(run_id) is None
+    record = await world.store.store.get_run(run_id)
+    assert record is not None and record.status == "completed"
+    world.model.assert_consumed()
+
+
+@pytest.fixture
+async def slow_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[World, SlowEnd]]:
+    monkeypatch.setattr(checkpoints, "FINAL_WAIT", 0.01)
+    slow = SlowEnd()
+    async for made in _world(tmp_path, ["answered"], resume_runs=True, slots=4, extensions=(slow,)):
+        yield made, slow
+
+
+async def test_a_final_answer_s_checkpoint_is_written_when_the_end_is_late(
+    slow_end: tuple[World, SlowEnd],
+) -> None:
+    world, slow = slow_end
+    handle = await world.manager.start("anonymous", "s1", RunRequestOptions(input="go"))
+
+    async def final_stored() -> bool:
+        stored = await world.store.store.get_checkpoint(handle.run_id)
+        return stored is not None and stored.step == 1
+
+    # held after its answer: the answer's checkpoint is stored, as any other
+    await wait_until(final_stored)
+    assert world.store.of(handle.run_id) == ["create_run", "save_checkpoint"]
+    slow.release.set()
+    await asyncio.wait_for(asyncio.shield(handle.finished), 10)
+    assert world.store.of(handle.run_id) == ["create_run", "save_checkpoint", "end_run"]
+    assert await world.store.store.get_checkpoint(handle.run_id) is None
