@@ -615,7 +615,7 @@ class AgentCore(CapabilityCalls, RunCalls):
                 run_id=context.run_id,
             )
             # the request is built and dropped in there: a run waiting for an answer
-            # afterwards keeps none of it
+            # afterwards keeps none of it (each tool's spec is built once, by the tool)
             message = await self._model_calls.turn(
                 context,
                 system=system,

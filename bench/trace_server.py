@@ -70,6 +70,7 @@ _TARGETS: list[tuple[str, str, str, str]] = [
     ("app.storage.sqlite.store", "SQLiteStore", "list_messages", "call"),
     ("app.storage.sqlite.store", "SQLiteStore", "append_messages", "call"),
     ("app.storage.sqlite.store", "SQLiteStore", "get_session", "call"),
+    ("app.storage.sqlite.store", "SQLiteStore", "end_run", "call"),
     ("app.runs", "RunManager", "start", "call"),
     ("app.runs", "RunManager", "_finalize", "call"),
     ("app.runs.start", "Starter", "start", "call"),

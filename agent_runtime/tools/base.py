@@ -84,11 +84,21 @@ class Tool:
     """A person approving a call of this tool may change its arguments: the call then runs
     with theirs, checked against ``parameters`` (``agent_runtime.extensions.edits``)."""
     _validator: type[pydantic.BaseModel] | None = field(default=None, repr=False)
+    _spec: ToolSpec | None = field(default=None, init=False, repr=False)
 
     @property
     def spec(self) -> ToolSpec:
-        """The tool as advertised to a model."""
-        return ToolSpec(self.name, self.description, self.parameters)
+        """The tool as advertised to a model (built once, not for each of its runs; again if
+        its name, description or parameters were replaced)."""
+        spec = self._spec
+        if (
+            spec is None
+            or spec.name is not self.name
+            or spec.description is not self.description
+            or spec.parameters is not self.parameters
+        ):
+            spec = self._spec = ToolSpec(self.name, self.description, self.parameters)
+        return spec
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Check and coerce a model's arguments; raises ToolArgumentsError with the reason."""

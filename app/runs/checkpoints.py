@@ -10,6 +10,14 @@ before the call, then ends the run ``unavailable`` without making the call. The 
 a save whose token is older than one the run was written with (``StaleFence``): the run was
 taken over elsewhere, so this worker fences it off and the run stops here instead of going
 on unrecorded.
+
+A final answer's checkpoint (no call open, the model's last message calls no tool) waits
+``FINAL_WAIT`` seconds before it is written: the run's end almost always comes first, and its
+own write deletes the run's checkpoint in the same transaction, so this one is dropped
+(``settle``), a store round trip saved. A run still going on by then (a slow extension), or
+ending some other way (handed over, stopped), has it stored as any other. A worker that dies in
+between leaves the run resumable from its checkpoint before: resuming from the final answer's
+would call the model again all the same (with that answer in the conversation).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import Any, Final
 
 from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.content import parts_from_dicts
-from agent_runtime.messages import UserMessage
+from agent_runtime.messages import AssistantMessage, UserMessage
 from agent_runtime.model import Usage
 from agent_runtime.run_context import BARE_CONTEXT
 from app.runs.context import RunContext
@@ -33,12 +41,15 @@ from app.runs.records import RunRecords
 from app.storage import CheckpointRecord, RunRecord, StaleFence, StorageError, StorageUnavailable
 
 __all__ = [
+    "FINAL_WAIT",
     "REQUEST_KEY",
     "STORED_OPTIONS",
     "CheckpointFenced",
     "CheckpointUnavailable",
     "RunCheckpointSink",
+    "checkpoint_record",
     "first_checkpoint",
+    "first_with_record",
     "request_options",
     "resumed_options",
 ]
@@ -53,6 +64,8 @@ logger = logging.getLogger("app.runs")
 START_WAIT: Final = 10.0
 """Seconds the start of a tool call that must not run twice waits for the store to record it
 (retried meanwhile): a short outage delays the call, a long one ends the run ``unavailable``."""
+FINAL_WAIT: Final = 0.5
+"""Seconds a final answer's checkpoint waits for the run's end before it is written."""
 _RETRY_FIRST: Final = 0.1
 _RETRY_MAX: Final = 1.0
 
@@ -106,6 +119,31 @@ def request_options(options: RunRequestOptions) -> dict[str, Any]:
     return kept
 
 
+def first_with_record(context: RunContext, handle: RunHandle) -> CheckpointRecord | None:
+    """The run's first checkpoint, stored with its record (one write): for a new run that
+    starts at once, when runs are resumable. A run that waits for a slot first stores its own
+    when it starts (``Driver``): until then there is nothing to resume."""
+    if not context.resume_runs or handle.resumed_from is not None or handle.status != "running":
+        return None
+    return checkpoint_record(handle, first_checkpoint(handle), handle.seq)
+
+
+def checkpoint_record(
+    handle: RunHandle, checkpoint: RunCheckpoint, event_seq: int
+) -> CheckpointRecord:
+    """``checkpoint`` as the store keeps it: at ``event_seq``, under the run's lease token, the
+    request's own options beside the runtime's state (a resumed run keeps them)."""
+    return CheckpointRecord(
+        run_id=handle.run_id,
+        session_id=handle.session_id,
+        step=checkpoint.step,
+        event_seq=event_seq,
+        data={**checkpoint.to_dict(), REQUEST_KEY: request_options(handle.options)},
+        fence=handle.lease.token,
+        updated_at=datetime.now(UTC),
+    )
+
+
 def resumed_options(
     record: RunRecord, data: Mapping[str, Any], profile_timeout: float | None
 ) -> RunRequestOptions:
@@ -141,7 +179,7 @@ _EXPIRED = 0.001
 class RunCheckpointSink:
     """Stores one run's checkpoints (``agent_runtime.CheckpointSink``)."""
 
-    __slots__ = ("_context", "_fencing", "_handle", "_records", "first")
+    __slots__ = ("_context", "_fencing", "_final", "_handle", "_late", "_records", "first")
 
     def __init__(
         self, context: RunContext, records: RunRecords, fencing: Fencing, handle: RunHandle
@@ -152,6 +190,9 @@ class RunCheckpointSink:
         self._handle = handle
         # the store of the run's first checkpoint, while it goes on (``save_first``)
         self.first: asyncio.Task[None] | None = None
+        # a final answer's checkpoint waiting for the run's end, and its write once late
+        self._final: tuple[asyncio.TimerHandle, RunCheckpoint, int] | None = None
+        self._late: asyncio.Task[None] | None = None
 
     def save_first(self) -> None:
         """Start storing the run's step-0 checkpoint, at the log's position now (before the
@@ -181,23 +222,59 @@ class RunCheckpointSink:
     async def save(self, checkpoint: RunCheckpoint, *, event_seq: int | None = None) -> None:
         """Store ``checkpoint`` with the seq of the run's last event before it (by default
         the last so far: the runtime saves between two events); raises ``CheckpointFenced``
-        once the run is no longer this worker's."""
+        once the run is no longer this worker's. A final answer's waits (see the module)."""
         handle = self._handle
-        context = self._context
-        if context.lapsed(handle):
+        if self._context.lapsed(handle):
             self._fencing.fence_off(handle, "its lease deadline passed before a checkpoint")
             raise CheckpointFenced(f"run {handle.run_id!r} is no longer held by this worker")
+        if event_seq is None and _final_answer(checkpoint):
+            timer = asyncio.get_running_loop().call_later(FINAL_WAIT, self._write_late)
+            self._final = (timer, checkpoint, handle.seq)
+            return
+        await self._store(checkpoint, handle.seq if event_seq is None else event_seq)
+
+    async def settle(self, *, ended: bool) -> None:
+        """The runtime is done with the run: a final answer's checkpoint still waiting is
+        dropped if the run ``ended`` (its end's write deletes the run's checkpoint), else
+        stored now; and a late one's write is over before the run's end is written."""
+        final, self._final = self._final, None
+        if final is not None:
+            timer, checkpoint, event_seq = final
+            timer.cancel()
+            if not ended:
+                await self._store_late(checkpoint, event_seq)
+        if self._late is not None:
+            await asyncio.wait([self._late])
+
+    def _write_late(self) -> None:
+        """The run did not end within ``FINAL_WAIT``: its final answer's checkpoint now."""
+        final, self._final = self._final, None
+        if final is not None:
+            _, checkpoint, event_seq = final
+            self._late = asyncio.get_running_loop().create_task(
+                self._store_late(checkpoint, event_seq)
+            )
+
+    async def _store_late(self, checkpoint: RunCheckpoint, event_seq: int) -> None:
+        # the runtime went on without waiting for it: a refusal fences the run off (in
+        # _store), and is not raised to anyone
+        try:
+            await self._store(checkpoint, event_seq)
+        except CheckpointFenced:
+            return
+        except Exception:
+            logger.warning(
+                "could not store a final answer's checkpoint",
+                exc_info=True,
+                extra={"run_id": self._handle.run_id, "step": checkpoint.step},
+            )
+
+    async def _store(self, checkpoint: RunCheckpoint, event_seq: int) -> None:
+        handle = self._handle
+        context = self._context
         if not await self._records.stored(handle):
             return  # the start is being undone: there is no run to resume
-        record = CheckpointRecord(
-            run_id=handle.run_id,
-            session_id=handle.session_id,
-            step=checkpoint.step,
-            event_seq=handle.seq if event_seq is None else event_seq,
-            # the request's own options beside the runtime's state: a resumed run keeps them
-            data={**checkpoint.to_dict(), REQUEST_KEY: request_options(handle.options)},
-            updated_at=datetime.now(UTC),
-        )
+        record = checkpoint_record(handle, checkpoint, event_seq)
         starting = any(call.state == "started" for call in checkpoint.calls)
         began = time.monotonic()
         delay = _RETRY_FIRST
@@ -235,3 +312,12 @@ class RunCheckpointSink:
                 raise CheckpointFenced(f"run {handle.run_id!r} is no longer held by this worker")
         handle.checkpoint_step = max(handle.checkpoint_step or 0, checkpoint.step)
         context.metrics.checkpoints_saved.inc()
+
+
+def _final_answer(checkpoint: RunCheckpoint) -> bool:
+    """True for the checkpoint of a run's final answer: no call open, and the model's last
+    message calls no tool (the run's end follows)."""
+    if checkpoint.calls or not checkpoint.added:
+        return False
+    last = checkpoint.added[-1]
+    return isinstance(last, AssistantMessage) and not last.tool_calls

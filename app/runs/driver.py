@@ -83,8 +83,12 @@ class Driver:
                     outcome = Outcome.cancelled(handle.cancel_reason)
                 else:
                     # the conversation read first, then streamed on: one frame fewer while the
-                    # run waits for an answer (a run may wait for hours)
-                    outcome = await self.stream(handle, await self.begin(handle))
+                    # run waits for an answer (a run may wait for hours). A run that had its
+                    # slot at once has its first checkpoint stored with its record
+                    # (app.runs.checkpoints.first_with_record); one that waited stores it now
+                    queued = handle.status == "queued"
+                    history = await self.begin(handle)
+                    outcome = await self.stream(handle, history, first_checkpoint=queued)
         except asyncio.CancelledError:
             # only the run manager cancels a run's task (a run not yet in the runtime); the
             # terminal event must still go out, so finalize shielded, then propagate
@@ -133,11 +137,15 @@ class Driver:
             [message_from_dict(item.message) for turn in path for item in turn.messages]
         )
 
-    async def stream(self, handle: RunHandle, history: Sequence[Message]) -> Outcome:
-        """Run the agent on ``history`` and forward its events to the run's log."""
+    async def stream(
+        self, handle: RunHandle, history: Sequence[Message], *, first_checkpoint: bool = True
+    ) -> Outcome:
+        """Run the agent on ``history`` and forward its events to the run's log; with
+        ``first_checkpoint``, store a new run's first checkpoint beside its first model call
+        (unless its record carried it)."""
         context = self._context
         run_id = handle.run_id
-        options, sink = self._options(handle)
+        options, sink = self._options(handle, first_checkpoint)
         # a run resumed here: its first event is the service's own run.resumed (why, and
         # from which log position); a confirmation asked for again stays out of a log that
         # still holds the first request (it is the same, with the same id and deadline)
@@ -213,9 +221,14 @@ class Driver:
             return Outcome.cancelled(handle.cancel_reason or "shutdown")
         finally:
             handle.in_runtime = False
-            first = sink.first if sink is not None else None
-            if first is not None and not first.done():
-                await asyncio.wait([first])
+            if sink is not None:
+                first = sink.first
+                if first is not None and not first.done():
+                    await asyncio.wait([first])
+                # a completed run's end deletes its checkpoint: its final answer's is not
+                # written (nor one of a run fenced off); any other end stores it first
+                completed = terminal is not None and terminal.type is AgentEventType.RUN_COMPLETED
+                await sink.settle(ended=completed or handle.fenced)
         if terminal is None:  # pragma: no cover - the runtime always ends with a terminal event
             return Outcome.failed("internal", "the run ended without a result")
         return self.outcome_of(handle, terminal)
@@ -241,9 +254,12 @@ class Driver:
         handle.t_first_event = time.monotonic()
         self._context.metrics.time_to_first_event.observe(handle.t_first_event - handle.t_accepted)
 
-    def _options(self, handle: RunHandle) -> tuple[RunOptions, RunCheckpointSink | None]:
+    def _options(
+        self, handle: RunHandle, first_checkpoint: bool
+    ) -> tuple[RunOptions, RunCheckpointSink | None]:
         """The run's options (its gates, its checkpoint sink), and its checkpoint sink (None
-        without resume), storing its first checkpoint (``first``) unless it was resumed."""
+        without resume), storing its first checkpoint (``first``) with ``first_checkpoint``
+        unless it was resumed."""
         context = self._context
         options = run_options(handle)
         if context.bus.shared:
@@ -254,7 +270,7 @@ class Driver:
         if context.resume_runs:
             sink = RunCheckpointSink(context, self._records, self._fencing, handle)
             options["checkpoint_sink"] = sink
-            if handle.resumed_from is None:  # beside the first model call, not before it
+            if first_checkpoint and handle.resumed_from is None:  # beside the first model call
                 sink.save_first()
         return options, sink
 

@@ -1,8 +1,10 @@
 """A run's final write, kept in memory and retried while the store cannot be reached.
 
-A run's end is three writes under its lease's fencing token: its turn (the messages of a
-completed run, the stopped turn of a cancelled one), then its status with output, error and
-usage. When the store answers ``StorageUnavailable`` the run still ends for everyone else:
+A run's end is one transaction under its lease's fencing token (``Store.end_run``): its turn
+(the messages of a completed run, the stopped turn of a cancelled one), its status with output,
+error and usage, and its checkpoint deleted (nothing is left to resume). When the store
+refuses it, the turn alone tells which part it refused, as two separate writes would have.
+When the store answers ``StorageUnavailable`` the run still ends for everyone else:
 its readers get its terminal event and its slot is freed. What it has not written yet waits
 here (``FinalWrites``) and is retried with capped exponential backoff until it lands, the
 store refuses it for good, or the run's fence is lost: another holder has the session's lock,
@@ -60,6 +62,8 @@ class FinalWrite:
     turn_uncertain: bool = False
     # the webhook message of the run's end, queued in the same write (app.webhooks)
     webhook: WebhookMessage | None = None
+    # the run's checkpoint was deleted with its end
+    checkpoint_dropped: bool = False
 
     @classmethod
     def of(cls, handle: RunHandle, outcome: Outcome) -> FinalWrite:
@@ -87,18 +91,7 @@ async def write_final(store: Store, write: FinalWrite) -> bool:
     first = write.attempts == 0
     write.attempts += 1
     try:
-        if write.turn is not None:
-            await _write_turn(store, write)
-        await store.update_run(
-            run_id,
-            status=write.outcome.status,
-            output=write.outcome.output,
-            error=write.outcome.error,
-            usage=handle.usage.to_dict(),
-            model=handle.usage.model,
-            fence=handle.lease.token,
-            webhook=write.webhook,
-        )
+        await _end(store, write)
     except StaleFence as exc:
         logger.error(
             "the store refused a stale write of the run's end: %s", exc, extra={"run_id": run_id}
@@ -146,15 +139,45 @@ async def _retry_outcome(store: Store, write: FinalWrite) -> bool:
     return await write_final(store, write)
 
 
-async def _write_turn(store: Store, write: FinalWrite) -> None:
+async def _end(store: Store, write: FinalWrite) -> None:
+    """The run's end in one write; a refusal that is neither a stale token nor the store out
+    of reach is raised as the turn's if the turn alone is refused too, else as the outcome's
+    (the turn then stored: ``write.turn`` is None)."""
     handle = write.handle
-    assert write.turn is not None
-    if write.turn_uncertain:
-        # the answer to an earlier append was lost: it may have been committed all the same
+    if write.turn is not None and write.turn_uncertain:
+        # the answer to an earlier attempt was lost: it may have been committed all the same
         stored = await store.list_messages(handle.session_id)
         if any(m.run_id == handle.run_id for m in stored):
             write.turn = None
-            return
+    drop = handle.checkpoint_step is not None and not handle.fenced
+    try:
+        await store.end_run(
+            handle.run_id,
+            session_id=handle.session_id,
+            messages=write.turn or (),
+            status=write.outcome.status,
+            output=write.outcome.output,
+            error=write.outcome.error,
+            usage=handle.usage.to_dict(),
+            model=handle.usage.model,
+            fence=handle.lease.token,
+            webhook=write.webhook,
+            delete_checkpoint=drop,
+        )
+    except (StaleFence, RunNotFound, *_TRANSIENT):
+        raise
+    except Exception:
+        if write.turn is None:
+            raise
+        await _write_turn(store, write)  # raises if the turn is what the store refuses
+        raise  # the turn is stored alone: the outcome is what it refuses
+    write.turn = None
+    write.checkpoint_dropped = drop
+
+
+async def _write_turn(store: Store, write: FinalWrite) -> None:
+    handle = write.handle
+    assert write.turn is not None
     await store.append_messages(
         handle.session_id, handle.run_id, write.turn, fence=handle.lease.token
     )

@@ -56,6 +56,8 @@ class Finalizer:
             # (if at all) only under the lease's token (app.runs.fencing)
             outcome = lost_outcome()
         write: FinalWrite | None = None
+        # the end's write deletes the run's checkpoint with it, once it lands
+        checkpoint_kept = handle.checkpoint_step is not None and not handle.fenced
         if await records.stored(handle):
             write = FinalWrite.of(handle, outcome)
             write.webhook = self._webhook(handle, outcome)
@@ -63,6 +65,7 @@ class Finalizer:
             if write.webhook is not None and context.webhooks is not None:
                 context.webhooks.wake()
             outcome = write.outcome  # a refusal of the turn changes it
+            checkpoint_kept = checkpoint_kept and not write.checkpoint_dropped
             if settled:
                 write = None
         handle.status = outcome.status
@@ -99,8 +102,9 @@ class Finalizer:
         context.metrics.runs_total.labels(outcome.status).inc()
         context.metrics.run_duration.labels(outcome.status).observe(elapsed)
         handle.finish()
-        if handle.checkpoint_step is not None and not handle.fenced:
-            # the run is over, nothing is left to resume (after its end: nobody waits on it)
+        if checkpoint_kept:
+            # the run is over, nothing is left to resume, though its end's write did not say
+            # so (refused, or waiting for the store): after its end, nobody waits on it
             try:
                 await context.store.delete_checkpoint(run_id, fence=handle.lease.token)
             except Exception:

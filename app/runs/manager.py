@@ -123,7 +123,7 @@ class RunManager:
             hand_over=hand_over,
         )
         self._context = context
-        records = RunRecords(store)
+        records = RunRecords(store, metrics)
         self._writes = FinalWrites(context)
         handover = HandOver(context)
         finalizer = Finalizer(context, records, self._writes, handover)

@@ -16,6 +16,7 @@ import logging
 from app.errors import NotFound
 from app.runs.handle import RunHandle, stored_parts
 from app.storage import (
+    CheckpointRecord,
     RunRecord,
     RunStatus,
     SessionNotFound,
@@ -25,6 +26,7 @@ from app.storage import (
     WebhookMessage,
 )
 from app.storage.schedules import FiringFence
+from app.telemetry.metrics import Metrics
 
 __all__ = ["RunRecords"]
 
@@ -34,12 +36,18 @@ logger = logging.getLogger("app.runs")
 class RunRecords:
     """Writes of one worker's runs to the store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, metrics: Metrics | None = None) -> None:
         self._store = store
+        self._metrics = metrics
 
-    def create(self, handle: RunHandle, webhook_url: str | None = None) -> asyncio.Task[None]:
+    def create(
+        self,
+        handle: RunHandle,
+        webhook_url: str | None = None,
+        first: CheckpointRecord | None = None,
+    ) -> asyncio.Task[None]:
         """Start writing the run's record beside its start (``handle.recorded``), with where
-        its notifications go.
+        its notifications go and its ``first`` checkpoint, if any (the same write).
 
         The run's model call is usually what its first event waits for, so the record is
         written meanwhile; the start answers only once it is stored, and the run awaits it
@@ -59,9 +67,7 @@ class RunRecords:
             webhook_url=webhook_url,
         )
         recorded = asyncio.get_running_loop().create_task(
-            self._create(
-                record, handle.options.firing, handle.new_session, handle.options.stateless
-            )
+            self._create(handle, record, handle.options.firing, first)
         )
         handle.recorded = recorded
         recorded.add_done_callback(functools.partial(_settled, handle))
@@ -69,20 +75,28 @@ class RunRecords:
 
     async def _create(
         self,
+        handle: RunHandle,
         record: RunRecord,
         firing: FiringFence | None,
-        create_session: bool,
-        stateless: bool,
+        first: CheckpointRecord | None,
     ) -> None:
         try:
             await self._store.create_run(
-                record, firing=firing, create_session=create_session, stateless=stateless
+                record,
+                firing=firing,
+                create_session=handle.new_session,
+                stateless=handle.options.stateless,
+                checkpoint=first,
             )
         except SessionNotFound:
             # deleted between the ownership check and the lock
             raise NotFound(f"no session {record.session_id!r}") from None
         except SessionOwnedByOther:  # deleted, then re-created by someone else
             raise NotFound(f"no session {record.session_id!r}") from None
+        if first is not None:  # resumable from here (as after RunCheckpointSink.save)
+            handle.checkpoint_step = max(handle.checkpoint_step or 0, first.step)
+            if self._metrics is not None:
+                self._metrics.checkpoints_saved.inc()
 
     async def stored(self, handle: RunHandle) -> bool:
         """Wait for the run's record to be written; False if it was not (start() says why)."""
@@ -118,14 +132,17 @@ class RunRecords:
             )
 
     async def not_started(self, handle: RunHandle) -> None:
-        """A start undone after its record was written: the record says so."""
+        """A start undone after its record was written: the record says so (and the run has
+        nothing to resume from)."""
         if await self.stored(handle):
             with contextlib.suppress(Exception):
-                await self._store.update_run(
+                await self._store.end_run(
                     handle.run_id,
+                    session_id=handle.session_id,
                     status="failed",
                     error={"code": "internal", "message": "the run could not be started"},
                     fence=handle.lease.token,
+                    delete_checkpoint=handle.checkpoint_step is not None,
                 )
 
 

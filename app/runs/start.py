@@ -35,6 +35,7 @@ from app.errors import (
     ServiceError,
     SessionBusy,
 )
+from app.runs.checkpoints import first_with_record
 from app.runs.context import RunContext
 from app.runs.driver import Driver
 from app.runs.fencing import Fencing
@@ -414,7 +415,10 @@ class Starter(Generic[BusyT]):
         if ticket.granted:
             handle.status = "running"
             handle.started_at = now()
-        recorded = self._records.create(handle, context.webhook_url(handle))
+        # a run that starts now is resumable from its first write: its record carries its
+        # first checkpoint (one transaction, not two)
+        first = first_with_record(context, handle)
+        recorded = self._records.create(handle, context.webhook_url(handle), first)
         if not handle.opened:
             await context.bus.open_run(
                 handle.run_id, session_id=handle.session_id, fence=handle.lease.token

@@ -18,13 +18,13 @@ Errors form one tree::
      └── CheckpointUnavailable  a once-only tool call's start could not be recorded
                                 (app.runs.checkpoints)
 
-Fencing: the writes that change or end a run (``update_run``, ``append_messages``) may carry
-the fencing token of the session lease they are made under (``fence=``). The store keeps the
-highest token that wrote each run and each session's messages, and refuses a write with a
-lower one (``StaleFence``) in the same statement that makes it: a worker that lost its lease,
-once another worker (or the lost-run sweep) wrote with a newer token, can no longer change
-what is stored, whatever it believes. A write without a token is not fenced (tools, recovery
-at start with one worker).
+Fencing: the writes that change or end a run (``update_run``, ``append_messages``,
+``end_run``) may carry the fencing token of the session lease they are made under
+(``fence=``). The store keeps the highest token that wrote each run and each session's
+messages, and refuses a write with a lower one (``StaleFence``) in the same statement that
+makes it: a worker that lost its lease, once another worker (or the lost-run sweep) wrote
+with a newer token, can no longer change what is stored, whatever it believes. A write without
+a token is not fenced (tools, recovery at start with one worker).
 
 Misuse of the API with bad values (a message without a "role", a value JSON cannot encode,
 a naive datetime) raises the built-in `TypeError` / `ValueError`, as Python code does.
@@ -300,13 +300,17 @@ class UsageTotal:
 # --- JSON ---------------------------------------------------------------------------------
 
 
+# one encoder for every write (``json.dumps`` with these options builds a new one per call)
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
 def encode_json(value: Mapping[str, Any]) -> str:
     """Encode for storage; both backends store exactly this text's meaning.
 
     NaN and infinities are refused because they are not JSON (PostgreSQL's jsonb rejects
     them, and so would a browser's JSON.parse).
     """
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _encode(value)
 
 
 def encode_optional_json(value: Mapping[str, Any] | None) -> str | None:
@@ -328,7 +332,7 @@ def encode_parts(parts: Sequence[Mapping[str, Any]]) -> str | None:
     """A run's input parts (a JSON array) for storage; None for none."""
     if not parts:
         return None
-    return json.dumps(list(parts), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _encode(list(parts))
 
 
 def decode_parts(text: str | None) -> tuple[JSONObject, ...]:
@@ -536,6 +540,7 @@ class Store(FileStore, Protocol):
         firing: FiringFence | None = None,
         create_session: bool = False,
         stateless: bool = False,
+        checkpoint: CheckpointRecord | None = None,
     ) -> None:
         """Store a new run of an existing session owned by `run.principal`.
 
@@ -544,7 +549,9 @@ class Store(FileStore, Protocol):
         is created for `run.principal` in the same transaction instead (a new session's first
         run: one write, not two), `stateless` if asked. With `firing`, the run is a schedule's:
         it is stored only together with moving that firing, still held with `firing.token`, to
-        `started` (else `FiringLost`, and nothing is written).
+        `started` (else `FiringLost`, and nothing is written). With `checkpoint` (the run's
+        first), it is stored in the same transaction too, with `checkpoint.fence` as its
+        token, as `save_checkpoint` would: the run is resumable from the moment it exists.
         """
         ...
 
@@ -578,6 +585,33 @@ class Store(FileStore, Protocol):
 
         `webhook` is queued in the webhook outbox in the same transaction, if and only if
         this call changed the run (its id once: a repeat adds nothing).
+        """
+        ...
+
+    async def end_run(
+        self,
+        run_id: str,
+        *,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]] = (),
+        status: RunStatus,
+        output: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        usage: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        fence: int | None = None,
+        webhook: WebhookMessage | None = None,
+        delete_checkpoint: bool = False,
+    ) -> bool:
+        """A run's end in one transaction: its turn, its final state and its checkpoint gone.
+
+        The same as, in one transaction, `append_messages(session_id, run_id, messages,
+        fence=fence)` (when there are messages), `update_run(run_id, status=..., fence=fence,
+        webhook=webhook)` and, with `delete_checkpoint`, `delete_checkpoint(run_id,
+        fence=fence)`. True if this call ended the run; False if it had ended before (its
+        stored end stands, as with `update_run`; read it with `get_run`). All of it is
+        stored, or nothing: each part's error (`StaleFence`, `SessionNotFound`,
+        `RunNotFound`, `TypeError` or `ValueError` for a bad message) rolls back the others.
         """
         ...
 

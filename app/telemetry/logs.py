@@ -39,6 +39,18 @@ _SKIP = frozenset({"color_message"})
 _TOKEN = re.compile(r"([?&]token=)[^&\s\"']+")
 # a text value written bare: anything else is quoted as a JSON string
 _BARE = re.compile(r"[^\s\"=\\]+")
+# what every record repeats, worked out once: the encoder (``json.dumps`` with options builds
+# one per call), the level names, and which of a record's attributes are extras
+_dumps = json.JSONEncoder(ensure_ascii=False, default=str).encode
+_LEVELS: dict[str, str] = {}
+_NOT_EXTRA = _STANDARD | _SKIP
+
+
+def _level(name: str) -> str:
+    level = _LEVELS.get(name)
+    if level is None:
+        level = _LEVELS[name] = name.lower()
+    return level
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -46,12 +58,12 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     extras, and ``exc`` (the traceback) when there is one."""
     entry: dict[str, Any] = {
         "ts": iso_ms(record.created),
-        "level": record.levelname.lower(),
+        "level": _level(record.levelname),
         "logger": record.name,
         "msg": _mask(record.getMessage()),
     }
     for key, value in record.__dict__.items():
-        if key not in _STANDARD and key not in _SKIP and not key.startswith("_"):
+        if key not in _NOT_EXTRA and not key.startswith("_"):
             entry[key] = _mask(value) if isinstance(value, str) else value
     return entry
 
@@ -63,7 +75,7 @@ class JsonFormatter(logging.Formatter):
         entry = _fields(record)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False, default=str)
+        return _dumps(entry)
 
 
 class TextFormatter(logging.Formatter):
@@ -83,9 +95,9 @@ class TextFormatter(logging.Formatter):
 
 
 def _text_value(value: Any) -> str:
-    if isinstance(value, str):
-        return value if _BARE.fullmatch(value) else json.dumps(value, ensure_ascii=False)
-    return json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, str) and _BARE.fullmatch(value):
+        return value
+    return _dumps(value)
 
 
 def _mask(text: str) -> str:

@@ -48,12 +48,13 @@ async def test_reasoning_streams_as_blocks_and_stays_in_the_state(
     client: LangGraphClient,
 ) -> None:
     thread: Any = await client.threads.create()
+    prompt: Any = {"messages": [{"role": "user", "content": "hello there"}]}
     parts = [
         part
         async for part in client.runs.stream(
             thread["thread_id"],
             "thinker",
-            input={"messages": [{"role": "user", "content": "hello there"}]},
+            input=prompt,
             stream_mode=["messages-tuple", "values"],
         )
     ]

@@ -19,7 +19,7 @@ from app.storage.base import (
 from app.storage.checkpoints import CheckpointRecord
 from app.storage.rows import POSTGRES, checkpoint_record
 
-__all__ = ["CHECKPOINTS_MIGRATION", "PostgresCheckpoints"]
+__all__ = ["CHECKPOINTS_MIGRATION", "PostgresCheckpoints", "drop_checkpoint", "write_checkpoint"]
 
 # The schema of run checkpoints (migration 9 in the project's numbering).
 CHECKPOINTS_MIGRATION: Final[tuple[str, ...]] = (
@@ -66,22 +66,7 @@ class PostgresCheckpoints(BackgroundOperations):
     async def save_checkpoint(self, record: CheckpointRecord, *, fence: int) -> None:
         """Store the run's checkpoint in place of the last; see ``SQLiteCheckpoints``."""
         async with self._fenced(record.run_id, fence, "checkpoint") as conn:
-            await conn.execute(
-                f"INSERT INTO run_checkpoints ({_COLUMNS})"
-                " VALUES ($1, $2, $3, $4, $5::jsonb, 0, NULL, $6, $7)"
-                " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
-                " event_seq = excluded.event_seq, data = excluded.data, handover = NULL,"
-                " fence = excluded.fence, updated_at = excluded.updated_at"
-                # the run's first (step 0, written beside its start) never replaces a later one
-                " WHERE excluded.step > 0 OR run_checkpoints.step = 0",
-                record.run_id,
-                record.session_id,
-                record.step,
-                record.event_seq,
-                encode_json(record.data),
-                fence,
-                record.updated_at,
-            )
+            await write_checkpoint(conn, record, fence)
 
     @finish_on_cancel
     async def get_checkpoint(self, run_id: str) -> CheckpointRecord | None:
@@ -124,9 +109,35 @@ class PostgresCheckpoints(BackgroundOperations):
     async def delete_checkpoint(self, run_id: str, *, fence: int | None = None) -> None:
         """Forget the run's checkpoint; with ``fence``, only if not written with a newer one."""
         async with self._connection() as conn:
-            await conn.execute(
-                "DELETE FROM run_checkpoints WHERE run_id = $1"
-                " AND ($2::bigint IS NULL OR fence <= $2::bigint)",
-                run_id,
-                fence,
-            )
+            await drop_checkpoint(conn, run_id, fence)
+
+
+async def write_checkpoint(conn: Any, record: CheckpointRecord, fence: int) -> None:
+    """Insert or replace the run's checkpoint, its fence already checked (``_fenced``) or
+    the run new in the caller's transaction (a run's start writes its first)."""
+    await conn.execute(
+        f"INSERT INTO run_checkpoints ({_COLUMNS})"
+        " VALUES ($1, $2, $3, $4, $5::jsonb, 0, NULL, $6, $7)"
+        " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
+        " event_seq = excluded.event_seq, data = excluded.data, handover = NULL,"
+        " fence = excluded.fence, updated_at = excluded.updated_at"
+        # the run's first (step 0, written beside its start) never replaces a later one
+        " WHERE excluded.step > 0 OR run_checkpoints.step = 0",
+        record.run_id,
+        record.session_id,
+        record.step,
+        record.event_seq,
+        encode_json(record.data),
+        fence,
+        record.updated_at,
+    )
+
+
+async def drop_checkpoint(conn: Any, run_id: str, fence: int | None) -> None:
+    """``delete_checkpoint`` on ``conn`` (inside the caller's transaction, a run's end)."""
+    await conn.execute(
+        "DELETE FROM run_checkpoints WHERE run_id = $1"
+        " AND ($2::bigint IS NULL OR fence <= $2::bigint)",
+        run_id,
+        fence,
+    )

@@ -49,7 +49,8 @@ from app.storage.base import (
     title_of,
     utcnow,
 )
-from app.storage.postgres.checkpoints import PostgresCheckpoints
+from app.storage.checkpoints import CheckpointRecord
+from app.storage.postgres.checkpoints import PostgresCheckpoints, drop_checkpoint, write_checkpoint
 from app.storage.postgres.files import PostgresFiles
 from app.storage.postgres.schedules import PostgresSchedules, take_firing
 from app.storage.postgres.schema import (
@@ -372,45 +373,8 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, Pos
         """Append one run's messages atomically; an empty sequence changes nothing."""
         if not messages:
             return
-        now = utcnow()
         async with self._connection() as conn, conn.transaction():
-            # The UPDATE locks the session row, so concurrent appends to one session queue
-            # up instead of colliding on positions. A fenced one changes the row only while
-            # neither the session's messages nor the run were written with a newer token.
-            start: int | None = await conn.fetchval(
-                "UPDATE sessions SET message_count = message_count + $2, last_run_id = $3,"
-                " updated_at = $4, fence = GREATEST(fence, COALESCE($5::bigint, 0))"
-                " WHERE id = $1 AND ($5::bigint IS NULL OR (fence <= $5::bigint AND NOT EXISTS"
-                " (SELECT 1 FROM runs WHERE run_id = $3 AND fence > $5::bigint)))"
-                " RETURNING message_count - $2",
-                session_id,
-                len(messages),
-                run_id,
-                now,
-                fence,
-            )
-            if start is None:
-                row = await conn.fetchrow(
-                    "SELECT s.fence, (SELECT r.fence FROM runs r WHERE r.run_id = $2) AS run_fence"
-                    " FROM sessions s WHERE s.id = $1",
-                    session_id,
-                    run_id,
-                )
-                if row is None or fence is None:
-                    raise SessionNotFound(session_id)
-                raise StaleFence(
-                    f"session {session_id!r}", fence, max(row["fence"], row["run_fence"] or 0)
-                )
-            # Encoding happens inside the transaction: a bad message rolls back the
-            # session update above, leaving nothing half-written.
-            rows = [
-                (session_id, run_id, start + i, message_role(i, m), encode_json(m), now)
-                for i, m in enumerate(messages)
-            ]
-            await conn.executemany(
-                f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)",
-                rows,
-            )
+            await _append(conn, session_id, run_id, messages, fence)
 
     @finish_on_cancel
     async def remove_last_turn(self, session_id: str, run_id: str) -> bool:
@@ -463,23 +427,27 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, Pos
         firing: FiringFence | None = None,
         create_session: bool = False,
         stateless: bool = False,
+        checkpoint: CheckpointRecord | None = None,
     ) -> None:
         """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
+        title = title_of(run.input)
         async with self._connection() as conn, conn.transaction():
             owner: str | None = None
             if create_session:
                 # a row another transaction inserts meanwhile is skipped here and read below;
-                # the row this one inserts is locked until the commit
+                # the row this one inserts is locked until the commit (and has its title)
                 now = utcnow()
                 owner = await conn.fetchval(
-                    "INSERT INTO sessions (id, principal, created_at, updated_at, stateless)"
-                    " VALUES ($1, $2, $3, $3, $4) ON CONFLICT (id) DO NOTHING"
+                    "INSERT INTO sessions (id, principal, created_at, updated_at, stateless, title)"
+                    " VALUES ($1, $2, $3, $3, $4, $5) ON CONFLICT (id) DO NOTHING"
                     " RETURNING principal",
                     run.session_id,
                     run.principal,
                     now,
                     stateless,
+                    title,
                 )
+            created = owner is not None
             if owner is None:
                 # FOR KEY SHARE keeps the session from being deleted before the INSERT.
                 owner = await conn.fetchval(
@@ -515,8 +483,9 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, Pos
                 raise RunAlreadyExists(run.run_id) from exc
             if firing is not None:  # in the same transaction: refused, the insert is undone
                 await take_firing(conn, firing, run.run_id)
-            title = title_of(run.input)
-            if title is not None:
+            if checkpoint is not None:  # a new run: no token can be newer than its own
+                await write_checkpoint(conn, checkpoint, checkpoint.fence)
+            if title is not None and not created:
                 await conn.execute(
                     "UPDATE sessions SET title = $2 WHERE id = $1 AND title IS NULL",
                     run.session_id,
@@ -539,52 +508,44 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, Pos
         webhook: outbox.WebhookMessage | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
-        auto_started, auto_finished = run_update_stamps(status, started_at, finished_at)
+        parameters = _update_parameters(
+            run_id, status, output, error, usage, started_at, finished_at, model, fence
+        )
         async with self._connection() as conn, contextlib.AsyncExitStack() as stack:
             if webhook is not None:  # the run's write and its notification: one commit
                 await stack.enter_async_context(conn.transaction())
-            # one statement: the move to a terminal status books the run's usage with it
-            # the fence is compared in the same statement that writes: no write with an older
-            # token can land after one with a newer token, whatever the interleaving
-            row = await conn.fetchrow(
-                "WITH updated AS (UPDATE runs SET status = $2,"
-                " output = COALESCE($3::jsonb, output),"
-                " error = COALESCE($4::jsonb, error), usage = COALESCE($5::jsonb, usage),"
-                " started_at = COALESCE($6::timestamptz, started_at, $7::timestamptz),"
-                " finished_at = COALESCE($8::timestamptz, finished_at, $9::timestamptz),"
-                " model = COALESCE($10::text, model),"
-                " fence = GREATEST(fence, COALESCE($11::bigint, 0))"
-                f" WHERE run_id = $1 AND status NOT IN ({_TERMINAL_SQL})"
-                " AND ($11::bigint IS NULL OR fence <= $11::bigint)"
-                f" RETURNING {_RUN_COLUMNS}),"
-                f" booked AS (INSERT INTO usage {BOOK_USAGE_COLUMNS}"
-                f" SELECT {BOOK_USAGE_VALUES} FROM updated"
-                f" WHERE status IN ({_TERMINAL_SQL}) AND usage IS NOT NULL"
-                " AND finished_at IS NOT NULL ON CONFLICT DO NOTHING)"
-                f" SELECT {_RUN_COLUMNS} FROM updated",
-                run_id,
-                status,
-                encode_optional_json(output),
-                encode_optional_json(error),
-                encode_optional_json(usage),
-                started_at,
-                auto_started,
-                finished_at,
-                auto_finished,
-                model,
-                fence,
-            )
-            if row is not None and webhook is not None:
-                await outbox.postgres_enqueue(conn, webhook)
-            if row is None:  # finished already, fenced off, or unknown
-                row = await conn.fetchrow(
-                    f"SELECT {_RUN_COLUMNS}, fence FROM runs WHERE run_id = $1", run_id
-                )
-                if row is not None and fence is not None and row["fence"] > fence:
-                    raise StaleFence(f"run {run_id!r}", fence, row["fence"])
-        if row is None:
-            raise RunNotFound(run_id)
-        return run_record(row, POSTGRES)
+            record, _ = await _update(conn, parameters, webhook)
+        return record
+
+    @finish_on_cancel
+    async def end_run(
+        self,
+        run_id: str,
+        *,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]] = (),
+        status: RunStatus,
+        output: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        usage: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        fence: int | None = None,
+        webhook: outbox.WebhookMessage | None = None,
+        delete_checkpoint: bool = False,
+    ) -> bool:
+        """A run's end in one transaction; see `Store.end_run`."""
+        parameters = _update_parameters(
+            run_id, status, output, error, usage, None, None, model, fence
+        )
+        # the session's row is locked before the run's (by the append), as no other
+        # transaction takes them the other way round
+        async with self._connection() as conn, conn.transaction():
+            if messages:
+                await _append(conn, session_id, run_id, messages, fence)
+            _, ended = await _update(conn, parameters, webhook)
+            if delete_checkpoint:
+                await drop_checkpoint(conn, run_id, fence)
+        return ended
 
     @finish_on_cancel
     async def usage_totals(
@@ -689,3 +650,120 @@ class PostgresStore(PostgresCheckpoints, PostgresSchedules, PostgresThreads, Pos
             raise StorageUnavailable(
                 f"PostgreSQL at {self._safe_url} is unavailable: {type(exc).__name__}: {exc}"
             ) from exc
+
+
+# --- statements shared by the single writes and a run's end (``end_run``) ----------------------
+
+
+async def _append(
+    conn: Any,
+    session_id: str,
+    run_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    fence: int | None,
+) -> None:
+    """``append_messages`` on ``conn``, inside the caller's transaction."""
+    now = utcnow()
+    # The UPDATE locks the session row, so concurrent appends to one session queue up
+    # instead of colliding on positions. A fenced one changes the row only while neither the
+    # session's messages nor the run were written with a newer token.
+    start: int | None = await conn.fetchval(
+        "UPDATE sessions SET message_count = message_count + $2, last_run_id = $3,"
+        " updated_at = $4, fence = GREATEST(fence, COALESCE($5::bigint, 0))"
+        " WHERE id = $1 AND ($5::bigint IS NULL OR (fence <= $5::bigint AND NOT EXISTS"
+        " (SELECT 1 FROM runs WHERE run_id = $3 AND fence > $5::bigint)))"
+        " RETURNING message_count - $2",
+        session_id,
+        len(messages),
+        run_id,
+        now,
+        fence,
+    )
+    if start is None:
+        row = await conn.fetchrow(
+            "SELECT s.fence, (SELECT r.fence FROM runs r WHERE r.run_id = $2) AS run_fence"
+            " FROM sessions s WHERE s.id = $1",
+            session_id,
+            run_id,
+        )
+        if row is None or fence is None:
+            raise SessionNotFound(session_id)
+        raise StaleFence(f"session {session_id!r}", fence, max(row["fence"], row["run_fence"] or 0))
+    # Encoding happens inside the transaction: a bad message rolls back the session update
+    # above, leaving nothing half-written.
+    rows = [
+        (session_id, run_id, start + i, message_role(i, m), encode_json(m), now)
+        for i, m in enumerate(messages)
+    ]
+    await conn.executemany(
+        f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)", rows
+    )
+
+
+def _update_parameters(
+    run_id: str,
+    status: RunStatus,
+    output: Mapping[str, Any] | None,
+    error: Mapping[str, Any] | None,
+    usage: Mapping[str, Any] | None,
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    model: str | None,
+    fence: int | None,
+) -> tuple[Any, ...]:
+    """The parameters of ``_update``'s statement (checked, encoded, stamped)."""
+    auto_started, auto_finished = run_update_stamps(status, started_at, finished_at)
+    return (
+        run_id,
+        status,
+        encode_optional_json(output),
+        encode_optional_json(error),
+        encode_optional_json(usage),
+        started_at,
+        auto_started,
+        finished_at,
+        auto_finished,
+        model,
+        fence,
+    )
+
+
+async def _update(
+    conn: Any, parameters: tuple[Any, ...], webhook: outbox.WebhookMessage | None
+) -> tuple[RunRecord, bool]:
+    """``update_run`` on ``conn`` (in the caller's transaction when there is a webhook): the
+    run as stored, and whether this changed it (False: it had ended before)."""
+    run_id, fence = parameters[0], parameters[-1]
+    # one statement: the move to a terminal status books the run's usage with it; the fence
+    # is compared in the same statement that writes: no write with an older token can land
+    # after one with a newer token, whatever the interleaving
+    row = await conn.fetchrow(
+        "WITH updated AS (UPDATE runs SET status = $2,"
+        " output = COALESCE($3::jsonb, output),"
+        " error = COALESCE($4::jsonb, error), usage = COALESCE($5::jsonb, usage),"
+        " started_at = COALESCE($6::timestamptz, started_at, $7::timestamptz),"
+        " finished_at = COALESCE($8::timestamptz, finished_at, $9::timestamptz),"
+        " model = COALESCE($10::text, model),"
+        " fence = GREATEST(fence, COALESCE($11::bigint, 0))"
+        f" WHERE run_id = $1 AND status NOT IN ({_TERMINAL_SQL})"
+        " AND ($11::bigint IS NULL OR fence <= $11::bigint)"
+        f" RETURNING {_RUN_COLUMNS}),"
+        f" booked AS (INSERT INTO usage {BOOK_USAGE_COLUMNS}"
+        f" SELECT {BOOK_USAGE_VALUES} FROM updated"
+        f" WHERE status IN ({_TERMINAL_SQL}) AND usage IS NOT NULL"
+        " AND finished_at IS NOT NULL ON CONFLICT DO NOTHING)"
+        f" SELECT {_RUN_COLUMNS} FROM updated",
+        *parameters,
+    )
+    changed = row is not None
+    if changed and webhook is not None:
+        await outbox.postgres_enqueue(conn, webhook)
+    if row is None:  # finished already, fenced off, or unknown
+        row = await conn.fetchrow(
+            f"SELECT {_RUN_COLUMNS}, fence FROM runs WHERE run_id = $1", run_id
+        )
+        if row is not None and fence is not None and row["fence"] > fence:
+            raise StaleFence(f"run {run_id!r}", fence, row["fence"])
+    if row is None:
+        raise RunNotFound(run_id)
+    return run_record(row, POSTGRES), changed

@@ -15,13 +15,17 @@ from app.storage.base import (
     BackgroundOperations,
     StaleFence,
     encode_json,
-    finish_on_cancel,
     utcnow,
 )
 from app.storage.checkpoints import CheckpointRecord
 from app.storage.rows import SQLITE, checkpoint_record
 
-__all__ = ["CHECKPOINTS_MIGRATION", "SQLiteCheckpoints"]
+__all__ = [
+    "CHECKPOINTS_MIGRATION",
+    "SQLiteCheckpoints",
+    "drop_checkpoint",
+    "insert_checkpoint",
+]
 
 # The schema of run checkpoints (migration 9 in the project's numbering).
 CHECKPOINTS_MIGRATION: Final[tuple[str, ...]] = (
@@ -54,19 +58,16 @@ class SQLiteCheckpoints(BackgroundOperations):
     async def _write(self, function: Any, *args: Any) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    @finish_on_cancel
     async def save_checkpoint(self, record: CheckpointRecord, *, fence: int) -> None:
         """Store the run's checkpoint in place of the last; ``StaleFence`` if the run or its
         checkpoint was written with a newer token."""
         await self._write(_save, record, fence)
 
-    @finish_on_cancel
     async def get_checkpoint(self, run_id: str) -> CheckpointRecord | None:
         """The run's last checkpoint, or None."""
         found: CheckpointRecord | None = await self._read(_get, run_id)
         return found
 
-    @finish_on_cancel
     async def take_over_checkpoint(self, run_id: str, *, fence: int) -> CheckpointRecord | None:
         """Count one more resume of the run and make ``fence`` its checkpoint's token (older
         writers are refused from now on); the checkpoint as it is now, None if it has none.
@@ -74,17 +75,15 @@ class SQLiteCheckpoints(BackgroundOperations):
         found: CheckpointRecord | None = await self._write(_take_over, run_id, fence)
         return found
 
-    @finish_on_cancel
     async def park_checkpoint(self, run_id: str, *, fence: int, reason: str) -> bool:
         """Mark the run's checkpoint as handed over (``reason``); False if it has none."""
         parked: bool = await self._write(_park, run_id, fence, reason)
         return parked
 
-    @finish_on_cancel
     async def delete_checkpoint(self, run_id: str, *, fence: int | None = None) -> None:
         """Forget the run's checkpoint (its run ended); with ``fence``, only if not written
         with a newer token."""
-        await self._write(_delete, run_id, fence)
+        await self._write(drop_checkpoint, run_id, fence)
 
 
 def _stored_fence(db: sqlite3.Connection, run_id: str) -> int:
@@ -100,6 +99,12 @@ def _save(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
     stored = _stored_fence(db, record.run_id)
     if stored > fence:
         raise StaleFence(f"checkpoint of run {record.run_id!r}", fence, stored)
+    insert_checkpoint(db, record, fence)
+
+
+def insert_checkpoint(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
+    """The checkpoint's row, its fence checked by the caller (or the run new in the caller's
+    transaction, so that no token can be newer)."""
     db.execute(
         f"INSERT INTO run_checkpoints ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, 0, NULL, ?, ?)"
         " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
@@ -154,7 +159,8 @@ def _park(db: sqlite3.Connection, run_id: str, fence: int, reason: str) -> bool:
     return cursor.rowcount > 0
 
 
-def _delete(db: sqlite3.Connection, run_id: str, fence: int | None) -> None:
+def drop_checkpoint(db: sqlite3.Connection, run_id: str, fence: int | None) -> None:
+    """``delete_checkpoint`` inside the caller's transaction (a run's end drops it)."""
     db.execute(
         "DELETE FROM run_checkpoints WHERE run_id = ? AND (? IS NULL OR fence <= ?)",
         (run_id, fence, fence),

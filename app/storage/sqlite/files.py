@@ -132,7 +132,6 @@ class SQLiteFiles(BackgroundOperations):
         finally:
             await asyncio.to_thread(_unlink, staged)  # gone already once moved into place
 
-    @finish_on_cancel
     async def get_file(self, file_id: str) -> FileRecord | None:
         """The file, or None."""
         found: FileRecord | None = await self._read(_get, file_id)
@@ -154,13 +153,11 @@ class SQLiteFiles(BackgroundOperations):
         await asyncio.to_thread(_discard, trash)
         return deleted
 
-    @finish_on_cancel
     async def reference_files(self, file_ids: Collection[str], session_id: str) -> None:
         """Record that the session refers to these files; see ``FileStore.reference_files``."""
         if file_ids:
             await self._write(_reference, sorted(set(file_ids)), session_id)
 
-    @finish_on_cancel
     async def file_references(self, file_id: str) -> list[str]:
         """The sessions that refer to the file."""
         found: list[str] = await self._read(_references, file_id)
@@ -183,7 +180,6 @@ class SQLiteFiles(BackgroundOperations):
         await asyncio.to_thread(shutil.rmtree, trash, True)
         return swept
 
-    @finish_on_cancel
     async def count_file_blobs(self) -> int:
         """How many distinct contents are stored."""
         count: int = await self._read(_count_blobs)

@@ -10,7 +10,7 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from app.storage.base import BackgroundOperations, encode_json, finish_on_cancel
+from app.storage.base import BackgroundOperations, encode_json
 from app.storage.rows import SQLITE, firing_record, schedule_record
 from app.storage.schedules import (
     FiringFence,
@@ -113,18 +113,15 @@ class SQLiteSchedules(BackgroundOperations):
     async def _write(self, function: Any, *args: Any) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    @finish_on_cancel
     async def create_schedule(self, record: ScheduleRecord) -> None:
         """Store a new schedule."""
         await self._write(_create_schedule, record)
 
-    @finish_on_cancel
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
         """The schedule, or None. The caller checks ``principal``."""
         found: ScheduleRecord | None = await self._read(_get_schedule, schedule_id)
         return found
 
-    @finish_on_cancel
     async def list_schedules(self, principal: str, limit: int = 100) -> list[ScheduleRecord]:
         """The principal's schedules, newest first."""
         if limit < 1:
@@ -132,25 +129,21 @@ class SQLiteSchedules(BackgroundOperations):
         found: list[ScheduleRecord] = await self._read(_list_schedules, principal, limit)
         return found
 
-    @finish_on_cancel
     async def update_schedule(self, record: ScheduleRecord) -> bool:
         """Write a schedule's settings and next due time (not its count); False if gone."""
         changed: bool = await self._write(_update_schedule, record)
         return changed
 
-    @finish_on_cancel
     async def delete_schedule(self, schedule_id: str) -> bool:
         """Delete the schedule and its firings; False if it did not exist."""
         deleted: bool = await self._write(_delete_schedule, schedule_id)
         return deleted
 
-    @finish_on_cancel
     async def due_schedules(self, now: datetime, limit: int) -> list[ScheduleRecord]:
         """Schedules not paused whose next due time is at or before ``now``, earliest first."""
         found: list[ScheduleRecord] = await self._read(_due_schedules, _ts(now), limit)
         return found
 
-    @finish_on_cancel
     async def claim_due(
         self,
         schedule: ScheduleRecord,
@@ -162,7 +155,6 @@ class SQLiteSchedules(BackgroundOperations):
         won: bool = await self._write(_claim_due, schedule, next_due_at, firing)
         return won
 
-    @finish_on_cancel
     async def reclaim_firings(
         self, now: datetime, lease_until: datetime, limit: int
     ) -> list[FiringRecord]:
@@ -172,7 +164,6 @@ class SQLiteSchedules(BackgroundOperations):
         )
         return found
 
-    @finish_on_cancel
     async def settle_firing(
         self,
         firing: FiringRecord,
@@ -188,7 +179,6 @@ class SQLiteSchedules(BackgroundOperations):
         )
         return settled
 
-    @finish_on_cancel
     async def list_firings(self, schedule_id: str, limit: int = 20) -> list[FiringRecord]:
         """The schedule's latest firings, newest due time first."""
         found: list[FiringRecord] = await self._read(_list_firings, schedule_id, limit)

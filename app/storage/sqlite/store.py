@@ -4,18 +4,20 @@ Each store operation is one plain function run on that thread (statements, trans
 the conversion of rows into records together), so the event loop never blocks on disk and
 an operation costs one hand-off to the thread and back, however many statements it runs.
 The thread runs operations one at a time, in the order they were submitted, which is what
-keeps one operation's statements out of another's transaction.
+keeps one operation's statements out of another's transaction (``app.storage.sqlite.jobs``).
+
+An operation of one hand-off needs no task of its own to outlive a cancelled caller (as
+``finish_on_cancel`` gives the PostgreSQL store's): once submitted it runs on the thread
+whatever happens to its caller, and ``close`` queues the connection's close after it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -39,12 +41,12 @@ from app.storage.base import (
     encode_json,
     encode_optional_json,
     encode_parts,
-    finish_on_cancel,
     message_role,
     run_update_stamps,
     title_of,
     utcnow,
 )
+from app.storage.checkpoints import CheckpointRecord
 from app.storage.rows import (
     SQLITE,
     USAGE_SUMS,
@@ -54,8 +56,9 @@ from app.storage.rows import (
     usage_total,
 )
 from app.storage.schedules import FiringFence
-from app.storage.sqlite.checkpoints import SQLiteCheckpoints
+from app.storage.sqlite.checkpoints import SQLiteCheckpoints, drop_checkpoint, insert_checkpoint
 from app.storage.sqlite.files import SQLiteFiles
+from app.storage.sqlite.jobs import JobThread
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
 from app.storage.sqlite.schema import BOOK_USAGE_SELECT, SCHEMA_VERSION, migrate
 from app.storage.sqlite.threads import SQLiteThreads
@@ -101,7 +104,7 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         super().__init__()
         self._path = path
         self._db: sqlite3.Connection | None = None  # used on the store's thread only
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        self._jobs = JobThread("sqlite-store")
         self._closed = False
         self._closing_db: asyncio.Future[None] | None = None
 
@@ -136,21 +139,18 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
             await self._call(self._close_on_thread)
         finally:
             self._closed = True
-            self._thread.shutdown(wait=False)
+            self._jobs.stop()
 
-    @finish_on_cancel
     async def migrate(self) -> int:
         """Bring the schema up to date (idempotent); return its version."""
         return await self._write(migrate, self._path)
 
-    @finish_on_cancel
     async def ping(self) -> None:
         """Run a trivial query; raises `StorageUnavailable`."""
         await self._read(_ping)
 
     # --- sessions -------------------------------------------------------------------------
 
-    @finish_on_cancel
     async def get_or_create_session(
         self, session_id: str, principal: str, *, stateless: bool = False
     ) -> SessionRecord:
@@ -160,17 +160,14 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
             raise SessionOwnedByOther(session_id)
         return record
 
-    @finish_on_cancel
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None."""
         return await self._read(_get_session, session_id)
 
-    @finish_on_cancel
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its messages and runs (by ON DELETE CASCADE)."""
         return await self._write(_delete_session, session_id)
 
-    @finish_on_cancel
     async def list_sessions(
         self, principal: str, limit: int = 20, before: SessionCursor | None = None
     ) -> list[SessionRecord]:
@@ -179,29 +176,24 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
             raise ValueError(f"limit must be at least 1, got {limit}")
         return await self._read(_list_sessions, principal, limit, before)
 
-    @finish_on_cancel
     async def set_title(self, session_id: str, title: str) -> SessionRecord | None:
         """Set the session's title; see `Store.set_title`."""
         return await self._write(_set_title, session_id, title)
 
-    @finish_on_cancel
     async def idle_stateless_sessions(self, before: datetime, limit: int) -> list[str]:
         """Stateless sessions idle since before `before`; see `Store.idle_stateless_sessions`."""
         return await self._read(_idle_stateless_sessions, _ts(before), limit)
 
-    @finish_on_cancel
     async def delete_idle_stateless_session(self, session_id: str, before: datetime) -> bool:
         """Delete an idle stateless session; see `Store.delete_idle_stateless_session`."""
         return await self._write(_delete_idle_stateless_session, session_id, _ts(before))
 
     # --- messages -------------------------------------------------------------------------
 
-    @finish_on_cancel
     async def list_messages(self, session_id: str) -> list[StoredMessage]:
         """The conversation in order."""
         return await self._read(_list_messages, session_id)
 
-    @finish_on_cancel
     async def append_messages(
         self,
         session_id: str,
@@ -214,14 +206,12 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         if messages:
             await self._write(_append_messages, session_id, run_id, messages, fence)
 
-    @finish_on_cancel
     async def remove_last_turn(self, session_id: str, run_id: str) -> bool:
         """Remove the run's messages if they end the conversation; see `Store.remove_last_turn`."""
         return await self._write(_remove_last_turn, session_id, run_id)
 
     # --- runs -----------------------------------------------------------------------------
 
-    @finish_on_cancel
     async def create_run(
         self,
         run: RunRecord,
@@ -229,11 +219,11 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         firing: FiringFence | None = None,
         create_session: bool = False,
         stateless: bool = False,
+        checkpoint: CheckpointRecord | None = None,
     ) -> None:
         """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
-        await self._write(_create_run, run, firing, create_session, stateless)
+        await self._write(_create_run, run, firing, create_session, stateless, checkpoint)
 
-    @finish_on_cancel
     async def update_run(
         self,
         run_id: str,
@@ -249,45 +239,51 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         webhook: outbox.WebhookMessage | None = None,
     ) -> RunRecord:
         """Move a run to `status`; see `Store.update_run`."""
-        started, finished = run_update_stamps(status, started_at, finished_at)
-        parameters = (
-            status,
-            encode_optional_json(output),
-            encode_optional_json(error),
-            encode_optional_json(usage),
-            model,
-            _optional_ts(started_at),
-            _optional_ts(started),
-            _optional_ts(finished_at),
-            _optional_ts(finished),
-            fence,
-            run_id,
-            fence,
-            fence,
+        parameters = _update_parameters(
+            run_id, status, output, error, usage, started_at, finished_at, model, fence
         )
         record = await self._write(_update_run, run_id, parameters, fence, webhook)
         if record is None:
             raise RunNotFound(run_id)
         return record
 
-    @finish_on_cancel
+    async def end_run(
+        self,
+        run_id: str,
+        *,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]] = (),
+        status: RunStatus,
+        output: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        usage: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        fence: int | None = None,
+        webhook: outbox.WebhookMessage | None = None,
+        delete_checkpoint: bool = False,
+    ) -> bool:
+        """A run's end in one transaction; see `Store.end_run`."""
+        parameters = _update_parameters(
+            run_id, status, output, error, usage, None, None, model, fence
+        )
+        return await self._write(
+            _end_run, session_id, run_id, messages, parameters, fence, webhook, delete_checkpoint
+        )
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or None."""
         return await self._read(_get_run, run_id)
 
-    @finish_on_cancel
     async def list_runs(self, session_id: str, limit: int | None = 20) -> list[RunRecord]:
         """The session's most recent runs, newest first; all of them with `limit=None`."""
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         return await self._read(_list_runs, session_id, limit)
 
-    @finish_on_cancel
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs still queued, running or waiting, oldest first."""
         return await self._read(_list_unfinished_runs)
 
-    @finish_on_cancel
     async def usage_totals(
         self,
         *,
@@ -301,14 +297,12 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
 
     # --- the webhook outbox (app.storage.outbox) -------------------------------------------
 
-    @finish_on_cancel
     async def claim_webhooks(
         self, claim: str, *, now: float, until: float, limit: int
     ) -> list[outbox.ClaimedWebhook]:
         """Claim up to ``limit`` due messages until ``until``; see ``Store.claim_webhooks``."""
         return await self._write(outbox.sqlite_claim, claim, now, until, limit)
 
-    @finish_on_cancel
     async def record_webhook_attempt(
         self,
         claimed: outbox.ClaimedWebhook,
@@ -320,12 +314,10 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         """Record an attempt under its claim; see ``Store.record_webhook_attempt``."""
         return await self._write(outbox.sqlite_record, claimed, attempt, state, next_attempt_at)
 
-    @finish_on_cancel
     async def prune_webhooks(self, *, before: float, limit: int) -> int:
         """Delete settled messages past their retention; see ``Store.prune_webhooks``."""
         return await self._write(outbox.sqlite_prune, before, limit)
 
-    @finish_on_cancel
     async def webhook_states(self, run_id: str) -> list[outbox.WebhookState]:
         """The run's webhook messages and their attempts."""
         return await self._read(outbox.sqlite_states, run_id)
@@ -334,24 +326,26 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
 
     async def _call(self, function: Callable[..., T], *args: Any) -> T:
         """Run `function(*args)` on the store's thread; SQLite's operational errors become ours."""
-        if self._closed:
-            raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._thread, functools.partial(function, *args))
-        except sqlite3.OperationalError as exc:
-            # Locked beyond the busy timeout, disk full, I/O error, file gone.
-            raise StorageUnavailable(f"SQLite database {self._path!r}: {exc}") from exc
+        return await self._hop(function.__name__, function, *args)
 
     async def _read(self, function: Callable[..., T], *args: Any) -> T:
         """`function(db, *args)` on the store's thread."""
-        result: T = await self._call(self._on_connection, function, *args)
+        result: T = await self._hop(function.__name__, self._on_connection, function, *args)
         return result
 
     async def _write(self, function: Callable[..., T], *args: Any) -> T:
         """`function(db, *args)` in one write transaction on the store's thread."""
-        result: T = await self._call(self._in_transaction, function, *args)
+        result: T = await self._hop(function.__name__, self._in_transaction, function, *args)
         return result
+
+    async def _hop(self, name: str, function: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
+        try:
+            return await self._jobs.run(name, function, *args)
+        except sqlite3.OperationalError as exc:
+            # Locked beyond the busy timeout, disk full, I/O error, file gone.
+            raise StorageUnavailable(f"SQLite database {self._path!r}: {exc}") from exc
 
     # --- plumbing: on the store's thread ----------------------------------------------------
 
@@ -581,18 +575,20 @@ def _create_run(
     firing: FiringFence | None,
     create_session: bool,
     stateless: bool,
+    checkpoint: CheckpointRecord | None,
 ) -> None:
-    if create_session:
-        owner = _get_or_create_session(db, run.session_id, run.principal, stateless).principal
-    else:
+    title = title_of(run.input)
+    # a session created here is the run's principal's, titled by its input: nothing to read
+    # back or update (the fewer statements, the fewer hand-offs of the GIL on this thread)
+    created = create_session and _insert_session(db, run, stateless, title)
+    if not created:
         row = db.execute(
             "SELECT principal FROM sessions WHERE id = ?", (run.session_id,)
         ).fetchone()
         if row is None:
             raise SessionNotFound(run.session_id)
-        owner = row["principal"]
-    if owner != run.principal:
-        raise SessionOwnedByOther(run.session_id)
+        if row["principal"] != run.principal:
+            raise SessionOwnedByOther(run.session_id)
     try:
         db.execute(
             f"INSERT INTO runs ({_RUN_COLUMNS})"
@@ -620,11 +616,56 @@ def _create_run(
         raise RunAlreadyExists(run.run_id) from exc
     if firing is not None:  # in the same transaction: refused, the insert is rolled back
         take_firing(db, firing, run.run_id)
-    title = title_of(run.input)
-    if title is not None:
+    if checkpoint is not None:  # a new run: no token can be newer than its own
+        insert_checkpoint(db, checkpoint, checkpoint.fence)
+    if title is not None and not created:
         db.execute(
             "UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL", (title, run.session_id)
         )
+
+
+def _insert_session(
+    db: sqlite3.Connection, run: RunRecord, stateless: bool, title: str | None
+) -> bool:
+    """Create the run's session unless it exists; whether this did."""
+    now = _ts(utcnow())
+    return bool(
+        db.execute(
+            "INSERT OR IGNORE INTO sessions"
+            " (id, principal, created_at, updated_at, stateless, title) VALUES (?, ?, ?, ?, ?, ?)",
+            (run.session_id, run.principal, now, now, int(stateless), title),
+        ).rowcount
+    )
+
+
+def _update_parameters(
+    run_id: str,
+    status: RunStatus,
+    output: Mapping[str, Any] | None,
+    error: Mapping[str, Any] | None,
+    usage: Mapping[str, Any] | None,
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    model: str | None,
+    fence: int | None,
+) -> tuple[Any, ...]:
+    """The parameters of ``_update_run``'s statement (checked, encoded, stamped)."""
+    started, finished = run_update_stamps(status, started_at, finished_at)
+    return (
+        status,
+        encode_optional_json(output),
+        encode_optional_json(error),
+        encode_optional_json(usage),
+        model,
+        _optional_ts(started_at),
+        _optional_ts(started),
+        _optional_ts(finished_at),
+        _optional_ts(finished),
+        fence,
+        run_id,
+        fence,
+        fence,
+    )
 
 
 def _update_run(
@@ -634,6 +675,21 @@ def _update_run(
     fence: int | None,
     webhook: outbox.WebhookMessage | None,
 ) -> RunRecord | None:
+    try:
+        _change_run(db, run_id, parameters, fence, webhook)
+    except RunNotFound:
+        return None
+    return _get_run(db, run_id)
+
+
+def _change_run(
+    db: sqlite3.Connection,
+    run_id: str,
+    parameters: tuple[Any, ...],
+    fence: int | None,
+    webhook: outbox.WebhookMessage | None,
+) -> bool:
+    """``_update_run``'s write: whether it changed the run (False: it had ended before)."""
     # the fence is compared in the statement that writes (see app.storage.base)
     changed = db.execute(
         "UPDATE runs SET status = ?, output = COALESCE(?, output),"
@@ -643,20 +699,42 @@ def _update_run(
         f" WHERE run_id = ? AND status NOT IN ({_TERMINAL_SQL}) AND (? IS NULL OR fence <= ?)",
         parameters,
     ).rowcount
-    if not changed and fence is not None:
+    if not changed:
         row = db.execute("SELECT fence FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is not None and row["fence"] > fence:
+        if row is None:
+            raise RunNotFound(run_id)
+        if fence is not None and row["fence"] > fence:
             raise StaleFence(f"run {run_id!r}", fence, row["fence"])
-    if changed == 1 and parameters[0] in TERMINAL_STATUSES:
+        return False
+    if parameters[0] in TERMINAL_STATUSES:
         # the run's end books its tokens, in the same transaction
         db.execute(
             f"INSERT OR IGNORE INTO usage {BOOK_USAGE_SELECT}"
             " WHERE run_id = ? AND usage IS NOT NULL AND finished_at IS NOT NULL",
             (run_id,),
         )
-    if changed == 1 and webhook is not None:
+    if webhook is not None:
         outbox.sqlite_enqueue(db, webhook)  # the run's write and its notification: one commit
-    return _get_run(db, run_id)
+    return True
+
+
+def _end_run(
+    db: sqlite3.Connection,
+    session_id: str,
+    run_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    parameters: tuple[Any, ...],
+    fence: int | None,
+    webhook: outbox.WebhookMessage | None,
+    delete_checkpoint: bool,
+) -> bool:
+    # one transaction: an error in any part (a stale token, a bad message) rolls back all
+    if messages:
+        _append_messages(db, session_id, run_id, messages, fence)
+    ended = _change_run(db, run_id, parameters, fence, webhook)
+    if delete_checkpoint:
+        drop_checkpoint(db, run_id, fence)
+    return ended
 
 
 _USAGE_KEYS: Final = {"agent": "agent", "principal": "principal", "day": "day"}

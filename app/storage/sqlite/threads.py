@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any, Final
 
-from app.storage.base import BackgroundOperations, SessionRecord, encode_json, finish_on_cancel
+from app.storage.base import BackgroundOperations, SessionRecord, encode_json
 from app.storage.rows import SQLITE, session_record
 from app.storage.threads import ThreadQuery
 
@@ -35,18 +35,15 @@ class SQLiteThreads(BackgroundOperations):
     async def _write(self, function: Any, *args: Any) -> Any:  # pragma: no cover - the store's
         raise NotImplementedError
 
-    @finish_on_cancel
     async def set_thread_metadata(self, session_id: str, metadata: Mapping[str, Any]) -> None:
         """Replace the session's metadata object."""
         await self._write(_set, session_id, encode_json(metadata))
 
-    @finish_on_cancel
     async def thread_metadata(self, session_id: str) -> dict[str, Any]:
         """The session's metadata object ({} when it has none)."""
         found: dict[str, Any] = await self._read(_get, session_id)
         return found
 
-    @finish_on_cancel
     async def search_threads(
         self, query: ThreadQuery
     ) -> list[tuple[SessionRecord, dict[str, Any]]]:

@@ -44,9 +44,14 @@ class SwitchedStore:
             if self.down:
                 raise StorageUnavailable("PostgreSQL at test:5432 is unavailable: refused")
             result = await method(*args, **kwargs)
-            if name in ("append_messages", "update_run"):
+            fence = kwargs.get("fence")
+            if name == "end_run":  # the turn (if any) and the outcome, in one write
+                if kwargs.get("messages"):
+                    self.landed.append(("append_messages", str(args[0]), fence))
+                self.landed.append(("update_run", str(args[0]), fence))
+            elif name in ("append_messages", "update_run"):
                 run_id = args[0] if name == "update_run" else args[1]
-                self.landed.append((name, str(run_id), kwargs.get("fence")))
+                self.landed.append((name, str(run_id), fence))
             return result
 
         return call

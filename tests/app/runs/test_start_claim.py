@@ -36,9 +36,11 @@ class CountingBus(RedisBus):
         self.calls: list[tuple[str, str]] = []
         acquire = self.locks.acquire
 
-        async def counted(session_id: str, holder: str, ttl: float) -> Lease | None:
+        async def counted(
+            session_id: str, holder: str, ttl: float, *, exclusive: bool = False
+        ) -> Lease | None:
             self.calls.append(("acquire", holder))
-            return await acquire(session_id, holder, ttl)
+            return await acquire(session_id, holder, ttl, exclusive=exclusive)
 
         self.locks.acquire = counted  # type: ignore[method-assign]
 
