@@ -207,14 +207,20 @@ class Driver:
                     ):
                         await self._after_event(handle, event)
                     del event  # a run now waiting for an answer keeps no event (nor its payload)
-            except RunError:
-                pass  # run.failed or run.cancelled was yielded just before
             except BusError as exc:
                 # fenced off before the runtime's run is closed: what it would store while
                 # closing (a call cut short as its result) must not become the checkpoint the
                 # run is resumed from
                 self._fencing.fence_off(handle, f"its event log failed ({exc})", stop=False)
                 raise
+            except Exception as exc:
+                # the runtime yields its terminal event before it raises the failure:
+                # run.failed or run.cancelled for its own errors, run.failed with the error's
+                # own code for another's (a checkpoint sink's CheckpointUnavailable:
+                # "unavailable"). That event is the run's outcome, not an unexpected failure
+                failed = terminal is not None and terminal.type is AgentEventType.RUN_FAILED
+                if not (isinstance(exc, RunError) or failed):
+                    raise
             finally:
                 await stream.aclose()
         except AgentClosedError:
