@@ -477,6 +477,10 @@ async def test_churn_leaves_nothing_behind(
         "rss MiB (fresh, baseline, after)": [
             round(x / 2**20, 1) for x in (fresh, baseline.rss, after.rss)
         ],
+        "python blocks (baseline, after)": [
+            baseline.state["allocated_blocks"],
+            after.state["allocated_blocks"],
+        ],
         "fds (baseline, after)": [baseline.fds, after.fds],
         "upstream sockets (baseline, after)": [baseline.upstream_sockets, after.upstream_sockets],
         "loop tasks (baseline, after)": [
@@ -539,5 +543,11 @@ async def test_churn_leaves_nothing_behind(
         # (capped at AGENT_REDIS_MAX_CONNECTIONS, 128)
         assert after.postgres_sockets <= max(baseline.postgres_sockets, 10)
         assert after.redis_sockets <= max(baseline.redis_sockets, MAX_RUNS + CONCURRENCY)
-    # and the memory is where the warm-up left it
-    assert after.rss <= baseline.rss * 1.05, report
+    # and the memory is where the warm-up left it. The Python objects' blocks closely: a leak
+    # of one small object a run would be thousands here, where a batch leaves about a thousand
+    # either way (of some 880,000). The resident size (read after the debug probe handed
+    # glibc's free pages back) within a margin for the slack of pymalloc's arenas: 5,000 runs
+    # of the default backend leave 4-6% more resident with the same live blocks, and 12,000
+    # no more than 5,000, where a leak would keep growing
+    assert after.state["allocated_blocks"] <= baseline.state["allocated_blocks"] * 1.02, report
+    assert after.rss <= baseline.rss * 1.10, report

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import functools
 import gc
+import sys
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -81,7 +85,8 @@ async def debug_state(
     """Runs, tasks, locks, subscribers, the agent's active runs and extension waits (only
     with AGENT_DEBUG_ENDPOINTS=1). ``loop_tasks`` counts every task of the worker's loop;
     with ``?gc=true`` the garbage is collected first and ``pending_futures`` counts the
-    futures not done yet, tasks included (a scan of the heap: for leak checks, not polling)."""
+    futures not done yet, tasks included, and ``allocated_blocks`` the Python objects' memory
+    blocks in use (a scan of the heap: for leak checks, not polling)."""
     state = services.manager.debug_state()
     state["loop_tasks"] = len(asyncio.all_tasks())
     if gc_scan:
@@ -89,4 +94,19 @@ async def debug_state(
         state["pending_futures"] = sum(
             1 for item in gc.get_objects() if isinstance(item, asyncio.Future) and not item.done()
         )
+        state["allocated_blocks"] = sys.getallocatedblocks()
+        # hand the allocator's free pages back, so that the resident size read next is what
+        # the process holds, not what glibc kept of a busier moment
+        trim = _heap_trim()
+        if trim is not None:
+            trim(0)
     return state
+
+
+@functools.cache
+def _heap_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, where the process's C library is glibc."""
+    if sys.platform != "linux":
+        return None
+    trim: Callable[[int], int] | None = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    return trim
