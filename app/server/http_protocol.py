@@ -24,7 +24,10 @@ It also gives each request's scope an ``abort`` callable (``scope["extensions"]
 transport still buffers, which closing cannot do (a close waits for the buffer to flush). And a
 ``write_paused`` one (``["agent.write_paused"]``): True while the transport's buffer is over its
 high-water mark, the only time a body write waits; an event stream bounds those writes by its
-send timeout and writes the others without arming a timer.
+send timeout and writes the others without arming a timer. And ``["agent.body_writer"]``: once a
+chunked response's head is sent, a synchronous writer of its further chunks, which an event
+stream uses for each event instead of awaiting ``send`` through every middleware's wrapper (none
+of them looks at a body; the head and the last chunk still go through them).
 
 A subclass rather than another server: it keeps uvicorn's parser, flow control, lifespan,
 workers and signals, and adds one timer handle and two counters per connection (measured in
@@ -40,6 +43,7 @@ import logging
 import re
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,7 +272,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         STATS.open += 1
         self._counted = True
         super().connection_made(transport)
-        self._extensions = {"agent.abort": self._abort, "agent.write_paused": self._write_paused}
+        self._extensions = {
+            "agent.abort": self._abort,
+            "agent.write_paused": self._write_paused,
+            "agent.body_writer": self._body_writer,
+        }
         self._arm_head_timer()
 
     def _abort(self) -> None:
@@ -282,6 +290,33 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _write_paused(self) -> bool:
         """Whether the next body write waits for the client to read (uvicorn's flow control)."""
         return bool(self.flow.write_paused)
+
+    def _body_writer(self) -> Callable[[bytes], bool] | None:
+        """A writer of more chunks of the response under way (its head sent, chunked), bound
+        to this request's cycle; None for any other."""
+        cycle = self.cycle
+        if (
+            cycle is None
+            or not cycle.response_started
+            or cycle.response_complete
+            or not cycle.chunked_encoding
+            or cycle.scope["method"] == "HEAD"
+        ):
+            return None
+        transport = self.transport
+        flow = self.flow
+
+        def write(body: bytes) -> bool:
+            # what uvicorn's send does for a chunk that is not the last, minus the awaits:
+            # False (nothing written) once the client is gone, the response ended, or the
+            # transport is over its high-water mark, where a write must wait its turn
+            if cycle.disconnected or cycle.response_complete or flow.write_paused:
+                return False
+            if body:
+                transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+            return True
+
+        return write
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:

@@ -16,7 +16,8 @@ Each response:
   connection is aborted (``scope["extensions"]["agent.abort"]``, given by
   ``app.server.http_protocol``), which frees what the transport still buffers for it; on that
   server only a write while the transport is paused can wait (``agent.write_paused``), and only
-  those arm the timer: the rest, nearly all, cost no timer each;
+  those arm the timer: the rest, nearly all, cost no timer each, and go out through that
+  server's synchronous writer (``agent.body_writer``), not through every middleware's send;
 - starts with a ``retry:`` field (``AGENT_SSE_RETRY_MS``), an EventSource's reconnect delay;
 - sends ``: ping`` after ``ping`` seconds of silence;
 - on a client gone before the terminal event, calls ``on_gone`` (the run's disconnect policy);
@@ -226,13 +227,16 @@ class EventStreamResponse(Response):
         manager = self._manager
         if manager is not None:
             manager.stream_opened()
-        paused = scope.get("extensions", {}).get("agent.write_paused")
+        extensions = scope.get("extensions") or {}
+        paused = extensions.get("agent.write_paused")
+        body_writer = extensions.get("agent.body_writer")
         try:
             # in a task of its own: each of a long stream's wake-ups then resumes the few
             # frames of the stream, not every middleware's above this response (a
             # cancellation of the request still reaches it: awaiting a task passes it on)
             streaming = asyncio.get_running_loop().create_task(
-                self._stream(subscription, receive, send, paused), name=f"sse:{self._run_id}"
+                self._stream(subscription, receive, send, paused, body_writer),
+                name=f"sse:{self._run_id}",
             )
             aborted = await streaming
         finally:
@@ -249,6 +253,7 @@ class EventStreamResponse(Response):
         receive: Receive,
         send: Send,
         write_paused: Callable[[], bool] | None = None,
+        body_writer: Callable[[], Callable[[bytes], bool] | None] | None = None,
     ) -> bool:
         """Send the log until its end or the client's; True if the connection is to be dropped:
         a write timed out, or the stream ends early (fenced off, or this worker's drain is
@@ -284,6 +289,8 @@ class EventStreamResponse(Response):
                 opening = encoder.opening() if encoder is not None else self._opening
                 if opening:
                     await send({"type": "http.response.body", "body": opening, "more_body": True})
+            # the head is out: the server's writer of the next chunks, if it offers one
+            write = body_writer() if body_writer is not None else None
             while True:
                 batch = await subscription.next()
                 if watch.gone:
@@ -300,8 +307,13 @@ class EventStreamResponse(Response):
                 if last is None:
                     continue
                 body, more = last
-                # most writes complete without waiting; the deadline only bites when the
-                # client stopped reading and the server's buffers are full
+                # most writes complete without waiting: written at once, below the
+                # middleware's send wrappers (which have nothing to do with a body); the
+                # deadline only bites when the client stopped reading and the server's
+                # buffers are full
+                if more and write is not None and write(body):
+                    watch.last_send = loop.time()
+                    continue
                 message = {"type": "http.response.body", "body": body, "more_body": more}
                 if write_paused is not None and not write_paused():
                     await send(message)  # the transport takes it now: nothing to wait for
