@@ -50,7 +50,7 @@ from .errors import (
     SessionBusyError,
     ToolErrorLimitError,
 )
-from .events import AgentEvent, AgentEventType, AgentPhase
+from .events import AgentEvent, AgentEventType, AgentPhase, EventTap
 from .extensions.base import AgentExtension
 from .extensions.events import RunCancelledEvent
 from .messages import AssistantMessage, Message, UserMessage
@@ -325,6 +325,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         *,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
+        tap: EventTap | None = None,
         **options: Unpack[RunOptions],
     ) -> AsyncIterator[AgentEvent]:
         """Stream the run's events. The last one is terminal (``run.completed``/``run.failed``).
@@ -336,9 +337,14 @@ class AgentCore(CapabilityCalls, RunCalls):
         A failed run yields ``run.failed`` and then raises its RunError. Closing the stream early
         cancels the run. Options (``RunOptions``, ``agent_runtime.run_options``) override the
         agent's defaults for this run.
+
+        ``tap``, for a consumer whose work on most events is synchronous: called in the run's
+        own task with an event the stream would otherwise wake the consumer for, at a moment
+        the consumer waits having taken every earlier event; True takes the event there (the
+        stream does not yield it), False leaves it to the stream. It must not block or raise.
         """
         self._check_usable()
-        return self._stream(prompt, config, conversation, options, raise_on_fail=True)
+        return self._stream(prompt, config, conversation, options, raise_on_fail=True, tap=tap)
 
     def resume(
         self,
@@ -346,6 +352,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         *,
         config: AgentRunConfig | None = None,
         conversation: Sequence[Message] | None = None,
+        tap: EventTap | None = None,
         **options: Unpack[RunOptions],
     ) -> AsyncIterator[AgentEvent]:
         """Go on with a run from its checkpoint, with the checkpoint's run and session ids.
@@ -354,7 +361,8 @@ class AgentCore(CapabilityCalls, RunCalls):
         store), then the run's own part is put back; its first event is ``run.resumed``. Open
         calls: a started call of a tool that is not idempotent is not run again (its result
         says the outcome is unknown); approved and denied ones are not asked about again; one
-        that waited for an approval asks again (``is_resumed_ask``). Options as ``stream``'s.
+        that waited for an approval asks again (``is_resumed_ask``). Options and ``tap`` as
+        ``stream``'s.
         """
         self._check_usable()
         if not isinstance(checkpoint, RunCheckpoint):
@@ -364,7 +372,13 @@ class AgentCore(CapabilityCalls, RunCalls):
             base, run_id=checkpoint.run_id, session_id=checkpoint.session_id
         )
         return self._stream(
-            checkpoint.prompt, config, conversation, options, raise_on_fail=True, resume=checkpoint
+            checkpoint.prompt,
+            config,
+            conversation,
+            options,
+            raise_on_fail=True,
+            resume=checkpoint,
+            tap=tap,
         )
 
     def emit_external_event(
@@ -446,6 +460,7 @@ class AgentCore(CapabilityCalls, RunCalls):
         *,
         raise_on_fail: bool,
         resume: RunCheckpoint | None = None,
+        tap: EventTap | None = None,
     ) -> AsyncIterator[AgentEvent]:  # an async generator: aclose() cancels the run
         self._check_usable()
         self._claim_loop()
@@ -471,6 +486,7 @@ class AgentCore(CapabilityCalls, RunCalls):
             self, config, run_id, session_id, run_options, prompt_text, options.get("skill")
         )
         channel = context._channel
+        channel.tap = tap
         self._sessions[session_id] = run_id
         self._runs[run_id] = context
         self.state = context.state

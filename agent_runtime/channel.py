@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
+from collections.abc import Callable
 from typing import Final, Generic, Literal, TypeVar
 
 T = TypeVar("T")
@@ -49,6 +50,7 @@ class Channel(Generic[T]):
         "_idle_waiters",
         "_limit",
         "_put_waiters",
+        "tap",
     )
 
     def __init__(self, limit: int = 64) -> None:
@@ -60,12 +62,23 @@ class Channel(Generic[T]):
         self._put_waiters: deque[asyncio.Future[None]] | None = None
         self._idle_waiters: list[asyncio.Future[None]] | None = None
         self._closed = False
+        self.tap: Callable[[T], bool] | None = None
+        """Offered each item ``put`` while the consumer waits with nothing buffered (it took
+        every earlier item): True takes the item there, in the producer's task, and the
+        consumer is not woken for it. It must not block or raise."""
 
     def __len__(self) -> int:
         return len(self._buffer) - self._head
 
     async def put(self, item: T) -> None:
-        """Append ``item``, waiting while the channel is full."""
+        """Append ``item``, waiting while the channel is full (or hand it to ``tap``)."""
+        tap = self.tap
+        if tap is not None:
+            # the consumer is parked in readable() with everything before this item taken:
+            # taking the item here keeps the order, and spares the consumer's wake-up
+            waiter = self._get_waiter
+            if waiter is not None and not waiter.done() and tap(item):
+                return
         while len(self._buffer) - self._head >= self._limit:
             waiter = asyncio.get_running_loop().create_future()
             if self._put_waiters is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from .model import Usage
 if TYPE_CHECKING:
     from .structured import StructuredOutput
 
-__all__ = ["TERMINAL_EVENT_TYPES", "AgentEvent", "AgentEventType", "AgentPhase"]
+__all__ = ["TERMINAL_EVENT_TYPES", "AgentEvent", "AgentEventType", "AgentPhase", "EventTap"]
 
 
 class AgentEventType(enum.StrEnum):
@@ -153,3 +154,8 @@ class AgentEvent:
                 error["reason"] = self.reason
             return {"error": error}
         return {"reason": self.reason}
+
+
+EventTap = Callable[[AgentEvent], bool]
+"""A consumer's synchronous taker of events, in the run's task (``AgentCore.stream``'s
+``tap``): True when it took the event."""

@@ -19,12 +19,12 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from agent_runtime.agent import AgentRunConfig, AgentRunContext, ModelGate
 from agent_runtime.checkpoints import RunCheckpoint
 from agent_runtime.errors import AgentClosedError, RunError
-from agent_runtime.events import AgentEvent, AgentEventType
+from agent_runtime.events import AgentEvent, AgentEventType, EventTap
 from agent_runtime.messages import Message, ToolCall, message_from_dict
 from agent_runtime.run_options import RunOptions
 from app.admission.budgets import BudgetHold, BudgetUsedUp
@@ -159,8 +159,10 @@ class Driver:
         fence = handle.lease.token
         usage = handle.usage
         handle.in_runtime = True
+
+        tap = _delta_tap(handle, append_nowait) if append_nowait is not None else None
         try:
-            stream = self._agent_events(handle, history, options)
+            stream = self._agent_events(handle, history, options, tap)
             del options, history  # the runtime keeps what it needs; the run may wait for hours
             try:
                 async for event in stream:
@@ -281,7 +283,11 @@ class Driver:
         return options, sink
 
     def _agent_events(
-        self, handle: RunHandle, history: Sequence[Message], options: RunOptions
+        self,
+        handle: RunHandle,
+        history: Sequence[Message],
+        options: RunOptions,
+        tap: EventTap | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """The run's events from its agent: a new run, or one resumed from its checkpoint."""
         config = AgentRunConfig(
@@ -297,11 +303,16 @@ class Driver:
                 RunCheckpoint.from_dict(resumed.data),
                 config=config,
                 conversation=list(history),
+                tap=tap,
                 **options,
             )
         else:
             source = agent.stream(
-                handle.options.prompt, config=config, conversation=list(history), **options
+                handle.options.prompt,
+                config=config,
+                conversation=list(history),
+                tap=tap,
+                **options,
             )
         return cast(AsyncGenerator[AgentEvent, None], source)
 
@@ -442,3 +453,41 @@ def run_options(handle: RunHandle) -> RunOptions:
         options["max_iterations"] = profile.max_iterations
     options.update(handle.options.run_options())
     return options
+
+
+class AppendNowait(Protocol):
+    """A log's append that does not wait (``EventLog.append_nowait`` where a bus has one)."""
+
+    def __call__(self, run_id: str, event: WireEvent, *, fence: int) -> None: ...
+
+
+def _delta_tap(handle: RunHandle, append_nowait: AppendNowait) -> EventTap:
+    """The driver's taker of a token's delta, the run's most frequent event: logged in the
+    runtime's task while the driver waits for it, one task wake-up a token instead of two.
+    Anything else (or a delta with more to do than its append) goes to the driver's loop."""
+    encode = handle.encoder.encode_json
+    text_delta = AgentEventType.TEXT_DELTA
+    reasoning_delta = AgentEventType.REASONING_DELTA
+    run_id = handle.run_id
+    fence = handle.lease.token
+
+    def tap(event: AgentEvent) -> bool:
+        event_type = event.type
+        if event_type is text_delta:
+            name = "text.delta"
+        elif event_type is reasoning_delta:
+            name = "reasoning.delta"
+        else:
+            return False
+        if handle.fenced or handle.status == "waiting" or handle.t_first_event is None:
+            return False
+        seq = handle.seq + 1
+        wire = encode(seq, name, event.ts, delta_json(event.delta))
+        try:
+            append_nowait(run_id, wire, fence=fence)
+        except Exception:  # the loop's own append meets it again, and handles it
+            return False
+        handle.seq = seq
+        return True
+
+    return tap
