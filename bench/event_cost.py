@@ -11,6 +11,7 @@ shows each one's median, so the machine's other work weighs on all of them alike
 
 With ``BENCH_BASELINE_REF`` (say ``main``) the service cases run a second time from that
 commit's tree, in the same rounds: the before and after of a change, side by side.
+``BENCH_ROUNDS`` sets the number of rounds (3; 1 in the quick run).
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def scenario_event_cost(cfg: Config) -> Outcome:
     words = cfg.pick(300, 30)
     clients = cfg.pick(80, 4)
     runs = 1
-    rounds = cfg.pick(3, 1)
+    # more rounds where the machine's neighbours make one round's figures wander
+    rounds = int(os.environ.get("BENCH_ROUNDS") or cfg.pick(3, 1))
     word_clients, word_runs = cfg.pick((10, 60), (2, 5))
     out = Outcome(14, "Cost per event (one write each) and per one-word run")
     out.columns = ["case", "server µs per event", "Redis µs per event", "µs per one-word run"]
