@@ -31,7 +31,7 @@ Errors::
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -43,6 +43,7 @@ __all__ = [
     "BusError",
     "BusUnavailable",
     "CommandHandler",
+    "DirectReader",
     "EventLog",
     "Lease",
     "LeaseLost",
@@ -114,8 +115,20 @@ class Lease:
     token: int
 
 
+DirectReader = Callable[[Sequence[WireEvent]], bool]
+"""A reader's synchronous taker of the events after its cursor (see ``Subscription``): True
+when it took them all, False to have them from ``next`` as usual. It must not block."""
+
+
 class Subscription(Protocol):
-    """One reader of one run's log, from its own cursor. Close it (``aclose``) when done."""
+    """One reader of one run's log, from its own cursor. Close it (``aclose``) when done.
+
+    A subscription may also offer a ``direct`` attribute (a ``DirectReader`` or None), which
+    an event stream sets: while ``next`` waits, the events the log takes from then on are
+    first offered to it, in the appending task (on Redis, once confirmed); those it takes
+    advance the cursor and ``next`` goes on waiting. A reader that writes each event to its
+    client synchronously spares a task wake-up per event.
+    """
 
     @property
     def cursor(self) -> int:

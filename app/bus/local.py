@@ -7,6 +7,7 @@ own: a run's events, cancellation and answers are reachable only on the worker t
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 
@@ -14,6 +15,7 @@ from agent_runtime.extensions.external import ExternalEvent
 from app.bus.base import (
     BusError,
     CommandHandler,
+    DirectReader,
     Lease,
     LeaseLost,
     LogNotFound,
@@ -22,6 +24,8 @@ from app.bus.base import (
 from app.bus.queue import LocalSessionQueue
 
 __all__ = ["LocalBus", "LocalEventLog", "LocalRouter", "LocalSessionLocks", "LocalValues"]
+
+logger = logging.getLogger(__name__)
 
 _EMPTY: tuple[WireEvent, ...] = ()
 # the most events one ``next`` hands out: a reader that is far behind (a backlog, a stalled
@@ -63,14 +67,33 @@ class _RunLog:
         waiters = self.waiters
         if waiters:
             self.waiters = None
+            kept: set[_LocalSubscription] | None = None
             for subscription in waiters:
                 waiter = subscription._waiter
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(None)
+                if waiter is None or waiter.done():
+                    continue
+                if subscription.direct is not None and subscription._deliver_direct():
+                    # handed over at once: the reader goes on waiting for the next event
+                    if kept is None:
+                        kept = set()
+                    kept.add(subscription)
+                    continue
+                waiter.set_result(None)
+            # (nothing above can add a waiter: a direct reader only writes)
+            self.waiters = kept
 
 
 class _LocalSubscription:
-    __slots__ = ("_closed", "_cursor", "_finished", "_interrupted", "_log", "_owner", "_waiter")
+    __slots__ = (
+        "_closed",
+        "_cursor",
+        "_finished",
+        "_interrupted",
+        "_log",
+        "_owner",
+        "_waiter",
+        "direct",
+    )
 
     def __init__(self, owner: LocalEventLog, log: _RunLog, after: int) -> None:
         self._owner = owner
@@ -80,6 +103,7 @@ class _LocalSubscription:
         self._interrupted = False
         self._closed = False
         self._waiter: asyncio.Future[None] | None = None
+        self.direct: DirectReader | None = None
 
     @property
     def cursor(self) -> int:
@@ -122,6 +146,28 @@ class _LocalSubscription:
             if self._take_interrupt() and self._cursor >= log.last_seq:
                 return _EMPTY
         return _EMPTY
+
+    def _deliver_direct(self) -> bool:
+        """Hand the events after the cursor to ``direct`` while ``next`` waits (an append's
+        wake-up, in the writer's task); True if it took them."""
+        log = self._log
+        direct = self.direct
+        if direct is None or log.sealed or self._interrupted or self._closed:
+            return False
+        index = self._cursor + 1 - log.first_seq
+        events = log.events
+        if index < 0 or index >= len(events):
+            return False
+        batch = events[index : index + BATCH_EVENTS]
+        try:
+            taken = direct(batch)
+        except Exception:  # a reader's mistake must not fail the run that appended
+            logger.exception("a direct reader of run %s failed", log.run_id)
+            self.direct = None
+            return False
+        if taken:
+            self._cursor = batch[-1].seq
+        return taken
 
     def _take_interrupt(self) -> bool:
         interrupted, self._interrupted = self._interrupted, False

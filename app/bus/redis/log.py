@@ -36,7 +36,14 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app.bus.base import BusError, BusUnavailable, LeaseLost, LogNotFound, WireEvent
+from app.bus.base import (
+    BusError,
+    BusUnavailable,
+    DirectReader,
+    LeaseLost,
+    LogNotFound,
+    WireEvent,
+)
 from app.bus.redis import scripts
 from app.bus.redis.connection import BLOCK_MS, Keys, text, unavailable
 from app.bus.redis.locks import milliseconds
@@ -85,7 +92,7 @@ class _ReadState:
 
 
 class _Waiter:
-    __slots__ = ("cursor", "future", "run_id")
+    __slots__ = ("cursor", "future", "run_id", "take")
 
     def __init__(self, run_id: str, cursor: int) -> None:
         self.run_id = run_id
@@ -93,6 +100,8 @@ class _Waiter:
         self.future: asyncio.Future[Sequence[WireEvent]] = (
             asyncio.get_running_loop().create_future()
         )
+        # its subscription's direct reader: events it takes leave the waiter waiting
+        self.take: DirectReader | None = None
 
     def release(self, events: Sequence[WireEvent] = _EMPTY) -> None:
         if not self.future.done():
@@ -190,6 +199,10 @@ class _Follower:
             for waiter in list(group):
                 cursor = waiter.cursor
                 if cursor == first - 1:  # the usual reader: right behind the batch
+                    take = waiter.take
+                    if take is not None and not waiter.future.done() and take(events):
+                        waiter.cursor = final  # written already: it waits for the next
+                        continue
                     group.discard(waiter)
                     waiter.release(events)
                 elif first <= cursor < final:
@@ -341,6 +354,7 @@ class RedisSubscription:
         "_reading",
         "_run_id",
         "_waiter",
+        "direct",
     )
 
     def __init__(self, log: RedisEventLog, run_id: str, after: int, prefetched: _ReadState) -> None:
@@ -358,10 +372,27 @@ class RedisSubscription:
         # a read of the log still going on when ``next`` returned on an interrupt: the next
         # call waits for the same read (its cursor has not moved meanwhile)
         self._reading: asyncio.Future[_ReadState | None] | None = None
+        self.direct: DirectReader | None = None
 
     @property
     def cursor(self) -> int:
         return self._cursor
+
+    def _take_direct(self, events: Sequence[WireEvent]) -> bool:
+        """Offer ``direct`` the events Redis just confirmed, right after the cursor, while
+        ``next`` waits for them; True if it took them."""
+        direct = self.direct
+        if direct is None or self._interrupted or self._closed or self._finished:
+            return False
+        try:
+            taken = direct(events)
+        except Exception:  # a reader's mistake must not fail the batch's other readers
+            logger.exception("a direct reader of run %s failed", self._run_id)
+            self.direct = None
+            return False
+        if taken:
+            self._cursor = events[-1].seq
+        return taken
 
     @property
     def finished(self) -> bool:
@@ -410,6 +441,8 @@ class RedisSubscription:
                 self._need_read = True  # the next call looks at the log itself again
                 return _EMPTY
             waiter = log.follower.wait(self._run_id, self._cursor)
+            if self.direct is not None:
+                waiter.take = self._take_direct
             self._waiter = waiter
             try:
                 events = await waiter.future

@@ -78,6 +78,45 @@ async def _wait_disconnect(receive: Receive) -> None:
             return
 
 
+class _DirectWrites:
+    """A stream's ``DirectReader``: each event the log takes while the stream waits, written
+    to the client at once from the appending task (one wake-up an event fewer). It takes an
+    event only when writing it is all there is to do: a single frame, not the run's last, no
+    disconnect, fence or drain to act on, no reader renewal due, the transport not paused."""
+
+    __slots__ = ("loop", "refresh", "renewed", "watch", "write")
+
+    def __init__(
+        self,
+        write: Callable[[bytes], bool],
+        watch: _StreamWatch,
+        refresh: float | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.write = write
+        self.watch = watch
+        self.refresh = refresh
+        self.loop = loop
+        self.renewed = loop.time()
+
+    def __call__(self, events: Sequence[WireEvent]) -> bool:
+        watch = self.watch
+        if len(events) != 1 or watch.gone or watch.fenced or watch.closing:
+            return False
+        event = events[0]
+        frame = event.frame
+        if event.terminal or len(frame) > PIECE_BYTES:
+            return False
+        now = self.loop.time()
+        refresh = self.refresh
+        if refresh is not None and now - self.renewed >= refresh:
+            return False
+        if not self.write(frame):
+            return False
+        watch.last_send = now
+        return True
+
+
 class _StreamWatch:
     """What wakes a stream waiting for its log: the client's disconnect, the run fenced off
     here, the end of this worker's drain, and ``ping`` seconds without a write."""
@@ -291,6 +330,12 @@ class EventStreamResponse(Response):
                     await send({"type": "http.response.body", "body": opening, "more_body": True})
             # the head is out: the server's writer of the next chunks, if it offers one
             write = body_writer() if body_writer is not None else None
+            direct: _DirectWrites | None = None
+            if write is not None and encoder is None and hasattr(subscription, "direct"):
+                # the log's own frames: written from the appending task while this one waits
+                direct = _DirectWrites(write, watch, refresh, loop)
+                direct.renewed = renewed
+                subscription.direct = direct
             while True:
                 batch = await subscription.next()
                 if watch.gone:
@@ -299,6 +344,8 @@ class EventStreamResponse(Response):
                     now = loop.time()
                     if now - renewed >= refresh:
                         renewed = now
+                        if direct is not None:
+                            direct.renewed = now
                         _renew(manager.reader_alive(self._run_id))
                 if self._ends_early(watch, batch, subscription):
                     cut = True
@@ -334,6 +381,8 @@ class EventStreamResponse(Response):
             # resumes with Last-Event-ID once it is back, and the run's fate is the bus's
             logger.warning("event stream of run %s ended: %s", self._run_id, exc)
         finally:
+            if hasattr(subscription, "direct"):
+                subscription.direct = None
             await watch.stop()
             await subscription.aclose()
             if watch.gone and not completed and self._on_gone is not None:
