@@ -31,6 +31,7 @@ Errors::
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,6 +40,7 @@ from agent_runtime.extensions.external import ExternalEvent
 
 __all__ = [
     "TERMINAL_TYPES",
+    "AppendNowait",
     "Bus",
     "BusError",
     "BusUnavailable",
@@ -53,7 +55,10 @@ __all__ = [
     "SharedValues",
     "Subscription",
     "WireEvent",
+    "offer_direct",
 ]
+
+logger = logging.getLogger("app.bus")
 
 TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
@@ -118,6 +123,22 @@ class Lease:
 DirectReader = Callable[[Sequence[WireEvent]], bool]
 """A reader's synchronous taker of the events after its cursor (see ``Subscription``): True
 when it took them all, False to have them from ``next`` as usual. It must not block."""
+
+
+def offer_direct(direct: DirectReader, events: Sequence[WireEvent], run_id: str) -> bool | None:
+    """``direct(events)``, or None (logged) if it raised: a reader's mistake must not fail the
+    append that offered the events; the caller drops that reader and wakes ``next``."""
+    try:
+        return direct(events)
+    except Exception:
+        logger.exception("a direct reader of run %s failed", run_id)
+        return None
+
+
+class AppendNowait(Protocol):
+    """An event log's append that does not wait (``append_nowait``, where a log has one)."""
+
+    def __call__(self, run_id: str, event: WireEvent, *, fence: int) -> None: ...
 
 
 class Subscription(Protocol):

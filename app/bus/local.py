@@ -7,7 +7,6 @@ own: a run's events, cancellation and answers are reachable only on the worker t
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Sequence
 
@@ -20,12 +19,11 @@ from app.bus.base import (
     LeaseLost,
     LogNotFound,
     WireEvent,
+    offer_direct,
 )
 from app.bus.queue import LocalSessionQueue
 
 __all__ = ["LocalBus", "LocalEventLog", "LocalRouter", "LocalSessionLocks", "LocalValues"]
-
-logger = logging.getLogger(__name__)
 
 _EMPTY: tuple[WireEvent, ...] = ()
 # the most events one ``next`` hands out: a reader that is far behind (a backlog, a stalled
@@ -159,10 +157,8 @@ class _LocalSubscription:
         if index < 0 or index >= len(events):
             return False
         batch = events[index : index + BATCH_EVENTS]
-        try:
-            taken = direct(batch)
-        except Exception:  # a reader's mistake must not fail the run that appended
-            logger.exception("a direct reader of run %s failed", log.run_id)
+        taken = offer_direct(direct, batch, log.run_id)
+        if taken is None:
             self.direct = None
             return False
         if taken:

@@ -13,7 +13,7 @@ from agent_runtime.run_context import BARE_CONTEXT
 from app.admission.budgets import Budgets
 from app.admission.slots import Admission
 from app.agents.build import AgentProfile
-from app.bus.base import Bus
+from app.bus.base import AppendNowait, Bus
 from app.errors import Unavailable
 from app.runs.cancel_marks import CancelMarks
 from app.runs.handle import RunHandle
@@ -91,7 +91,7 @@ class RunContext:
         # cancels asked while no worker held their run, for its next owner (app.runs.cancel_marks)
         self.cancel_marks = CancelMarks(bus.values, lease_seconds)
         # the in-process log appends without a coroutine; others are awaited
-        self.append_nowait = getattr(bus.events, "append_nowait", None)
+        self.append_nowait: AppendNowait | None = getattr(bus.events, "append_nowait", None)
         self.admission = admission
         self.metrics = metrics
         self.profiles = dict(profiles)

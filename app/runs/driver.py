@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from agent_runtime.agent import AgentRunConfig, AgentRunContext, ModelGate
 from agent_runtime.checkpoints import RunCheckpoint
@@ -29,7 +29,7 @@ from agent_runtime.messages import Message, ToolCall, message_from_dict
 from agent_runtime.run_options import RunOptions
 from app.admission.budgets import BudgetHold, BudgetUsedUp
 from app.admission.slots import AdmissionRejected, QueueTimeout
-from app.bus.base import BusError, WireEvent
+from app.bus.base import AppendNowait, BusError, WireEvent
 from app.bus.wire import delta_json, encode_data
 from app.runs.branches import branch_path, turns_of
 from app.runs.checkpoints import RunCheckpointSink
@@ -453,12 +453,6 @@ def run_options(handle: RunHandle) -> RunOptions:
         options["max_iterations"] = profile.max_iterations
     options.update(handle.options.run_options())
     return options
-
-
-class AppendNowait(Protocol):
-    """A log's append that does not wait (``EventLog.append_nowait`` where a bus has one)."""
-
-    def __call__(self, run_id: str, event: WireEvent, *, fence: int) -> None: ...
 
 
 def _delta_tap(handle: RunHandle, append_nowait: AppendNowait) -> EventTap:

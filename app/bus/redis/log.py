@@ -43,6 +43,7 @@ from app.bus.base import (
     LeaseLost,
     LogNotFound,
     WireEvent,
+    offer_direct,
 )
 from app.bus.redis import scripts
 from app.bus.redis.connection import BLOCK_MS, Keys, text, unavailable
@@ -378,25 +379,23 @@ class RedisSubscription:
     def cursor(self) -> int:
         return self._cursor
 
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
     def _take_direct(self, events: Sequence[WireEvent]) -> bool:
         """Offer ``direct`` the events Redis just confirmed, right after the cursor, while
         ``next`` waits for them; True if it took them."""
         direct = self.direct
         if direct is None or self._interrupted or self._closed or self._finished:
             return False
-        try:
-            taken = direct(events)
-        except Exception:  # a reader's mistake must not fail the batch's other readers
-            logger.exception("a direct reader of run %s failed", self._run_id)
+        taken = offer_direct(direct, events, self._run_id)
+        if taken is None:
             self.direct = None
             return False
         if taken:
             self._cursor = events[-1].seq
         return taken
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
 
     def _take(self, events: Sequence[WireEvent]) -> Sequence[WireEvent]:
         batch = [event for event in events if event.seq > self._cursor]
