@@ -65,6 +65,16 @@ async def _serve(app: _App) -> AsyncIterator[str]:
         sock.close()
 
 
+async def _get(base: str, app: _App) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw GET on a connection of its own, once the app has sent the response's head."""
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    await app.ready.wait()
+    return reader, writer
+
+
 async def test_chunks_written_at_once_reach_the_client_in_order() -> None:
     app = _App()
     async with (
@@ -97,11 +107,7 @@ async def test_no_writer_for_a_head_request() -> None:
 async def test_the_writer_refuses_once_the_client_is_gone() -> None:
     app = _App()
     async with _serve(app) as base:
-        host, port = base.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        await writer.drain()
-        await app.ready.wait()
+        reader, writer = await _get(base, app)
         write = app.writer
         assert write is not None and write(b"data: 1\n\n")
         assert (await reader.readuntil(b"data: 1\n\n")).endswith(b"data: 1\n\n")
@@ -121,11 +127,7 @@ async def test_a_paused_transport_refuses_the_write() -> None:
     to an awaited send, which waits for the client under the send timeout."""
     app = _App()
     async with _serve(app) as base:
-        host, port = base.removeprefix("http://").split(":")
-        _, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        await writer.drain()
-        await app.ready.wait()
+        _, writer = await _get(base, app)
         write = app.writer
         assert write is not None
         # a client that does not read: the server's buffer fills past its high-water mark
