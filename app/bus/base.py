@@ -45,6 +45,7 @@ __all__ = [
     "BusError",
     "BusUnavailable",
     "CommandHandler",
+    "DirectOffers",
     "DirectReader",
     "EventLog",
     "Lease",
@@ -55,7 +56,6 @@ __all__ = [
     "SharedValues",
     "Subscription",
     "WireEvent",
-    "offer_direct",
 ]
 
 logger = logging.getLogger("app.bus")
@@ -125,14 +125,32 @@ DirectReader = Callable[[Sequence[WireEvent]], bool]
 when it took them all, False to have them from ``next`` as usual. It must not block."""
 
 
-def offer_direct(direct: DirectReader, events: Sequence[WireEvent], run_id: str) -> bool | None:
-    """``direct(events)``, or None (logged) if it raised: a reader's mistake must not fail the
-    append that offered the events; the caller drops that reader and wakes ``next``."""
-    try:
-        return direct(events)
-    except Exception:
-        logger.exception("a direct reader of run %s failed", run_id)
-        return None
+class DirectOffers:
+    """A log's subscription's cursor and ``direct`` reader, and what it does with the events
+    offered to that reader (the base of the logs' subscriptions)."""
+
+    __slots__ = ("_cursor", "direct")
+
+    def __init__(self, cursor: int) -> None:
+        self._cursor = cursor
+        self.direct: DirectReader | None = None
+
+    def _offer(self, events: Sequence[WireEvent], run_id: str) -> bool:
+        """``direct(events)``; the cursor moves past the events it took. A reader that raised
+        is dropped (logged) and the events go to ``next``: a reader's mistake must not fail
+        the append that offered them."""
+        direct = self.direct
+        if direct is None:
+            return False
+        try:
+            taken = direct(events)
+        except Exception:
+            logger.exception("a direct reader of run %s failed", run_id)
+            self.direct = None
+            return False
+        if taken:
+            self._cursor = events[-1].seq
+        return taken
 
 
 class AppendNowait(Protocol):

@@ -14,12 +14,11 @@ from agent_runtime.extensions.external import ExternalEvent
 from app.bus.base import (
     BusError,
     CommandHandler,
-    DirectReader,
+    DirectOffers,
     Lease,
     LeaseLost,
     LogNotFound,
     WireEvent,
-    offer_direct,
 )
 from app.bus.queue import LocalSessionQueue
 
@@ -81,27 +80,17 @@ class _RunLog:
             self.waiters = kept
 
 
-class _LocalSubscription:
-    __slots__ = (
-        "_closed",
-        "_cursor",
-        "_finished",
-        "_interrupted",
-        "_log",
-        "_owner",
-        "_waiter",
-        "direct",
-    )
+class _LocalSubscription(DirectOffers):
+    __slots__ = ("_closed", "_finished", "_interrupted", "_log", "_owner", "_waiter")
 
     def __init__(self, owner: LocalEventLog, log: _RunLog, after: int) -> None:
         self._owner = owner
         self._log = log
-        self._cursor = after
+        super().__init__(after)
         self._finished = False
         self._interrupted = False
         self._closed = False
         self._waiter: asyncio.Future[None] | None = None
-        self.direct: DirectReader | None = None
 
     @property
     def cursor(self) -> int:
@@ -149,21 +138,13 @@ class _LocalSubscription:
         """Hand the events after the cursor to ``direct`` while ``next`` waits (an append's
         wake-up, in the writer's task); True if it took them."""
         log = self._log
-        direct = self.direct
-        if direct is None or log.sealed or self._interrupted or self._closed:
+        if self.direct is None or log.sealed or self._interrupted or self._closed:
             return False
         index = self._cursor + 1 - log.first_seq
         events = log.events
         if index < 0 or index >= len(events):
             return False
-        batch = events[index : index + BATCH_EVENTS]
-        taken = offer_direct(direct, batch, log.run_id)
-        if taken is None:
-            self.direct = None
-            return False
-        if taken:
-            self._cursor = batch[-1].seq
-        return taken
+        return self._offer(events[index : index + BATCH_EVENTS], log.run_id)
 
     def _take_interrupt(self) -> bool:
         interrupted, self._interrupted = self._interrupted, False

@@ -39,11 +39,11 @@ from redis.exceptions import RedisError
 from app.bus.base import (
     BusError,
     BusUnavailable,
+    DirectOffers,
     DirectReader,
     LeaseLost,
     LogNotFound,
     WireEvent,
-    offer_direct,
 )
 from app.bus.redis import scripts
 from app.bus.redis.connection import BLOCK_MS, Keys, text, unavailable
@@ -339,12 +339,11 @@ def _append_error(run_id: str, batch: Batch, status: int) -> BusError | None:
     return BusError(f"run {run_id!r}: event {seqs} does not follow the log's last")
 
 
-class RedisSubscription:
+class RedisSubscription(DirectOffers):
     """One reader of one run's log, from its own cursor (see ``app.bus.base.Subscription``)."""
 
     __slots__ = (
         "_closed",
-        "_cursor",
         "_finished",
         "_interrupted",
         "_log",
@@ -355,13 +354,12 @@ class RedisSubscription:
         "_reading",
         "_run_id",
         "_waiter",
-        "direct",
     )
 
     def __init__(self, log: RedisEventLog, run_id: str, after: int, prefetched: _ReadState) -> None:
         self._log = log
         self._run_id = run_id
-        self._cursor = after
+        super().__init__(after)
         self._prefetched: _ReadState | None = prefetched
         self._need_read = True
         self._finished = False
@@ -373,7 +371,6 @@ class RedisSubscription:
         # a read of the log still going on when ``next`` returned on an interrupt: the next
         # call waits for the same read (its cursor has not moved meanwhile)
         self._reading: asyncio.Future[_ReadState | None] | None = None
-        self.direct: DirectReader | None = None
 
     @property
     def cursor(self) -> int:
@@ -386,16 +383,9 @@ class RedisSubscription:
     def _take_direct(self, events: Sequence[WireEvent]) -> bool:
         """Offer ``direct`` the events Redis just confirmed, right after the cursor, while
         ``next`` waits for them; True if it took them."""
-        direct = self.direct
-        if direct is None or self._interrupted or self._closed or self._finished:
+        if self._interrupted or self._closed or self._finished:
             return False
-        taken = offer_direct(direct, events, self._run_id)
-        if taken is None:
-            self.direct = None
-            return False
-        if taken:
-            self._cursor = events[-1].seq
-        return taken
+        return self._offer(events, self._run_id)
 
     def _take(self, events: Sequence[WireEvent]) -> Sequence[WireEvent]:
         batch = [event for event in events if event.seq > self._cursor]
