@@ -31,7 +31,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     ),  # the service's domain
     frozenset({"telemetry"}),  # logs, metrics, traces of everything above
     frozenset({"bus", "storage"}),  # shared state: the event logs and locks, the records
-    frozenset({"settings", "errors"}),  # the AGENT_* variables, the service's error tree
+    frozenset({"settings", "errors", "tasks"}),  # AGENT_* variables, error tree, task stopping
 )
 
 EXCEPTIONS: Mapping[tuple[str, str], str] = {

@@ -9,12 +9,12 @@ content. The same round removes what an interrupted upload left behind.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from app.storage import FileSweep, Store
+from app.tasks import stop_task
 
 __all__ = ["FileRetention"]
 
@@ -54,10 +54,7 @@ class FileRetention:
     async def aclose(self) -> None:
         """Stop the rounds; a deletion under way finishes on its own (the store's rule)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
 
     async def _run(self) -> None:
         while True:

@@ -26,6 +26,7 @@ from app.runs.fencing import Fencing
 from app.runs.handle import RunHandle
 from app.runs.sweep import LostRunSweep
 from app.storage import StorageUnavailable
+from app.tasks import stop_tasks
 
 __all__ = ["LeaseKeeper"]
 
@@ -60,10 +61,7 @@ class LeaseKeeper:
     async def aclose(self) -> None:
         """Stop the background tasks."""
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        await stop_tasks(tasks)
 
     @property
     def interval(self) -> float:

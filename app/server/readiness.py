@@ -17,6 +17,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from app.tasks import stop_task
+
 __all__ = ["DependencyWatch"]
 
 logger = logging.getLogger("app.server.readiness")
@@ -68,9 +70,7 @@ class DependencyWatch:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait([task])
+        await stop_task(task)
 
     async def probe_once(self) -> None:
         """One round: every dependency probed at once."""

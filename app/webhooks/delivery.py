@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import httpx
 
 from app.storage import ClaimedWebhook, Store, WebhookAttempt, WebhookStatus
+from app.tasks import stop_task
 from app.telemetry.metrics import Metrics
 from app.webhooks.signing import origin_of, sign
 from app.webhooks.targets import TargetRefused, TargetUnresolved, WebhookTargets
@@ -143,9 +144,7 @@ class WebhookSender:
     async def aclose(self) -> None:
         """Stop the task (an attempt in flight is cut; its claim runs out) and close."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait([task])
+        await stop_task(task)
         await self._client.aclose()
 
     async def _run(self) -> None:

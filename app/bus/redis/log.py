@@ -49,6 +49,7 @@ from app.bus.redis import scripts
 from app.bus.redis.connection import BLOCK_MS, Keys, text, unavailable
 from app.bus.redis.locks import milliseconds
 from app.bus.redis.writer import AppendPipeline, Batch
+from app.tasks import stop_task, stop_tasks
 
 __all__ = ["RedisEventLog", "RedisSubscription"]
 
@@ -133,13 +134,8 @@ class _Follower:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait([task])
-        for ring in list(self._rings):
-            ring.cancel()
-        if self._rings:
-            await asyncio.wait(self._rings)
+        await stop_task(task)
+        await stop_tasks(list(self._rings))
         self.release_all()
         await self._client.aclose()
 

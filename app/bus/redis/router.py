@@ -36,6 +36,7 @@ from app.bus.base import CommandHandler
 from app.bus.redis import scripts
 from app.bus.redis.connection import Keys, text, unavailable
 from app.bus.redis.locks import milliseconds
+from app.tasks import stop_task
 
 __all__ = ["RedisRouter"]
 
@@ -89,9 +90,7 @@ class RedisRouter:
 
     async def aclose(self) -> None:
         listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.cancel()
-            await asyncio.wait([listener])
+        await stop_task(listener)
         if self._replies:
             await asyncio.wait(self._replies)
 

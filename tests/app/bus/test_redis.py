@@ -819,3 +819,19 @@ async def test_interrupt_returns_while_a_read_is_stuck_on_a_black_holed_redis(
 async def _reading(subscription: Any) -> bool:
     reading = subscription._reading
     return reading is not None and not reading.done()
+
+
+async def test_a_bus_closes_while_its_follower_is_mid_call(buses: Buses) -> None:
+    # the follower starts its first call (the bell, on a new connection) when a reader first
+    # waits; closing the bus at once cancels it inside redis-py's wait_for of a drain, which
+    # Python 3.11 may swallow: the close must still end
+    bus = await buses.open()
+    await bus.events.create("run_1", session_id="s", fence=1)
+    subscription = await bus.events.subscribe("run_1")
+    reading = asyncio.create_task(subscription.next())
+    await asyncio.sleep(0)
+    await bus.events.append("run_1", event(1), fence=1)
+    assert [e.seq for e in await reading] == [1]
+    await subscription.aclose()
+    async with asyncio.timeout(5):
+        await bus.aclose()
