@@ -12,7 +12,7 @@ keys of different slots), on redis-py's asyncio client. Every key is under one p
     live                  sorted set of unsealed logs (for the lost-run sweep)
     cmd:<worker>          pub/sub channel: commands for one worker
     reply:<request>       list: one command's answer (BLPOP), expires on its own
-    bell:<worker>         stream: wakes a worker's follower (see ``log``)
+    bell:<worker>         stream: wakes a worker's follower (see ``follower``)
     val:<name>            string, PX: a shared value (idempotency keys, re-attach counts...)
     budget:<day>:<name>   INCRBY counter: a token budget's used and reserved tokens that day
 
