@@ -123,8 +123,8 @@ class RedisBus:
         self.where = redact_redis_url(url)
         self.worker = worker_id()
         self.keys = Keys(prefix)
-        # every call but the follower's blocking read shares this pool; the follower has a
-        # connection of its own, outside the cap
+        # every call but the follower's blocking read and the appends shares this pool; those
+        # two have a connection each of their own, outside the cap
         # every call, its attempts (the first and its retries) included, within call_timeout
         connection.CALL_TIMEOUT = call_timeout
         self._client: Redis = make_client(

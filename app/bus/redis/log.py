@@ -39,6 +39,7 @@ from app.bus.base import (
 )
 from app.bus.redis import scripts
 from app.bus.redis.connection import Keys, text, unavailable
+from app.bus.redis.dedicated import DedicatedScript
 from app.bus.redis.follower import MAX_CURSOR, READ_COUNT, Follower, Waiter, decode_entry
 from app.bus.redis.locks import milliseconds
 from app.bus.redis.writer import AppendPipeline, Batch
@@ -303,7 +304,15 @@ class RedisEventLog:
         self._create: Any = client.register_script(scripts.CREATE)
         self._claim: Any = client.register_script(scripts.CLAIM)
         self._claim_undo: Any = client.register_script(scripts.CLAIM_UNDO)
-        self._append: Any = client.register_script(scripts.APPEND)
+        # the call on every event's path: a connection of its own, its command's head encoded
+        # once (the prefix, the log bound and its TTL never change)
+        self._append = DedicatedScript(
+            client,
+            scripts.APPEND,
+            fixed=(keys.prefix, max_events, self._ttl_ms),
+            per_call=2,
+            name=f"agent-appends:{worker}",
+        )
         self._read: Any = client.register_script(scripts.READ)
         self.follower = Follower(follower_client, client, keys, keys.bell(worker))
         self._pipeline = AppendPipeline(self._send, self.follower.confirmed)
@@ -438,11 +447,9 @@ class RedisEventLog:
             )
         if sent:
             header.append("")  # every field ends with RS
-            args = [self._keys.prefix, self._max_events, self._ttl_ms, _RS.join(header)]
-            args.append(b"".join(frames))
             try:
                 async with unavailable(self._where, "appending to an event log"):
-                    answer = await self._append(keys=(), args=args)
+                    answer = await self._append(_RS.join(header), b"".join(frames))
             except BaseException:
                 for run_id, _ in batches:
                     self.follower.stopped_writing(run_id)
@@ -564,6 +571,7 @@ class RedisEventLog:
     async def aclose(self) -> None:
         self.closed = True
         await self._pipeline.aclose()
+        await self._append.aclose()
         await self.follower.aclose()
         if self._tasks:
             await asyncio.wait(self._tasks)
