@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -143,11 +144,18 @@ class RedisServer:
         self.executable = executable
         self.directory = directory
         self.port = free_port()
+        # a Unix socket too, under a short path (the kernel takes 107 bytes at most); Redis
+        # replaces a stale one at its start
+        self.socket = Path(tempfile.gettempdir()) / f"agent-test-redis-{self.port}.sock"
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def unix_url(self) -> str:
+        return f"unix://{self.socket}?db=0"
 
     def start(self) -> None:
         """Start (or restart, on the same port) and wait until it answers."""
@@ -160,6 +168,10 @@ class RedisServer:
                 str(self.port),
                 "--bind",
                 "127.0.0.1",
+                "--unixsocket",
+                str(self.socket),
+                "--unixsocketperm",
+                "700",
                 "--save",
                 "",
                 "--appendonly",

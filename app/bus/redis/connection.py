@@ -103,6 +103,8 @@ def make_client(
     }
     if name is not None:
         options["client_name"] = name
+    if urlsplit(url).scheme == "unix":
+        del options["socket_keepalive"]  # a TCP option: a Unix socket's connection refuses it
     if max_connections is None:
         client: Redis = Redis.from_url(url, **options)
         return client

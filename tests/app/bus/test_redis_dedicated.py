@@ -1,7 +1,7 @@
 """``DedicatedScript``, the appends' call on a connection of its own, against a redis-server of
 the test's own: one connection for every call, a flushed script loaded again, a dropped or
-restarted server met with a new connection, and a call cut short never leaving its reply
-for the next call to read."""
+restarted server met with a new connection, a call cut short never leaving its reply for the
+next call to read; and the bus on a ``unix://`` URL."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from redis.exceptions import ConnectionError, ResponseError
 
 from app.bus.redis.connection import make_client
 from app.bus.redis.dedicated import DedicatedScript
+from tests.support.buses import Buses, event, read_until_finished
 from tests.support.services import RedisServer
 from tests.support.storage import TcpProxy
 
@@ -131,3 +132,18 @@ async def test_a_call_cut_short_never_leaves_its_reply_to_the_next(server: Redis
         await script.aclose()
         await client.aclose()
         await proxy.cut()
+
+
+async def test_a_unix_socket_url_serves_the_bus(server: RedisServer) -> None:
+    # keepalive is a TCP option: a unix:// URL must not be given it (it was, and refused)
+    buses = Buses("unix:")
+    bus = await buses.open(server.unix_url)
+    try:
+        await bus.events.create("run_1", session_id="s", fence=1)
+        subscription = await bus.events.subscribe("run_1")
+        await bus.events.append("run_1", event(1), fence=1)  # the appends' own connection
+        await bus.events.append("run_1", event(2, "run.completed"), fence=1)
+        assert await read_until_finished(subscription) == [1, 2]
+        await subscription.aclose()
+    finally:
+        await bus.aclose()
