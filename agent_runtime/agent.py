@@ -27,40 +27,33 @@ from .capabilities.agent_calls import CapabilityCalls, CapabilityHost
 from .capabilities.jobs import MediaJob
 from .channel import EMPTY, ChannelClosed
 from .checkpoints import CheckpointSink, RunCheckpoint
-from .compaction import DEFAULT_MAX_HISTORY_MESSAGES, ContextCompactor, prepare_context
+from .compaction import DEFAULT_MAX_HISTORY_MESSAGES, ContextCompactor
 from .content import (
     ContentStore,
     MemoryContentStore,
     Prompt,
     check_prompt,
     content_text,
-    store_parts,
 )
 from .conversation import ConversationStore, InMemoryConversationStore
 from .core_arguments import ModelLike, as_bindings, as_skills, check_limits, policy_table
-from .deadlines import RunDeadline
 from .errors import (
     AgentClosedError,
     ConfigurationError,
     LoopAffinityError,
-    MaxIterationsError,
     RunCancelledError,
     RunError,
-    RunTimeoutError,
     SessionBusyError,
-    ToolErrorLimitError,
 )
-from .events import AgentEvent, AgentEventType, AgentPhase, EventTap
+from .events import AgentEvent, AgentEventType, EventTap
 from .extensions.base import AgentExtension
-from .extensions.events import RunCancelledEvent
-from .messages import AssistantMessage, Message, UserMessage
+from .messages import AssistantMessage, Message
 from .model import Usage
 from .model_calls import ModelCalls
 from .run_calls import ChatHost, RunCalls
 from .run_context import (
     BARE_CONTEXT,
     CANCELLED_CALL,
-    HANDOVER,
     AgentResponse,
     AgentRunConfig,
     AgentRunContext,
@@ -70,17 +63,14 @@ from .run_context import (
     ToolGate,
     new_id,
 )
+from .run_loop import RunLoop
 from .run_options import RunOptions
 from .run_setup import (
     build_run_options,
-    first_event,
-    prompt_cache_key,
     run_context,
-    system_prompt,
 )
-from .skills.activation import SkillState
 from .skills.catalogue import SkillManager
-from .structured import StructuredOutput, aoutput_spec, check_answer
+from .structured import StructuredOutput, aoutput_spec
 from .tool_calls import ToolCalls
 from .tools.base import Tool, ToolPolicy
 from .tools.execution import ToolExecutor
@@ -113,7 +103,7 @@ DEFAULT_MAX_ITERATIONS = 50
 DEFAULT_TOOL_ERROR_LIMIT = 5
 
 
-class AgentCore(CapabilityCalls, RunCalls):
+class AgentCore(CapabilityCalls, RunCalls, RunLoop):
     """An agent: a model (or bindings), tools and extensions, serving concurrent runs.
 
     One instance belongs to one event loop. It claims the loop of its first use; use from another
@@ -541,266 +531,8 @@ class AgentCore(CapabilityCalls, RunCalls):
         if self._sessions.get(context.session_id) == context.run_id:
             del self._sessions[context.session_id]
 
-    async def _execute(self, context: AgentRunContext, prompt: Prompt) -> None:
-        state = context.state
-        options = context._options
-        channel = context._channel
-        try:
-            with self.tracer.run(context, content_text(prompt)):
-                try:
-                    # the loop's shared deadlines, not a timer each: a run may wait for hours
-                    with RunDeadline(options.run_timeout) as deadline:
-                        await self._run_loop(context, prompt)
-                except TimeoutError as exc:
-                    if deadline.expired():
-                        raise RunTimeoutError(
-                            options.run_timeout or 0.0, run_id=context.run_id
-                        ) from exc
-                    raise
-        except asyncio.CancelledError:
-            state.phase = AgentPhase.CANCELLED
-            reason = context._cancel_reason or "cancelled"
-            await self._notify_cancelled(context, reason)
-            channel.put_nowait(
-                AgentEvent(
-                    AgentEventType.RUN_CANCELLED,
-                    context.run_id,
-                    context.session_id,
-                    usage=state.usage,
-                    # handed over: the run goes on elsewhere, so it leaves no stopped turn
-                    messages=[] if reason == HANDOVER else state.stopped_messages(),
-                    reason=reason,
-                )
-            )
-            channel.close()
-            raise
-        except Exception as error:
-            if isinstance(error, RunError) and error.run_id is None:
-                error.run_id = context.run_id
-            state.phase = AgentPhase.FAILED
-            state.error = error
-            await self._notify_error(context, error)
-            channel.put_nowait(
-                AgentEvent(
-                    AgentEventType.RUN_FAILED,
-                    context.run_id,
-                    context.session_id,
-                    error_code=getattr(error, "code", "internal"),
-                    error=str(error),
-                    usage=state.usage,
-                    # a finer class of the failure (ProviderError: "malformed_response")
-                    reason=getattr(error, "reason", None),
-                )
-            )
-            channel.close()
-            raise
-        else:
-            channel.close()
-        finally:
-            self._runs.pop(context.run_id, None)
-            if self._sessions.get(context.session_id) == context.run_id:
-                del self._sessions[context.session_id]
-
-    async def _run_loop(self, context: AgentRunContext, prompt: Prompt) -> None:
-        state = context.state
-        options = context._options
-        channel = context._channel
-        await self._start_run(context, prompt)
-        skills = options.skill_state
-        if skills is not None:
-            await self._add_skill_tools(context, skills, content_text(prompt))
-        system = system_prompt(options)
-        output = options.output
-        structured: StructuredOutput | None = None
-        resume = options.resume
-        answers = resume.structured_answers if resume is not None else 0
-        checkpoints = context._checkpoints
-        new_messages = state.added
-        cache_key = prompt_cache_key(options, context.session_id)
-        if resume is not None and resume.calls:
-            await self._finish_open_calls(context, resume)
-        while True:
-            if state.iteration >= options.max_iterations:
-                raise _max_iterations(context)
-            state.iteration += 1
-            state.phase = AgentPhase.MODEL
-            state.messages = await prepare_context(
-                state.messages,
-                compactor=options.context_compactor,
-                max_messages=self.max_history_messages,
-                run_id=context.run_id,
-            )
-            # the request is built and dropped in there: a run waiting for an answer
-            # afterwards keeps none of it (each tool's spec is built once, by the tool)
-            message = await self._model_calls.turn(
-                context,
-                system=system,
-                output_schema=output.schema if output is not None else None,
-                content_store=self.content_store,
-                cache_key=cache_key,
-            )
-            state.messages.append(message)
-            if not message.tool_calls and output is not None:
-                answers += 1
-                structured = await check_answer(
-                    output,
-                    message,
-                    answers,
-                    run_id=context.run_id,
-                    conversation=context.state.messages,
-                )
-                if structured is None:
-                    if checkpoints is not None:
-                        checkpoints.structured_answers = answers
-                    continue
-            new_messages.append(message)
-            if checkpoints is not None:
-                checkpoints.structured_answers = answers
-                checkpoints.open(message.tool_calls)
-                await checkpoints.save(new_messages, state.iteration, state.usage)
-            if not message.tool_calls:
-                break
-            state.phase = AgentPhase.TOOLS
-            # tools have side effects: run them only once the consumer has seen the calls
-            # coming, so a consumer that already left cancels instead
-            await channel.wait_consumer_idle()
-            results = await self._tool_calls.run(context, message.tool_calls)
-            state.messages.extend(results)
-            new_messages.extend(results)
-            if checkpoints is not None:
-                checkpoints.close()
-            if state.consecutive_tool_errors >= self.tool_error_limit:
-                raise _tool_error_limit(context)
-        await self._complete_run(context, message, structured)
-
-    async def _start_run(self, context: AgentRunContext, prompt: Prompt) -> None:
-        """The run's hooks, its conversation so far, and its first event (started or resumed)."""
-        state = context.state
-        options = context._options
-        state.phase = AgentPhase.STARTING
-        for extension in self._extensions:
-            await extension.before_run(context)
-        for extension in self._extensions:
-            await extension.on_tool(context)
-        if options.conversation is not None:
-            # read once: the run's messages hold it from here (a copy would live as long)
-            history, options.conversation = options.conversation, None
-        elif self.conversation_store is not None:
-            history = await self.conversation_store.load(context.session_id)
-        else:
-            history = []
-        resume = options.resume
-        if resume is None:
-            if not isinstance(prompt, str):  # bytes go to the store, the message holds refs
-                prompt = await store_parts(prompt, self.content_store, context.session_id)
-            user = UserMessage(prompt)
-            state.messages = [*history, user]
-            state.added.append(user)
-        else:
-            # the run's own part of the conversation is put back after what came before it
-            state.messages = [*history, *resume.added]
-            state.added.extend(resume.added)
-            state.iteration = resume.iteration
-            state.usage = dataclasses.replace(resume.usage)
-        await context._channel.put(first_event(context, self.bindings.llm[0].model))
-
-    async def _add_skill_tools(
-        self, context: AgentRunContext, skills: SkillState, prompt: str
-    ) -> None:
-        """Start the run's skills and add their tools to the run's own."""
-        options = context._options
-        await skills.start(context, prompt)
-        for name, built in skills.tools().items():
-            if options.tool_filter is not None and not options.tool_filter(built):
-                continue  # the run's filter reaches the skill tools too
-            if name in options.tools:
-                raise ConfigurationError(
-                    f"tool {name!r} collides with the skill tool of that name; rename it"
-                )
-            options.add_tool(name, built)
-
-    async def _finish_open_calls(self, context: AgentRunContext, resume: RunCheckpoint) -> None:
-        """A resumed run's open calls: those of its last model response without a result."""
-        state = context.state
-        results = await self._tool_calls.resume(context, resume)
-        state.messages.extend(results)
-        state.added.extend(results)
-        checkpoints = context._checkpoints
-        if checkpoints is not None:
-            checkpoints.close()
-            await checkpoints.save(state.added, state.iteration, state.usage)
-
-    async def _complete_run(
-        self,
-        context: AgentRunContext,
-        message: AssistantMessage,
-        structured: StructuredOutput | None,
-    ) -> None:
-        """Store the run's turn, tell the extensions, and put ``run.completed``."""
-        state = context.state
-        options = context._options
-        channel = context._channel
-        # the run counts as completed only once its consumer has taken every event
-        await channel.wait_consumer_idle()
-        if self.conversation_store is not None and options.conversation is None:
-            await self.conversation_store.append(context.session_id, state.added)
-        for extension in self._extensions:
-            await extension.on_success(context, message)
-        state.phase = AgentPhase.COMPLETED
-        channel.put_nowait(
-            AgentEvent(
-                AgentEventType.RUN_COMPLETED,
-                context.run_id,
-                context.session_id,
-                message=message,
-                usage=state.usage,
-                messages=state.added,
-                structured=structured,
-            )
-        )
-
-    async def _notify_cancelled(self, context: AgentRunContext, reason: str) -> None:
-        notice = RunCancelledEvent(reason)
-        for extension in self._extensions:
-            try:
-                await extension.on_event(context, notice)
-            except Exception:
-                logger.exception(
-                    "extension %s failed while handling cancellation",
-                    extension.name,
-                    extra={"run_id": context.run_id},
-                )
-
-    async def _notify_error(self, context: AgentRunContext, error: Exception) -> None:
-        for extension in self._extensions:
-            try:
-                await extension.on_error(context, error)
-            except Exception:
-                logger.exception(
-                    "extension %s failed in on_error",
-                    extension.name,
-                    extra={"run_id": context.run_id},
-                )
-
 
 if TYPE_CHECKING:
     # AgentCore is the host its mixins name: a member it lacks is a type error here
     def _hosts(agent: AgentCore) -> tuple[CapabilityHost, ChatHost]:
         return agent, agent
-
-
-def _max_iterations(context: AgentRunContext) -> MaxIterationsError:
-    limit = context._options.max_iterations
-    return MaxIterationsError(
-        f"the model was still calling tools after {limit} model "
-        "calls; raise max_iterations or check the tools' results",
-        run_id=context.run_id,
-    )
-
-
-def _tool_error_limit(context: AgentRunContext) -> ToolErrorLimitError:
-    return ToolErrorLimitError(
-        f"{context.state.consecutive_tool_errors} consecutive tool calls failed or were "
-        "denied; the run was stopped",
-        run_id=context.run_id,
-    )

@@ -40,8 +40,8 @@ WAITING_CHAIN = Counter(
         "Driver.execute": 1,
         "Driver.stream": 1,
         "AgentCore._stream": 1,  # the runtime's stream (an async generator), read by the driver
-        "AgentCore._execute": 1,
-        "AgentCore._run_loop": 1,
+        "RunLoop._execute": 1,  # the run's task, AgentCore's (agent_runtime.run_loop)
+        "RunLoop._run_loop": 1,
         "ToolCalls.run": 1,
         "ToolCalls._prepare_call": 1,
         "ConfirmationExtension.before_tool": 1,
