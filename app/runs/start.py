@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from agent_runtime.errors import ConfigurationError, OutputSchemaError
 from agent_runtime.structured import aoutput_spec
@@ -45,7 +45,7 @@ from app.runs.handle import RunHandle, RunRequestOptions, new_run_id, now
 from app.runs.records import RunRecords
 from app.runs.stopping import RunStopper
 from app.runs.turns import remove_replaced_turn
-from app.storage import SessionOwnedByOther, SessionRecord
+from app.storage import TERMINAL_STATUSES, SessionOwnedByOther, SessionRecord
 from app.storage.files import FileMissing
 
 if TYPE_CHECKING:
@@ -54,6 +54,11 @@ if TYPE_CHECKING:
 __all__ = ["BusyPolicy", "Starter"]
 
 logger = logging.getLogger("app.runs")
+
+ENDING_WAIT: Final = 2.0
+"""Seconds a start waits for the lock of a run whose end is stored but whose terminal event
+(which gives the lock back) is still on its way, before it answers ``session_busy``."""
+_ENDING_POLL: Final = 0.01
 
 _RETRY_AFTER_BUSY = 1.0
 _RETRY_AFTER_DRAINING = 5.0
@@ -341,6 +346,10 @@ class Starter(Generic[BusyT]):
             lease = await context.bus.locks.acquire(session_id, run_id, context.lease_ttl)
             if lease is None:
                 active = await context.bus.locks.holder(session_id)
+        if lease is None and active is not None and await self._end_stored(active):
+            # its end is stored (a client polling the run reads it completed) and its
+            # terminal event gives the lock back a moment later, on whichever worker holds it
+            lease, sent, active = await self._after_end(session_id, run_id, active)
         superseded = None
         if lease is None:
             lease, superseded = await self.busy.on_busy(
@@ -357,6 +366,31 @@ class Starter(Generic[BusyT]):
                 extra={"active_run_id": active},
             )
         return run_id, lease, sent, opened, superseded
+
+    async def _end_stored(self, holder: str) -> bool:
+        """Whether ``holder`` is a run whose end the store holds."""
+        if not holder.startswith("run_"):
+            return False
+        record = await self._context.store.get_run(holder)
+        return record is not None and record.status in TERMINAL_STATUSES
+
+    async def _after_end(
+        self, session_id: str, run_id: str, holder: str
+    ) -> tuple[Lease | None, float, str | None]:
+        """The session's lock once the ended ``holder`` gave it back, within
+        ``ENDING_WAIT``: the lease, when it was asked for, and the holder if it was not."""
+        context = self._context
+        locks = context.bus.locks
+        deadline = context.clock() + ENDING_WAIT
+        while True:
+            await asyncio.sleep(_ENDING_POLL)
+            sent = context.clock()
+            lease = await locks.acquire(session_id, run_id, context.lease_ttl)
+            if lease is not None:
+                return lease, sent, None
+            active = await locks.holder(session_id)
+            if active != holder or context.clock() >= deadline:
+                return None, sent, active
 
     async def _remove_replaced(
         self,
