@@ -2,7 +2,7 @@
 
 One ``cancel()`` is normally enough to stop a task. On Python 3.11 it is not always:
 ``asyncio.wait_for`` drops a cancellation that arrives just as its inner future completes, and
-redis-py waits for every write's drain that way (asyncpg and others wrap calls in it too). A loop
+redis-py waits for every write's drain that way (other client libraries use it too). A loop
 cancelled at that instant goes on as if nothing had happened, and a shutdown waiting for it
 waits forever. ``stop_tasks`` cancels again while a task is still running.
 """
