@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 
 from .bindings import ModelBindings
 from .checkpoints import RunCheckpoint
@@ -279,24 +280,29 @@ class RunLoop:
 
     async def _notify_cancelled(self, context: AgentRunContext, reason: str) -> None:
         notice = RunCancelledEvent(reason)
-        for extension in self._extensions:
-            try:
-                await extension.on_event(context, notice)
-            except Exception:
-                logger.exception(
-                    "extension %s failed while handling cancellation",
-                    extension.name,
-                    extra={"run_id": context.run_id},
-                )
+        await self._tell_each(
+            context, "while handling cancellation", lambda e: e.on_event(context, notice)
+        )
 
     async def _notify_error(self, context: AgentRunContext, error: Exception) -> None:
+        await self._tell_each(context, "in on_error", lambda e: e.on_error(context, error))
+
+    async def _tell_each(
+        self,
+        context: AgentRunContext,
+        doing: str,
+        call: Callable[[AgentExtension], Awaitable[None]],
+    ) -> None:
+        """Call every extension; one that fails is logged and the next is still told (the
+        run is ending either way)."""
         for extension in self._extensions:
             try:
-                await extension.on_error(context, error)
+                await call(extension)
             except Exception:
                 logger.exception(
-                    "extension %s failed in on_error",
+                    "extension %s failed %s",
                     extension.name,
+                    doing,
                     extra={"run_id": context.run_id},
                 )
 
