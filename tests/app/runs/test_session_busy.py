@@ -14,7 +14,7 @@ from app.agents.build import load_config
 from app.bus import Lease, LocalBus
 from app.bus.local import LocalSessionLocks
 from app.errors import SessionBusy
-from app.runs import RunManager, RunRequestOptions
+from app.runs import RunHandle, RunManager, RunRequestOptions
 from app.runs import start as start_module
 from app.server.lifespan import build_agent
 from app.settings import Settings
@@ -89,18 +89,24 @@ async def test_a_lock_lost_twice_is_session_busy(world: tuple[RunManager, RacedB
 # --- a holder whose end is stored, its terminal event (and the lock's release) on the way ----
 
 
+async def _ended_holding_its_lock(manager: RunManager, bus: RacedBus) -> tuple[RunHandle, Lease]:
+    """A run ended and stored (a client polling it reads it ended) whose lock is still held,
+    as if its terminal event had not given it back yet."""
+    bus.raced.races = 0
+    first = await manager.start("anonymous", "s1", RunRequestOptions(input="hello"))
+    await first.finished
+    assert first.status == "completed"
+    held = await bus.locks.acquire("s1", first.run_id, 30.0)
+    assert held is not None
+    return first, held
+
+
 async def test_a_start_waits_for_the_lock_of_a_run_whose_end_is_stored(
     world: tuple[RunManager, RacedBus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manager, bus = world
-    bus.raced.races = 0
     monkeypatch.setattr(start_module, "ENDING_WAIT", 60.0)
-    first = await manager.start("anonymous", "s1", RunRequestOptions(input="hello"))
-    await first.finished
-    assert first.status == "completed"  # stored: a client polling the run reads it ended
-    # its lock, as if its terminal event had not given it back yet
-    held = await bus.locks.acquire("s1", first.run_id, 30.0)
-    assert held is not None
+    _, held = await _ended_holding_its_lock(manager, bus)
     calls = bus.raced.raced_calls
     starting = asyncio.create_task(manager.start("anonymous", "s1", RunRequestOptions(input="hi")))
     # found it held, then asked again after a pause: waiting for it
@@ -117,11 +123,8 @@ async def test_the_wait_ends_in_session_busy_when_the_lock_stays(
     world: tuple[RunManager, RacedBus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manager, bus = world
-    bus.raced.races = 0
     monkeypatch.setattr(start_module, "ENDING_WAIT", 0.05)
-    first = await manager.start("anonymous", "s1", RunRequestOptions(input="hello"))
-    await first.finished
-    assert await bus.locks.acquire("s1", first.run_id, 30.0) is not None
+    first, _ = await _ended_holding_its_lock(manager, bus)
     with pytest.raises(SessionBusy) as caught:
         await manager.start("anonymous", "s1", RunRequestOptions(input="hi"))
     assert caught.value.extra == {"active_run_id": first.run_id}
