@@ -36,7 +36,13 @@ def _modules() -> list[ModuleType]:
         top = importlib.import_module(package)
         found.append(top)
         for info in pkgutil.walk_packages(top.__path__, f"{package}."):
-            found.append(importlib.import_module(info.name))
+            try:
+                found.append(importlib.import_module(info.name))
+            except ModuleNotFoundError as exc:
+                # a module of an optional extra not installed (agent_runtime.local.bert needs
+                # numpy, from the ``local`` extra): a plain ``uv run pytest`` has none of them
+                if (exc.name or "").split(".")[0] in _PACKAGES:
+                    raise
     return found
 
 
