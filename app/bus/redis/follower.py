@@ -208,18 +208,21 @@ class Follower:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            local = self._local
-            issued = {
-                run: min(w.cursor for w in group)
-                for run, group in self._waiters.items()
-                if run not in local
-            }
-            self._issued = issued
-            self._ringing = False
-            self._reading = True
             try:
                 if self._bell_id is None:
+                    # before reading: a ring that came in meanwhile would be older than
+                    # this entry, and an XREAD from it would not see that ring
                     self._bell_id = await self._bell_xadd(self._client)
+                    continue
+                local = self._local
+                issued = {
+                    run: min(w.cursor for w in group)
+                    for run, group in self._waiters.items()
+                    if run not in local
+                }
+                self._issued = issued
+                self._ringing = False
+                self._reading = True
                 streams: dict[Any, Any] = {self._bell: self._bell_id}
                 for run_id, cursor in issued.items():
                     streams[self._keys.log(run_id)] = f"{cursor}-0"

@@ -583,6 +583,45 @@ async def test_a_reader_that_joins_while_the_follower_waits_is_not_missed(buses:
     assert await pending_a == ()
 
 
+async def test_a_reader_that_joins_while_the_follower_marks_its_bell_is_not_missed(
+    buses: Buses,
+) -> None:
+    # The follower's first act is to add an entry to its bell and read from it. A reader
+    # that joins meanwhile must be in that read: a ring of the bell sent then would land
+    # before the follower's own entry, and a read from that entry would not see it.
+    writer, reader = await buses.open(), await buses.open()
+    for run_id in ("run_a", "run_b"):
+        await writer.events.create(run_id, session_id="s", fence=1)
+    follower = reader.events.follower
+    marking = asyncio.Event()
+    marked = asyncio.Event()
+    bell_xadd = follower._bell_xadd
+
+    async def slow_mark(client: Any) -> bytes:
+        if client is follower._client and not marked.is_set():
+            marking.set()
+            await marked.wait()
+        return await bell_xadd(client)
+
+    follower._bell_xadd = slow_mark  # type: ignore[method-assign]
+    first = await reader.events.subscribe("run_a")
+    pending_a = asyncio.ensure_future(first.next())
+    await marking.wait()
+    second = await reader.events.subscribe("run_b")
+    pending_b = asyncio.ensure_future(second.next())
+    await wait_until(lambda: follower.waiting == 2)
+    await wait_until(lambda: not follower._rings)  # a ring, if any, has landed
+    marked.set()
+    await wait_until(lambda: follower._reading)
+    await writer.events.append("run_b", event(1, run_id="run_b"), fence=1)
+    async with asyncio.timeout(2):  # well before the XREAD's own 5 s timeout
+        assert [e.seq for e in await pending_b] == [1]
+    assert not pending_a.done()
+    await first.aclose()
+    await second.aclose()
+    assert await pending_a == ()
+
+
 async def test_a_deleted_log_ends_its_readers(buses: Buses) -> None:
     bus = await buses.open()
     await bus.events.create("run_1", session_id="s", fence=1)
