@@ -1,10 +1,13 @@
 """The SQLite backend: one connection on a thread of its own, WAL, JSON as TEXT.
 
 Each store operation is one plain function run on that thread (statements, transaction and
-the conversion of rows into records together), so the event loop never blocks on disk and
-an operation costs one hand-off to the thread and back, however many statements it runs.
-The thread runs operations one at a time, in the order they were submitted, which is what
-keeps one operation's statements out of another's transaction (``app.storage.sqlite.jobs``).
+the conversion of rows into records together), so the event loop never waits on disk or on
+another process's lock, and an operation costs one hand-off to the thread and back, however
+many statements it runs. The thread runs operations one at a time, in the order they were
+submitted, which is what keeps one operation's statements out of another's transaction
+(``app.storage.sqlite.jobs``). The few short operations of a run's way (its session read, its
+start, its end) run on the loop instead, on a connection of their own, when they can without
+waiting (``app.storage.sqlite.loop_connection``).
 
 An operation of one hand-off needs no task of its own to outlive a cancelled caller (as
 ``finish_on_cancel`` gives the PostgreSQL store's): once submitted it runs on the thread
@@ -59,6 +62,7 @@ from app.storage.schedules import FiringFence
 from app.storage.sqlite.checkpoints import SQLiteCheckpoints, drop_checkpoint, insert_checkpoint
 from app.storage.sqlite.files import SQLiteFiles
 from app.storage.sqlite.jobs import JobThread
+from app.storage.sqlite.loop_connection import LoopConnection, in_transaction
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
 from app.storage.sqlite.schema import BOOK_USAGE_SELECT, SCHEMA_VERSION, migrate
 from app.storage.sqlite.threads import SQLiteThreads
@@ -105,6 +109,7 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         self._path = path
         self._db: sqlite3.Connection | None = None  # used on the store's thread only
         self._jobs = JobThread("sqlite-store")
+        self._on_loop = LoopConnection(self._jobs, self._checkpoint_wal)
         self._closed = False
         self._closing_db: asyncio.Future[None] | None = None
 
@@ -162,7 +167,7 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None."""
-        return await self._read(_get_session, session_id)
+        return await self._quick_read(_get_session, session_id)
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its messages and runs (by ON DELETE CASCADE)."""
@@ -222,7 +227,7 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         checkpoint: CheckpointRecord | None = None,
     ) -> None:
         """Store a new run of a session owned by `run.principal`; see `Store.create_run`."""
-        await self._write(_create_run, run, firing, create_session, stateless, checkpoint)
+        await self._quick_write(_create_run, run, firing, create_session, stateless, checkpoint)
 
     async def update_run(
         self,
@@ -242,7 +247,7 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         parameters = _update_parameters(
             run_id, status, output, error, usage, started_at, finished_at, model, fence
         )
-        record = await self._write(_update_run, run_id, parameters, fence, webhook)
+        record = await self._quick_write(_update_run, run_id, parameters, fence, webhook)
         if record is None:
             raise RunNotFound(run_id)
         return record
@@ -266,13 +271,13 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         parameters = _update_parameters(
             run_id, status, output, error, usage, None, None, model, fence
         )
-        return await self._write(
+        return await self._quick_write(
             _end_run, session_id, run_id, messages, parameters, fence, webhook, delete_checkpoint
         )
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or None."""
-        return await self._read(_get_run, run_id)
+        return await self._quick_read(_get_run, run_id)
 
     async def list_runs(self, session_id: str, limit: int | None = 20) -> list[RunRecord]:
         """The session's most recent runs, newest first; all of them with `limit=None`."""
@@ -338,11 +343,30 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         result: T = await self._hop(function.__name__, self._in_transaction, function, *args)
         return result
 
+    async def _quick_read(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(db, *args)`, on the loop's connection when it can run without waiting
+        (else as `_read`); for an operation on a few rows by key."""
+        return await self._short(function, args, write=False)
+
+    async def _quick_write(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(db, *args)` in one write transaction, on the loop's connection when it
+        can run without waiting (else as `_write`); for an operation on a few rows by key."""
+        return await self._short(function, args, write=True)
+
+    async def _short(self, function: Callable[..., T], args: tuple[Any, ...], *, write: bool) -> T:
+        if self._closed:
+            raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
+        on_thread = self._in_transaction if write else self._on_connection
+        try:
+            return await self._on_loop.short(function, args, write=write, on_thread=on_thread)
+        except sqlite3.OperationalError as exc:
+            raise StorageUnavailable(f"SQLite database {self._path!r}: {exc}") from exc
+
     async def _hop(self, name: str, function: Callable[..., T], *args: Any) -> T:
         if self._closed:
             raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
         try:
-            return await self._jobs.run(name, function, *args)
+            return await self._on_loop.on_thread(name, function, *args)
         except sqlite3.OperationalError as exc:
             # Locked beyond the busy timeout, disk full, I/O error, file gone.
             raise StorageUnavailable(f"SQLite database {self._path!r}: {exc}") from exc
@@ -364,8 +388,15 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         _use_wal(db)
         db.execute("PRAGMA synchronous = NORMAL")
         db.execute("PRAGMA foreign_keys = ON")
+        try:
+            self._on_loop.open(self._path)
+        except sqlite3.Error as exc:
+            db.close()
+            self._db = None
+            raise StorageUnavailable(f"cannot open SQLite database {self._path!r}: {exc}") from exc
 
     def _close_on_thread(self) -> None:
+        self._on_loop.close()
         db, self._db = self._db, None
         if db is not None:
             db.close()
@@ -375,25 +406,16 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
             raise StorageUnavailable(f"the SQLite store {self._path!r} is closed")
         return self._db
 
+    def _checkpoint_wal(self) -> None:
+        # PASSIVE copies what no reader still needs, and never waits for a lock
+        self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
     def _on_connection(self, function: Callable[..., T], *args: Any) -> T:
         return function(self._connection(), *args)
 
     def _in_transaction(self, function: Callable[..., T], *args: Any) -> T:
-        """`function(db, *args)` in one write transaction: committed, or rolled back on error.
-
-        IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
-        cannot fail half-way on another process's lock.
-        """
-        db = self._connection()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            result = function(db, *args)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        return result
+        """`function(db, *args)` in one write transaction (see `in_transaction`)."""
+        return in_transaction(self._connection(), function, *args)
 
 
 # --- operations, each run on the store's thread -----------------------------------------------
