@@ -270,6 +270,12 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: str | None) -> str | None:
         return value if value and value.strip() else None
 
+    @field_validator("database_url")
+    @classmethod
+    def _empty_is_the_default(cls, value: str) -> str:
+        # ``AGENT_DATABASE_URL=`` (an env file's empty line) means the embedded default
+        return value if value.strip() else str(cls.model_fields["database_url"].default)
+
     @field_validator("stream_token_secret")
     @classmethod
     def _blank_secret_is_unset(cls, value: SecretStr | None) -> SecretStr | None:

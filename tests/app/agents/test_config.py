@@ -66,6 +66,7 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENT_CORS_ORIGINS", "https://a.example,https://b.example")
     monkeypatch.setenv("AGENT_API_KEYS", "k1=alice,k2=bob")
     monkeypatch.setenv("AGENT_REDIS_URL", "")
+    monkeypatch.setenv("AGENT_DATABASE_URL", " ")
     monkeypatch.setenv("AGENT_DEBUG_ENDPOINTS", "1")
     settings = Settings()
     assert settings.max_concurrent_runs == 3
@@ -73,6 +74,7 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.cors_origin_list == ["https://a.example", "https://b.example"]
     assert settings.api_key_map == {"k1": "alice", "k2": "bob"}
     assert settings.redis_url is None
+    assert settings.database_url == "sqlite:///./var/agent.db"  # empty: the default
     assert settings.debug_endpoints
     assert "k1" not in repr(settings)
 
