@@ -31,7 +31,7 @@ from app.server.lifespan import check_configuration
 from app.server.listen import ListenError, Server, bind_sockets
 from app.server.supervisor import Listeners, Supervisor
 from app.settings import Settings, unknown_variables
-from app.storage import PostgresStore, StorageError
+from app.storage import PostgresStore, StorageError, database_kind
 from app.telemetry.logs import configure_logging, logging_config
 
 __all__ = ["main"]
@@ -45,7 +45,6 @@ _CHECK_TIMEOUT = 10.0
 # loaded host (importing the app alone took 17-20 s at a load average of 9 on 2 cores), so
 # workers were killed in a loop, "Child process died" and nothing else in the log.
 _WORKER_HEALTHCHECK_TIMEOUT = 60
-_POSTGRES_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,11 +67,12 @@ def _parser() -> argparse.ArgumentParser:
 async def _check_backends(settings: Settings) -> None:
     """Raise unless PostgreSQL (AGENT_DATABASE_URL) and Redis (AGENT_REDIS_URL), when
     configured, answer: a worker is never started against a backend it cannot reach."""
+    kind = database_kind(settings.database_url)
     if settings.redis_url is not None:
         from app.bus.redis import check_redis
 
         await check_redis(settings.redis_url)
-    if settings.database_url.partition("://")[0].lower() in _POSTGRES_SCHEMES:
+    if kind == "postgresql":
         # also applies the migrations once, before the workers race for them
         store = await PostgresStore.connect(
             settings.database_url, min_size=1, max_size=1, operation_timeout=_CHECK_TIMEOUT

@@ -68,6 +68,7 @@ __all__ = [
     "WebhookMessage",
     "WebhookState",
     "WebhookStatus",
+    "database_kind",
     "open_store",
     "redact_url",
     "sqlite_path",
@@ -100,12 +101,21 @@ async def open_store(url: str, *, timeout: float = 30.0) -> Store:  # noqa: ASYN
     `StorageUnavailable` when the database cannot be opened or reached. ``timeout`` bounds
     each PostgreSQL operation (connecting, waiting for a pooled connection, the command).
     """
+    if database_kind(url) == "sqlite":
+        return await SQLiteStore.connect(sqlite_path(url))
+    return await PostgresStore.connect(url, operation_timeout=timeout)
+
+
+def database_kind(url: str) -> str:
+    """``sqlite`` or ``postgresql``: the store AGENT_DATABASE_URL names; raises
+    `StorageConfigError` for a URL no store takes (checked before any worker starts)."""
     scheme, separator, _ = url.partition("://")
     scheme = scheme.lower()
     if separator and scheme == "sqlite":
-        return await SQLiteStore.connect(sqlite_path(url))
+        sqlite_path(url)
+        return "sqlite"
     if separator and scheme in _POSTGRES_SCHEMES:
-        return await PostgresStore.connect(url, operation_timeout=timeout)
+        return "postgresql"
     # Name the scheme only: the rest of the URL may hold a password.
     shown = f"scheme {scheme!r}" if separator else "value"
     raise StorageConfigError(f"AGENT_DATABASE_URL has an unsupported {shown}; use {_EXAMPLES}")

@@ -60,6 +60,25 @@ def test_several_workers_without_a_shared_bus_are_refused(tmp_path: Path) -> Non
     assert "cannot start: --workers 2 needs a shared bus: set AGENT_REDIS_URL" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("mysql://u:secret@db/agent", "unsupported scheme 'mysql'"),
+        ("sqlite://", "'sqlite://' names no SQLite file"),
+    ],
+)
+def test_a_database_url_no_store_takes_is_one_line_and_status_2(
+    tmp_path: Path, url: str, said: str
+) -> None:
+    done = run_cli(tmp_path, clean_env(tmp_path, AGENT_DATABASE_URL=url), "--port", "0")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[-1].startswith("agent-server: cannot start: AGENT_DATABASE_URL "), lines
+    assert said in lines[-1]
+    assert "secret" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_port_in_use_is_one_line_and_status_2(tmp_path: Path, workers: int) -> None:
     env = clean_env(tmp_path, AGENT_ALLOW_UNSHARED_WORKERS="1")
