@@ -22,6 +22,7 @@ from app.storage.rows import SQLITE, checkpoint_record
 
 __all__ = [
     "CHECKPOINTS_MIGRATION",
+    "SHORT_CHECKPOINT",
     "SQLiteCheckpoints",
     "drop_checkpoint",
     "insert_checkpoint",
@@ -42,6 +43,9 @@ CHECKPOINTS_MIGRATION: Final[tuple[str, ...]] = (
     )""",
 )
 
+SHORT_CHECKPOINT: Final = 256 * 1024
+"""Characters of a checkpoint's data at most for it to be written on the loop's connection."""
+
 _COLUMNS: Final = "run_id, session_id, step, event_seq, data, resumes, handover, fence, updated_at"
 
 
@@ -58,10 +62,17 @@ class SQLiteCheckpoints(BackgroundOperations):
     async def _write(self, function: Any, *args: Any) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    async def _quick_write(self, function: Any, *args: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
     async def save_checkpoint(self, record: CheckpointRecord, *, fence: int) -> None:
         """Store the run's checkpoint in place of the last; ``StaleFence`` if the run or its
         checkpoint was written with a newer token."""
-        await self._write(_save, record, fence)
+        # a run saves one after each model response, on its way: on the loop's connection
+        # when it is small enough to write there (app.storage.sqlite.loop_connection)
+        data = encode_json(record.data)
+        write = self._quick_write if len(data) <= SHORT_CHECKPOINT else self._write
+        await write(_save, record, data, fence)
 
     async def get_checkpoint(self, run_id: str) -> CheckpointRecord | None:
         """The run's last checkpoint, or None."""
@@ -95,16 +106,18 @@ def _stored_fence(db: sqlite3.Connection, run_id: str) -> int:
     return int(row[0])
 
 
-def _save(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
+def _save(db: sqlite3.Connection, record: CheckpointRecord, data: str, fence: int) -> None:
     stored = _stored_fence(db, record.run_id)
     if stored > fence:
         raise StaleFence(f"checkpoint of run {record.run_id!r}", fence, stored)
-    insert_checkpoint(db, record, fence)
+    insert_checkpoint(db, record, fence, data)
 
 
-def insert_checkpoint(db: sqlite3.Connection, record: CheckpointRecord, fence: int) -> None:
-    """The checkpoint's row, its fence checked by the caller (or the run new in the caller's
-    transaction, so that no token can be newer)."""
+def insert_checkpoint(
+    db: sqlite3.Connection, record: CheckpointRecord, fence: int, data: str | None = None
+) -> None:
+    """The checkpoint's row (``data``: its data encoded already), its fence checked by the
+    caller (or the run new in the caller's transaction, so that no token can be newer)."""
     db.execute(
         f"INSERT INTO run_checkpoints ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, 0, NULL, ?, ?)"
         " ON CONFLICT (run_id) DO UPDATE SET step = excluded.step,"
@@ -117,7 +130,7 @@ def insert_checkpoint(db: sqlite3.Connection, record: CheckpointRecord, fence: i
             record.session_id,
             record.step,
             record.event_seq,
-            encode_json(record.data),
+            encode_json(record.data) if data is None else data,
             fence,
             _ts(record.updated_at),
         ),

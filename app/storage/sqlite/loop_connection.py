@@ -4,9 +4,10 @@ Handing an operation to the store's thread costs more than most of a run's opera
 the thread and the loop pass the GIL back and forth around every statement (SQLite releases
 it for each step), and each pass is a futex wake-up and a context switch. Under one-word
 runs the hand-offs were about 40 % of the server's CPU, the statements a few percent. So the
-few operations a run makes on its way (read its session, create it with its first
-checkpoint, record its end) run on the loop, on a connection of their own, when that can be
-done without waiting:
+few operations a run makes on its way (read its session and its conversation if short,
+create it with its first checkpoint, save its checkpoints if small, record its status and
+its end) run on the loop, on a connection of their own, when that can be done without
+waiting:
 
 - in the order the store's operations were submitted: a short one runs here only once the
   thread is idle (every job submitted has been answered), and until then it waits in a line

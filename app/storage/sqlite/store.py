@@ -5,9 +5,10 @@ the conversion of rows into records together), so the event loop never waits on 
 another process's lock, and an operation costs one hand-off to the thread and back, however
 many statements it runs. The thread runs operations one at a time, in the order they were
 submitted, which is what keeps one operation's statements out of another's transaction
-(``app.storage.sqlite.jobs``). The few short operations of a run's way (its session read, its
-start, its end) run on the loop instead, on a connection of their own, when they can without
-waiting (``app.storage.sqlite.loop_connection``).
+(``app.storage.sqlite.jobs``). The few short operations of a run's way (its session, a short
+conversation, its start, a small checkpoint, its status, its end) run on the loop instead, on
+a connection of their own, when they can without waiting
+(``app.storage.sqlite.loop_connection``).
 
 An operation of one hand-off needs no task of its own to outlive a cancelled caller (as
 ``finish_on_cancel`` gives the PostgreSQL store's): once submitted it runs on the thread
@@ -85,6 +86,9 @@ _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
     " input, output, error, usage, metadata, model, webhook_url, input_parts"
 )
+# A conversation read on the loop's connection at most (a longer one is read on the thread)
+_SHORT_MESSAGES: Final = 64
+_SHORT_CHARACTERS: Final = 256 * 1024
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 
 
@@ -197,7 +201,11 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
 
     async def list_messages(self, session_id: str) -> list[StoredMessage]:
         """The conversation in order."""
-        return await self._read(_list_messages, session_id)
+        # a run reads its conversation on its way: a short one on the loop's connection
+        listed = await self._quick_read(_short_conversation, session_id)
+        if listed is None:
+            listed = await self._read(_list_messages, session_id)
+        return listed
 
     async def append_messages(
         self,
@@ -546,6 +554,19 @@ def _remove_last_turn(db: sqlite3.Connection, session_id: str, run_id: str) -> b
 
 def _delete_session(db: sqlite3.Connection, session_id: str) -> bool:
     return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+
+
+def _short_conversation(db: sqlite3.Connection, session_id: str) -> list[StoredMessage] | None:
+    """The conversation if it is short (what decoding it holds the loop for is bounded: at
+    most ``_SHORT_MESSAGES`` messages and ``_SHORT_CHARACTERS`` characters), else None."""
+    count, characters = db.execute(
+        "SELECT COUNT(*), COALESCE(SUM(LENGTH(message)), 0) FROM"
+        " (SELECT message FROM messages WHERE session_id = ? LIMIT ?)",
+        (session_id, _SHORT_MESSAGES + 1),
+    ).fetchone()
+    if count > _SHORT_MESSAGES or characters > _SHORT_CHARACTERS:
+        return None
+    return _list_messages(db, session_id)
 
 
 def _list_messages(db: sqlite3.Connection, session_id: str) -> list[StoredMessage]:

@@ -9,12 +9,14 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.storage import RunRecord, SessionRecord, StorageUnavailable
+from app.storage import CheckpointRecord, RunRecord, SessionRecord, StorageUnavailable
+from app.storage.sqlite.checkpoints import SHORT_CHECKPOINT
 from app.storage.sqlite.loop_connection import CHECKPOINT_EVERY
 from app.storage.sqlite.store import SQLiteStore
 
@@ -66,11 +68,55 @@ async def test_a_runs_own_operations_run_on_the_loop(store: SQLiteStore) -> None
     )
     record = await store.get_run("run_a")
     assert record is not None and record.status == "completed"
-    assert store._on_loop.operations - before == 4
+    assert len(await store.list_messages("s1")) == 2  # a short conversation
+    assert store._on_loop.operations - before == 5
     assert jobs.names == []
     # everything else still goes to the thread
-    assert len(await store.list_messages("s1")) == 2
-    assert jobs.names == ["_list_messages"]
+    assert [session.id for session in await store.list_sessions("alice")] == ["s1"]
+    assert jobs.names == ["_list_sessions"]
+
+
+async def test_a_long_conversation_is_read_on_the_thread(store: SQLiteStore) -> None:
+    await store.create_run(_run("run_a"), create_session=True)
+    turn = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hi"}]
+    await store.append_messages("s1", "run_a", turn * 32)  # 64 messages: still short
+    jobs = _ThreadJobs(store)
+    assert len(await store.list_messages("s1")) == 64
+    assert jobs.names == []
+    await store.create_run(_run("run_b"), create_session=True)
+    await store.append_messages("s1", "run_b", turn[:1])
+    assert len(await store.list_messages("s1")) == 65
+    assert jobs.names == ["_append_messages", "_list_messages"]
+    # and a few long messages are as long as many
+    await store.create_run(_run("run_c", "s2"), create_session=True)
+    await store.append_messages("s2", "run_c", [{"role": "user", "content": "x" * 300_000}])
+    assert len(await store.list_messages("s2")) == 1
+    assert jobs.names[-1] == "_list_messages"
+
+
+async def test_a_small_checkpoint_is_written_on_the_loop_and_a_large_one_on_the_thread(
+    store: SQLiteStore,
+) -> None:
+    await store.create_run(_run("run_a"), create_session=True)
+    jobs = _ThreadJobs(store)
+
+    def checkpoint(step: int, text: str) -> CheckpointRecord:
+        return CheckpointRecord(
+            run_id="run_a",
+            session_id="s1",
+            step=step,
+            event_seq=step,
+            data={"messages": [text]},
+            updated_at=datetime.now(UTC),
+        )
+
+    await store.save_checkpoint(checkpoint(1, "short"), fence=0)
+    assert jobs.names == []
+    await store.save_checkpoint(checkpoint(2, "x" * (SHORT_CHECKPOINT + 1)), fence=0)
+    assert jobs.names == ["_save"]
+    stored = await store.get_checkpoint("run_a")
+    assert stored is not None and stored.step == 2
+    assert len(stored.data["messages"][0]) == SHORT_CHECKPOINT + 1
 
 
 async def test_a_short_operation_waits_for_the_operations_submitted_before_it(
