@@ -9,6 +9,10 @@ divided by the events the clients received; with Redis, Redis's own CPU (``INFO 
 the same window is reported beside it. The cases alternate, ``rounds`` times, and the table
 shows each one's median, so the machine's other work weighs on all of them alike.
 
+The one-word runs are measured twice on the service: each in a new session (what a run costs
+at the least), and as the turns of one conversation per client (60 turns: each run reads the
+conversation so far first, as a chat's runs do).
+
 With ``BENCH_BASELINE_REF`` (say ``main``) the service cases run a second time from that
 commit's tree, in the same rounds: the before and after of a change, side by side.
 ``BENCH_ROUNDS`` sets the number of rounds (3; 1 in the quick run).
@@ -85,6 +89,7 @@ def _measure(
     runs: int,
     per: str,
     redis_url: str | None,
+    path: str = "/v1/sessions/{n}/runs",
 ) -> dict[str, dict[str, Any]]:
     """Every server ``rounds`` times in turn: the CPU figures of each round, and Redis's."""
     results: dict[str, dict[str, Any]] = {
@@ -97,7 +102,7 @@ def _measure(
                 "",
                 clients,
                 runs,
-                path="/v1/sessions/{n}/runs",
+                path=path,
                 body=body,
                 ok="event: run.completed",
             )
@@ -124,7 +129,13 @@ def scenario_event_cost(cfg: Config) -> Outcome:
     rounds = int(os.environ.get("BENCH_ROUNDS") or cfg.pick(3, 1))
     word_clients, word_runs = cfg.pick((10, 60), (2, 5))
     out = Outcome(14, "Cost per event (one write each) and per one-word run")
-    out.columns = ["case", "server µs per event", "Redis µs per event", "µs per one-word run"]
+    out.columns = [
+        "case",
+        "server µs per event",
+        "Redis µs per event",
+        "µs per one-word run",
+        "µs per one-word turn",
+    ]
     redis_problem = _redis_ready(cfg.redis_url)
     redis_url = None if redis_problem else cfg.redis_url
     ref = os.environ.get("BENCH_BASELINE_REF")
@@ -188,6 +199,18 @@ def scenario_event_cost(cfg: Config) -> Outcome:
             per_event = _measure(servers, rounds, paced_body, clients, runs, "event", redis_url)
         with _servers(single) as servers:
             per_run = _measure(servers, rounds, word_body, word_clients, word_runs, "run", None)
+            # the same servers again, each client's runs the turns of one conversation
+            services = {name: server for name, server in servers.items() if "service" in name}
+            per_turn = _measure(
+                services,
+                rounds,
+                word_body,
+                word_clients,
+                word_runs,
+                "run",
+                None,
+                path="/v1/sessions/{client}/runs",
+            )
     finally:
         for _, source in sources:
             if source is not None:
@@ -195,9 +218,16 @@ def scenario_event_cost(cfg: Config) -> Outcome:
     event_us = {name: _median(entry["cpu_us"]) for name, entry in per_event.items()}
     redis_us = {name: _median(entry["redis_us"]) for name, entry in per_event.items()}
     run_us = {name: _median(entry["cpu_us"]) for name, entry in per_run.items()}
+    turn_us = {name: _median(entry["cpu_us"]) for name, entry in per_turn.items()}
     for name in dict.fromkeys([*per_event, *per_run]):
         out.rows.append(
-            [name, _fmt(event_us.get(name)), _fmt(redis_us.get(name)), _fmt(run_us.get(name))]
+            [
+                name,
+                _fmt(event_us.get(name)),
+                _fmt(redis_us.get(name)),
+                _fmt(run_us.get(name)),
+                _fmt(turn_us.get(name)),
+            ]
         )
     this = "(this tree)"
     local = event_us.get(f"service, in-process bus {this}")
@@ -219,7 +249,7 @@ def scenario_event_cost(cfg: Config) -> Outcome:
         out.notes.append(f"the in-process bus costs {local / floor:.1f}x the raw ASGI floor")
     if redis_problem:
         out.notes.append(f"Redis cases skipped: {redis_problem}")
-    raw.update(per_event=per_event, per_run=per_run)
+    raw.update(per_event=per_event, per_run=per_run, per_turn=per_turn)
     out.raw = raw
     return out
 

@@ -101,7 +101,8 @@ async def task_relay(spec: Spec) -> Result:
 
     def request_for(client: int, index: int) -> tuple[str, bytes | None]:
         name = f"{tag}-{client}-{index}"
-        path = path_template.replace("{n}", name)
+        # {client}: the same for every run of one client (its turns of one conversation)
+        path = path_template.replace("{n}", name).replace("{client}", f"{tag}-{client}")
         body = None if body_template is None else body_template.replace("{n}", name).encode()
         return path, body
 
