@@ -20,13 +20,25 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from app.storage import Store, open_store
+from app.storage import RunRecord, Store, open_store
 
 POSTGRES_URL = os.environ.get(
     "AGENT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 
 OpenStore = Callable[[], Awaitable[Store]]
+
+
+def running_run(run_id: str, session_id: str = "s1") -> RunRecord:
+    """A running run of alice's, of the default agent, with the input "hello"."""
+    return RunRecord(
+        run_id=run_id,
+        session_id=session_id,
+        principal="alice",
+        agent="default",
+        input="hello",
+        status="running",
+    )
 
 
 def with_query(url: str, **params: str) -> str:

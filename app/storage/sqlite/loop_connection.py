@@ -19,8 +19,8 @@ waiting:
   taken fails at its ``BEGIN IMMEDIATE``;
 - without a WAL checkpoint: SQLite's automatic one (which syncs the files) is off on this
   connection, and every ``CHECKPOINT_EVERY`` writes made here a passive checkpoint runs on
-  the thread instead, in the line as any operation (the short ones wait for it on the loop,
-  as a writer waits for SQLite's own checkpoint).
+  the thread instead, as one of its jobs (the short operations wait for it on the loop, as a
+  writer waits for SQLite's own checkpoint).
 
 What the loop is held for is the statements' own work: measured under one-word runs, about 75
 µs an operation at the median, 330 µs at the 99th percentile, 1 ms at most.
@@ -178,9 +178,9 @@ class LoopConnection:
             if self._writes >= CHECKPOINT_EVERY:
                 self._writes = 0
                 self.checkpoints += 1
-                # in the line: with no write beside it, it copies the whole WAL, and the
-                # next write starts the file over (one that keeps up with the writes never
-                # completes, and the WAL would grow without end)
+                # a job of the thread's, so that no write runs beside it: it copies the
+                # whole WAL and the next write starts the file over (one beside the writes
+                # never completes, and the WAL would grow without end)
                 done = self._jobs.run("wal_checkpoint", self._checkpoint)
                 done.add_done_callback(_log_failure)
         return result

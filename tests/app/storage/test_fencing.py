@@ -8,22 +8,12 @@ from typing import Any
 
 import pytest
 
-from app.storage import RunRecord, StaleFence, Store
+from app.storage import StaleFence, Store
 from tests.support.storage import (
     open_backend_fixture,  # noqa: F401 - provides the fixture open_backend
+    running_run,
     store_fixture,  # noqa: F401 - provides the fixture store
 )
-
-
-def _run(run_id: str, session_id: str = "s1") -> RunRecord:
-    return RunRecord(
-        run_id=run_id,
-        session_id=session_id,
-        principal="alice",
-        agent="default",
-        input="hello",
-        status="running",
-    )
 
 
 def _turn(text: str) -> list[dict[str, Any]]:
@@ -32,7 +22,7 @@ def _turn(text: str) -> list[dict[str, Any]]:
 
 async def _world(store: Store) -> None:
     await store.get_or_create_session("s1", "alice")
-    await store.create_run(_run("run_a"))
+    await store.create_run(running_run("run_a"))
 
 
 async def test_a_newer_token_refuses_an_older_one_on_the_run(store: Store) -> None:
@@ -84,7 +74,7 @@ async def test_messages_after_a_newer_token_wrote_the_run_are_refused(store: Sto
 
 async def test_messages_after_a_newer_run_of_the_session_are_refused(store: Store) -> None:
     await _world(store)
-    await store.create_run(_run("run_b"))
+    await store.create_run(running_run("run_b"))
     await store.append_messages("s1", "run_b", _turn("b"), fence=12)  # the session's next run
     with pytest.raises(StaleFence):
         await store.append_messages("s1", "run_a", _turn("a"), fence=11)

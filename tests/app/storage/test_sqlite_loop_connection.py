@@ -15,21 +15,11 @@ from typing import Any
 
 import pytest
 
-from app.storage import CheckpointRecord, RunRecord, SessionRecord, StorageUnavailable
+from app.storage import CheckpointRecord, SessionRecord, StorageUnavailable
 from app.storage.sqlite.checkpoints import SHORT_CHECKPOINT
 from app.storage.sqlite.loop_connection import CHECKPOINT_EVERY
 from app.storage.sqlite.store import SQLiteStore
-
-
-def _run(run_id: str, session_id: str = "s1") -> RunRecord:
-    return RunRecord(
-        run_id=run_id,
-        session_id=session_id,
-        principal="alice",
-        agent="default",
-        input="hello",
-        status="running",
-    )
+from tests.support.storage import running_run
 
 
 @pytest.fixture
@@ -58,7 +48,7 @@ class _ThreadJobs:
 async def test_a_runs_own_operations_run_on_the_loop(store: SQLiteStore) -> None:
     jobs = _ThreadJobs(store)
     before = store._on_loop.operations
-    await store.create_run(_run("run_a"), create_session=True)
+    await store.create_run(running_run("run_a"), create_session=True)
     assert await store.get_session("s1") is not None
     await store.end_run(
         "run_a",
@@ -77,18 +67,18 @@ async def test_a_runs_own_operations_run_on_the_loop(store: SQLiteStore) -> None
 
 
 async def test_a_long_conversation_is_read_on_the_thread(store: SQLiteStore) -> None:
-    await store.create_run(_run("run_a"), create_session=True)
+    await store.create_run(running_run("run_a"), create_session=True)
     turn = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hi"}]
     await store.append_messages("s1", "run_a", turn * 32)  # 64 messages: still short
     jobs = _ThreadJobs(store)
     assert len(await store.list_messages("s1")) == 64
     assert jobs.names == []
-    await store.create_run(_run("run_b"), create_session=True)
+    await store.create_run(running_run("run_b"), create_session=True)
     await store.append_messages("s1", "run_b", turn[:1])
     assert len(await store.list_messages("s1")) == 65
     assert jobs.names == ["_append_messages", "_list_messages"]
     # and a few long messages are as long as many
-    await store.create_run(_run("run_c", "s2"), create_session=True)
+    await store.create_run(running_run("run_c", "s2"), create_session=True)
     await store.append_messages("s2", "run_c", [{"role": "user", "content": "x" * 300_000}])
     assert len(await store.list_messages("s2")) == 1
     assert jobs.names[-1] == "_list_messages"
@@ -97,7 +87,7 @@ async def test_a_long_conversation_is_read_on_the_thread(store: SQLiteStore) -> 
 async def test_a_small_checkpoint_is_written_on_the_loop_and_a_large_one_on_the_thread(
     store: SQLiteStore,
 ) -> None:
-    await store.create_run(_run("run_a"), create_session=True)
+    await store.create_run(running_run("run_a"), create_session=True)
     jobs = _ThreadJobs(store)
 
     def checkpoint(step: int, text: str) -> CheckpointRecord:
@@ -156,7 +146,7 @@ async def test_a_lock_held_by_another_process_is_waited_for_on_the_thread(
     try:
         jobs = _ThreadJobs(store)
         before = store._on_loop.operations
-        create = asyncio.ensure_future(store.create_run(_run("run_a"), create_session=True))
+        create = asyncio.ensure_future(store.create_run(running_run("run_a"), create_session=True))
         ticks = 0
         while ticks < 50:  # the loop goes on while the write waits for the lock
             await asyncio.sleep(0)
@@ -178,7 +168,7 @@ async def test_the_wal_written_on_the_loop_is_checkpointed(
     before = store._on_loop.checkpoints
     rounds = 6 * CHECKPOINT_EVERY
     for n in range(rounds):
-        await store.create_run(_run(f"run_{n}", f"s{n}"), create_session=True)
+        await store.create_run(running_run(f"run_{n}", f"s{n}"), create_session=True)
     assert store._on_loop.checkpoints - before == rounds // CHECKPOINT_EVERY
     # the checkpoints let the WAL start over: it holds a window's writes, not all of them
     sizes = wal.stat().st_size
@@ -196,7 +186,7 @@ async def test_an_in_memory_store_runs_everything_on_its_thread() -> None:
     store = await SQLiteStore.connect(":memory:")
     try:
         jobs = _ThreadJobs(store)
-        await store.create_run(_run("run_a"), create_session=True)
+        await store.create_run(running_run("run_a"), create_session=True)
         assert await store.get_session("s1") is not None
         assert jobs.names == ["_create_run", "_get_session"]
         assert store._on_loop.operations == 0
@@ -210,4 +200,4 @@ async def test_a_closed_store_refuses_short_operations(tmp_path: Path) -> None:
     with pytest.raises(StorageUnavailable):
         await store.get_session("s1")
     with pytest.raises(StorageUnavailable):
-        await store.create_run(_run("run_a"), create_session=True)
+        await store.create_run(running_run("run_a"), create_session=True)
