@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from agent_runtime import AgentPhase
 from tests.support.asgi import ASGIRequest
 from tests.support.served import TERMINAL, Serve, Served, assert_well_formed, replay
 from tests.support.waiting import wait_until
@@ -255,16 +256,26 @@ async def test_cancel_a_queued_streaming_request(serve: Serve) -> None:
         await served.wait_idle()
 
 
+def _asked(request: Any) -> bool:
+    """Whether the run's stream has its confirmation request (the run waits)."""
+    return any(
+        f.data is not None and f.data.get("data", {}).get("name") == "confirmation_requested"
+        for f in request.events()
+    )
+
+
 async def test_drain_lets_short_runs_finish_and_cancels_the_rest(serve: Serve) -> None:
     # short runs need ~0.3 s, long ones ~10 s: a 2 s drain tells them apart with room for a
-    # loaded machine
-    async with serve(drain_timeout=2.0, demo_slow_seconds=0.1) as served:
+    # loaded machine. Hand-over off: the rest, the run waiting for an answer among them, is
+    # cancelled (with it on, a waiting run is handed over at once: the test below)
+    async with serve(drain_timeout=2.0, demo_slow_seconds=0.1, resume_runs=False) as served:
         short = [stream(served, f"short-{i}", "slow a b") for i in range(5)]
         long = [stream(served, f"long-{i}", "slow " + "w " * 100) for i in range(5)]
         waiting = stream(served, "waiting", "delete y.txt")
         everyone = [*short, *long, waiting]
         for request in everyone:
             await request.wait_for(lambda r: len(r.events()) >= 1)
+        await waiting.wait_for(_asked)  # waiting at the drain's start, or about to
         manager = served.services.manager
         drain = asyncio.ensure_future(manager.drain(2.0))
         for request in everyone:
@@ -279,6 +290,27 @@ async def test_drain_lets_short_runs_finish_and_cancels_the_rest(serve: Serve) -
             assert_well_formed(request.events(), request.headers["x-run-id"])
             assert request.complete
         await served.wait_idle()
+
+
+async def test_drain_hands_a_waiting_run_over_at_once(serve: Serve) -> None:
+    # a run waiting for a person may wait for hours: the drain does not wait for it. Its
+    # stream ends without a terminal event, and its checkpoint says it was handed over (an
+    # answer after the restart resumes it)
+    async with serve(drain_timeout=5.0) as served:
+        waiting = stream(served, "waiting", "delete y.txt")
+        await waiting.wait_for(_asked)
+        run_id = waiting.headers["x-run-id"]
+        active = served.services.agent.active_runs
+        # the run says it waits once its question is out: a moment later it does
+        await wait_until(lambda: run_id in active and active[run_id].phase is AgentPhase.WAITING)
+        started = asyncio.get_running_loop().time()
+        await served.services.manager.drain(5.0)
+        assert asyncio.get_running_loop().time() - started < 4.0  # not the drain's budget
+        await waiting.finish()
+        assert waiting.events()[-1].event not in TERMINAL
+        assert _asked(waiting)
+        checkpoint = await served.services.store.get_checkpoint(run_id)
+        assert checkpoint is not None and checkpoint.handover == "shutdown"
 
 
 async def test_many_disconnects_leave_nothing_behind(serve: Serve) -> None:
