@@ -8,7 +8,6 @@ lands after one with a newer token.
 from __future__ import annotations
 
 import sqlite3
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from app.storage.base import (
@@ -19,6 +18,7 @@ from app.storage.base import (
 )
 from app.storage.checkpoints import CheckpointRecord
 from app.storage.rows import SQLITE, checkpoint_record
+from app.storage.sqlite.timestamps import ts
 
 __all__ = [
     "CHECKPOINTS_MIGRATION",
@@ -47,10 +47,6 @@ SHORT_CHECKPOINT: Final = 256 * 1024
 """Characters of a checkpoint's data at most for it to be written on the loop's connection."""
 
 _COLUMNS: Final = "run_id, session_id, step, event_seq, data, resumes, handover, fence, updated_at"
-
-
-def _ts(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 class SQLiteCheckpoints(BackgroundOperations):
@@ -132,7 +128,7 @@ def insert_checkpoint(
             record.event_seq,
             encode_json(record.data) if data is None else data,
             fence,
-            _ts(record.updated_at),
+            ts(record.updated_at),
         ),
     )
 
@@ -154,7 +150,7 @@ def _take_over(db: sqlite3.Connection, run_id: str, fence: int) -> CheckpointRec
     db.execute(
         "UPDATE run_checkpoints SET resumes = resumes + 1, fence = ?, updated_at = ?"
         " WHERE run_id = ?",
-        (fence, _ts(utcnow()), run_id),
+        (fence, ts(utcnow()), run_id),
     )
     # the run's record too: the lost worker's own end, written late, is refused
     db.execute("UPDATE runs SET fence = MAX(fence, ?) WHERE run_id = ?", (fence, run_id))
@@ -167,7 +163,7 @@ def _park(db: sqlite3.Connection, run_id: str, fence: int, reason: str) -> bool:
         raise StaleFence(f"checkpoint of run {run_id!r}", fence, stored)
     cursor = db.execute(
         "UPDATE run_checkpoints SET handover = ?, updated_at = ? WHERE run_id = ?",
-        (reason, _ts(utcnow()), run_id),
+        (reason, ts(utcnow()), run_id),
     )
     return cursor.rowcount > 0
 

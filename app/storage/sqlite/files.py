@@ -24,7 +24,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Collection
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,6 +35,7 @@ from app.storage.base import (
     utcnow,
 )
 from app.storage.files import FileInUse, FileMissing, FileRecord, FileSweep
+from app.storage.sqlite.timestamps import ts
 
 __all__ = ["FILES_MIGRATION", "SQLiteFiles", "blob_root_of"]
 
@@ -73,10 +74,6 @@ _STALE_STAGED_SECONDS: Final = 3600.0
 def blob_root_of(database: str) -> Path:
     """Where the blobs of the SQLite database at ``database`` live: ``files`` beside it."""
     return Path(database).parent / "files"
-
-
-def _ts(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def _record(row: sqlite3.Row) -> FileRecord:
@@ -172,7 +169,7 @@ class SQLiteFiles(BackgroundOperations):
         unnamed = await asyncio.to_thread(_survey, self.blob_root)
         try:
             swept: FileSweep = await self._write(
-                _sweep, _ts(before), limit, self.blob_root, trash, unnamed
+                _sweep, ts(before), limit, self.blob_root, trash, unnamed
             )
         except BaseException:
             await asyncio.to_thread(_restore_all, trash)
@@ -276,7 +273,7 @@ def _put(
 ) -> None:
     new_blob = db.execute(
         "INSERT OR IGNORE INTO file_blobs (sha256, bytes, created_at) VALUES (?, ?, ?)",
-        (record.sha256, record.bytes, _ts(utcnow())),
+        (record.sha256, record.bytes, ts(utcnow())),
     ).rowcount
     final = _blob_path(root, record.sha256)
     moved = False
@@ -297,7 +294,7 @@ def _put(
                 record.media_type,
                 record.bytes,
                 record.sha256,
-                _ts(record.created_at),
+                ts(record.created_at),
             ),
         )
     except BaseException:

@@ -19,6 +19,7 @@ from app.storage.schedules import (
     FiringStatus,
     ScheduleRecord,
 )
+from app.storage.sqlite.timestamps import optional_ts, ts
 
 __all__ = ["SCHEDULES_MIGRATION", "SQLiteSchedules"]
 
@@ -74,14 +75,6 @@ _FIRING_COLUMNS: Final = (
 )
 
 
-def _ts(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def _opt_ts(value: datetime | None) -> str | None:
-    return None if value is None else _ts(value)
-
-
 def _schedule_values(record: ScheduleRecord) -> tuple[Any, ...]:
     return (
         record.id,
@@ -89,18 +82,18 @@ def _schedule_values(record: ScheduleRecord) -> tuple[Any, ...]:
         record.agent,
         record.input,
         record.cron,
-        _opt_ts(record.at),
+        optional_ts(record.at),
         record.timezone,
         record.session_id,
         record.end_count,
-        _opt_ts(record.end_at),
+        optional_ts(record.end_at),
         record.misfire,
         int(record.paused),
-        _opt_ts(record.next_due_at),
+        optional_ts(record.next_due_at),
         record.fired_count,
         encode_json(record.metadata),
-        _ts(record.created_at),
-        _ts(record.updated_at),
+        ts(record.created_at),
+        ts(record.updated_at),
     )
 
 
@@ -141,7 +134,7 @@ class SQLiteSchedules(BackgroundOperations):
 
     async def due_schedules(self, now: datetime, limit: int) -> list[ScheduleRecord]:
         """Schedules not paused whose next due time is at or before ``now``, earliest first."""
-        found: list[ScheduleRecord] = await self._read(_due_schedules, _ts(now), limit)
+        found: list[ScheduleRecord] = await self._read(_due_schedules, ts(now), limit)
         return found
 
     async def claim_due(
@@ -160,7 +153,7 @@ class SQLiteSchedules(BackgroundOperations):
     ) -> list[FiringRecord]:
         """Take over open firings whose lease ended (token raised): the ones this call won."""
         found: list[FiringRecord] = await self._write(
-            _reclaim_firings, _ts(now), _ts(lease_until), limit
+            _reclaim_firings, ts(now), ts(lease_until), limit
         )
         return found
 
@@ -175,7 +168,7 @@ class SQLiteSchedules(BackgroundOperations):
     ) -> bool:
         """Record what came of a firing, if ``firing.token`` is still its current one."""
         settled: bool = await self._write(
-            _settle_firing, firing, status, run_id, detail, _opt_ts(lease_until)
+            _settle_firing, firing, status, run_id, detail, optional_ts(lease_until)
         )
         return settled
 
@@ -186,7 +179,7 @@ class SQLiteSchedules(BackgroundOperations):
 
 
 def _now() -> str:
-    return _ts(datetime.now(UTC))
+    return ts(datetime.now(UTC))
 
 
 def _create_schedule(db: sqlite3.Connection, record: ScheduleRecord) -> None:
@@ -221,15 +214,15 @@ def _update_schedule(db: sqlite3.Connection, record: ScheduleRecord) -> bool:
             (
                 record.input,
                 record.cron,
-                _opt_ts(record.at),
+                optional_ts(record.at),
                 record.timezone,
                 record.end_count,
-                _opt_ts(record.end_at),
+                optional_ts(record.end_at),
                 record.misfire,
                 int(record.paused),
-                _opt_ts(record.next_due_at),
+                optional_ts(record.next_due_at),
                 encode_json(record.metadata),
-                _ts(record.updated_at),
+                ts(record.updated_at),
                 record.id,
             ),
         ).rowcount
@@ -264,11 +257,11 @@ def _claim_due(
         "UPDATE schedules SET next_due_at = ?, fired_count = fired_count + ?, updated_at = ?"
         " WHERE id = ? AND next_due_at = ? AND fired_count = ? AND paused = 0",
         (
-            _opt_ts(next_due_at),
+            optional_ts(next_due_at),
             counted,
             now,
             schedule.id,
-            _ts(schedule.next_due_at),
+            ts(schedule.next_due_at),
             schedule.fired_count,
         ),
     ).rowcount
@@ -279,10 +272,10 @@ def _claim_due(
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             firing.schedule_id,
-            _ts(firing.due_at),
+            ts(firing.due_at),
             firing.status,
             firing.token,
-            _ts(firing.lease_until),
+            ts(firing.lease_until),
             firing.run_id,
             firing.attempts,
             firing.detail,
@@ -339,7 +332,7 @@ def _settle_firing(
                 lease_until,
                 _now(),
                 firing.schedule_id,
-                _ts(firing.due_at),
+                ts(firing.due_at),
                 firing.token,
             ),
         ).rowcount
@@ -362,7 +355,7 @@ def take_firing(db: sqlite3.Connection, fence: FiringFence, run_id: str) -> None
     moved = db.execute(
         "UPDATE schedule_firings SET status = 'started', run_id = ?, attempts = attempts + 1,"
         " updated_at = ? WHERE schedule_id = ? AND due_at = ? AND token = ? AND status = 'claimed'",
-        (run_id, _now(), fence.schedule_id, _ts(fence.due_at), fence.token),
+        (run_id, _now(), fence.schedule_id, ts(fence.due_at), fence.token),
     ).rowcount
     if moved != 1:
         raise FiringLost(fence)

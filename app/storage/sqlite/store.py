@@ -22,7 +22,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -45,7 +45,6 @@ from app.storage.base import (
     encode_json,
     encode_optional_json,
     encode_parts,
-    message_role,
     run_update_stamps,
     title_of,
     utcnow,
@@ -56,7 +55,6 @@ from app.storage.rows import (
     USAGE_SUMS,
     run_record,
     session_record,
-    stored_message,
     usage_total,
 )
 from app.storage.schedules import FiringFence
@@ -64,9 +62,16 @@ from app.storage.sqlite.checkpoints import SQLiteCheckpoints, drop_checkpoint, i
 from app.storage.sqlite.files import SQLiteFiles
 from app.storage.sqlite.jobs import JobThread
 from app.storage.sqlite.loop_connection import LoopConnection, in_transaction
+from app.storage.sqlite.messages import (
+    delete_last_turn,
+    insert_messages,
+    select_messages,
+    select_short_conversation,
+)
 from app.storage.sqlite.schedules import SQLiteSchedules, take_firing
 from app.storage.sqlite.schema import BOOK_USAGE_SELECT, SCHEMA_VERSION, migrate
 from app.storage.sqlite.threads import SQLiteThreads
+from app.storage.sqlite.timestamps import optional_ts, ts
 
 logger = logging.getLogger("app.storage")
 
@@ -81,24 +86,11 @@ _BUSY_TIMEOUT_SECONDS: Final = 10.0
 _SESSION_COLUMNS: Final = (
     "id, principal, created_at, updated_at, message_count, last_run_id, title, stateless"
 )
-_MESSAGE_COLUMNS: Final = "session_id, run_id, position, role, message, created_at"
 _RUN_COLUMNS: Final = (
     "run_id, session_id, principal, agent, status, created_at, started_at, finished_at,"
     " input, output, error, usage, metadata, model, webhook_url, input_parts"
 )
-# A conversation read on the loop's connection at most (a longer one is read on the thread)
-_SHORT_MESSAGES: Final = 64
-_SHORT_CHARACTERS: Final = 256 * 1024
 _TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
-
-
-def _ts(value: datetime) -> str:
-    # Fixed-width UTC text sorts in time order, so ORDER BY created_at works on TEXT.
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def _optional_ts(value: datetime | None) -> str | None:
-    return None if value is None else _ts(value)
 
 
 def _make_parent_dirs(path: str) -> None:
@@ -191,20 +183,20 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
 
     async def idle_stateless_sessions(self, before: datetime, limit: int) -> list[str]:
         """Stateless sessions idle since before `before`; see `Store.idle_stateless_sessions`."""
-        return await self._read(_idle_stateless_sessions, _ts(before), limit)
+        return await self._read(_idle_stateless_sessions, ts(before), limit)
 
     async def delete_idle_stateless_session(self, session_id: str, before: datetime) -> bool:
         """Delete an idle stateless session; see `Store.delete_idle_stateless_session`."""
-        return await self._write(_delete_idle_stateless_session, session_id, _ts(before))
+        return await self._write(_delete_idle_stateless_session, session_id, ts(before))
 
     # --- messages -------------------------------------------------------------------------
 
     async def list_messages(self, session_id: str) -> list[StoredMessage]:
         """The conversation in order."""
         # a run reads its conversation on its way: a short one on the loop's connection
-        listed = await self._quick_read(_short_conversation, session_id)
+        listed = await self._quick_read(select_short_conversation, session_id)
         if listed is None:
-            listed = await self._read(_list_messages, session_id)
+            listed = await self._read(select_messages, session_id)
         return listed
 
     async def append_messages(
@@ -217,11 +209,11 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
     ) -> None:
         """Append one run's messages atomically; an empty sequence changes nothing."""
         if messages:
-            await self._write(_append_messages, session_id, run_id, messages, fence)
+            await self._write(insert_messages, session_id, run_id, messages, fence)
 
     async def remove_last_turn(self, session_id: str, run_id: str) -> bool:
         """Remove the run's messages if they end the conversation; see `Store.remove_last_turn`."""
-        return await self._write(_remove_last_turn, session_id, run_id)
+        return await self._write(delete_last_turn, session_id, run_id)
 
     # --- runs -----------------------------------------------------------------------------
 
@@ -306,7 +298,7 @@ class SQLiteStore(SQLiteCheckpoints, SQLiteSchedules, SQLiteThreads, SQLiteFiles
         principal: str | None = None,
     ) -> list[UsageTotal]:
         """Tokens of the runs finished in ``[start, end)``; see ``Store.usage_totals``."""
-        return await self._read(_usage_totals, _ts(start), _ts(end), group_by, principal)
+        return await self._read(_usage_totals, ts(start), ts(end), group_by, principal)
 
     # --- the webhook outbox (app.storage.outbox) -------------------------------------------
 
@@ -466,7 +458,7 @@ def _get_session(db: sqlite3.Connection, session_id: str) -> SessionRecord | Non
 def _get_or_create_session(
     db: sqlite3.Connection, session_id: str, principal: str, stateless: bool
 ) -> SessionRecord:
-    now = _ts(utcnow())
+    now = ts(utcnow())
     db.execute(
         "INSERT OR IGNORE INTO sessions (id, principal, created_at, updated_at, stateless)"
         " VALUES (?, ?, ?, ?, ?)",
@@ -494,7 +486,7 @@ def _list_sessions(
             f"SELECT {_SESSION_COLUMNS} FROM sessions"
             " WHERE principal = ? AND stateless = 0 AND (updated_at, id) < (?, ?)"
             " ORDER BY updated_at DESC, id DESC LIMIT ?",
-            (principal, _ts(before.updated_at), before.session_id, limit),
+            (principal, ts(before.updated_at), before.session_id, limit),
         ).fetchall()
     return [session_record(row, SQLITE) for row in rows]
 
@@ -526,90 +518,8 @@ def _delete_idle_stateless_session(db: sqlite3.Connection, session_id: str, befo
     return deleted > 0
 
 
-def _remove_last_turn(db: sqlite3.Connection, session_id: str, run_id: str) -> bool:
-    first = db.execute(
-        "SELECT MIN(position) FROM messages WHERE session_id = ? AND run_id = ?",
-        (session_id, run_id),
-    ).fetchone()[0]
-    if first is None:
-        return True  # the run stored nothing
-    later = db.execute(
-        "SELECT 1 FROM messages WHERE session_id = ? AND position > ? AND run_id != ? LIMIT 1",
-        (session_id, first, run_id),
-    ).fetchone()
-    if later is not None:
-        return False
-    removed = db.execute(
-        "DELETE FROM messages WHERE session_id = ? AND run_id = ?", (session_id, run_id)
-    ).rowcount
-    if removed:
-        db.execute(
-            "UPDATE sessions SET message_count = message_count - ?, updated_at = ?,"
-            " last_run_id = (SELECT run_id FROM messages WHERE session_id = ?"
-            " ORDER BY position DESC LIMIT 1) WHERE id = ?",
-            (removed, _ts(utcnow()), session_id, session_id),
-        )
-    return True
-
-
 def _delete_session(db: sqlite3.Connection, session_id: str) -> bool:
     return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
-
-
-def _short_conversation(db: sqlite3.Connection, session_id: str) -> list[StoredMessage] | None:
-    """The conversation if it is short (what decoding it holds the loop for is bounded: at
-    most ``_SHORT_MESSAGES`` messages and ``_SHORT_CHARACTERS`` characters), else None."""
-    count, characters = db.execute(
-        "SELECT COUNT(*), COALESCE(SUM(LENGTH(message)), 0) FROM"
-        " (SELECT message FROM messages WHERE session_id = ? LIMIT ?)",
-        (session_id, _SHORT_MESSAGES + 1),
-    ).fetchone()
-    if count > _SHORT_MESSAGES or characters > _SHORT_CHARACTERS:
-        return None
-    return _list_messages(db, session_id)
-
-
-def _list_messages(db: sqlite3.Connection, session_id: str) -> list[StoredMessage]:
-    rows = db.execute(
-        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY position",
-        (session_id,),
-    ).fetchall()
-    return [stored_message(row, SQLITE) for row in rows]
-
-
-def _append_messages(
-    db: sqlite3.Connection,
-    session_id: str,
-    run_id: str,
-    messages: Sequence[Mapping[str, Any]],
-    fence: int | None,
-) -> None:
-    # the write transaction is exclusive: what is read here stays true until it commits
-    row = db.execute(
-        "SELECT message_count, fence, (SELECT fence FROM runs WHERE run_id = ?) AS run_fence"
-        " FROM sessions WHERE id = ?",
-        (run_id, session_id),
-    ).fetchone()
-    if row is None:
-        raise SessionNotFound(session_id)
-    if fence is not None:
-        stored = max(row["fence"], row["run_fence"] or 0)
-        if stored > fence:
-            raise StaleFence(f"session {session_id!r}", fence, stored)
-    start: int = row["message_count"]
-    now = _ts(utcnow())
-    db.execute(
-        "UPDATE sessions SET message_count = message_count + ?, last_run_id = ?,"
-        " updated_at = ?, fence = MAX(fence, COALESCE(?, 0)) WHERE id = ?",
-        (len(messages), run_id, now, fence, session_id),
-    )
-    # Encoding happens inside the transaction: a bad message rolls back the session update
-    # above along with any rows, leaving nothing half-written.
-    rows = [
-        (session_id, run_id, start + i, message_role(i, m), encode_json(m), now)
-        for i, m in enumerate(messages)
-    ]
-    db.executemany(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows)
 
 
 def _create_run(
@@ -642,9 +552,9 @@ def _create_run(
                 run.principal,
                 run.agent,
                 run.status,
-                _ts(run.created_at),
-                _optional_ts(run.started_at),
-                _optional_ts(run.finished_at),
+                ts(run.created_at),
+                optional_ts(run.started_at),
+                optional_ts(run.finished_at),
                 run.input,
                 encode_optional_json(run.output),
                 encode_optional_json(run.error),
@@ -671,7 +581,7 @@ def _insert_session(
     db: sqlite3.Connection, run: RunRecord, stateless: bool, title: str | None
 ) -> bool:
     """Create the run's session unless it exists; whether this did."""
-    now = _ts(utcnow())
+    now = ts(utcnow())
     return bool(
         db.execute(
             "INSERT OR IGNORE INTO sessions"
@@ -700,10 +610,10 @@ def _update_parameters(
         encode_optional_json(error),
         encode_optional_json(usage),
         model,
-        _optional_ts(started_at),
-        _optional_ts(started),
-        _optional_ts(finished_at),
-        _optional_ts(finished),
+        optional_ts(started_at),
+        optional_ts(started),
+        optional_ts(finished_at),
+        optional_ts(finished),
         fence,
         run_id,
         fence,
@@ -773,7 +683,7 @@ def _end_run(
 ) -> bool:
     # one transaction: an error in any part (a stale token, a bad message) rolls back all
     if messages:
-        _append_messages(db, session_id, run_id, messages, fence)
+        insert_messages(db, session_id, run_id, messages, fence)
     ended = _change_run(db, run_id, parameters, fence, webhook)
     if delete_checkpoint:
         drop_checkpoint(db, run_id, fence)

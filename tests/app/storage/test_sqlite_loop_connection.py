@@ -76,12 +76,12 @@ async def test_a_long_conversation_is_read_on_the_thread(store: SQLiteStore) -> 
     await store.create_run(running_run("run_b"), create_session=True)
     await store.append_messages("s1", "run_b", turn[:1])
     assert len(await store.list_messages("s1")) == 65
-    assert jobs.names == ["_append_messages", "_list_messages"]
+    assert jobs.names == ["insert_messages", "select_messages"]
     # and a few long messages are as long as many
     await store.create_run(running_run("run_c", "s2"), create_session=True)
     await store.append_messages("s2", "run_c", [{"role": "user", "content": "x" * 300_000}])
     assert len(await store.list_messages("s2")) == 1
-    assert jobs.names[-1] == "_list_messages"
+    assert jobs.names[-1] == "select_messages"
 
 
 async def test_a_small_checkpoint_is_written_on_the_loop_and_a_large_one_on_the_thread(
