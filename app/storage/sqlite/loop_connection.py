@@ -186,8 +186,8 @@ class LoopConnection:
         return result
 
     def _move_line(self) -> None:
-        """The thread is idle: run the waiting operations in order, the short ones here, up
-        to one that goes to the thread (those behind it wait for it in turn)."""
+        """The thread is idle: hand the waiting operations on in order, the thread's to the
+        thread and the short ones here, until a short one meets the thread busy again."""
         line = self._line
         jobs = self._jobs
         while line:
