@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from app.storage.base import (
     TERMINAL_STATUSES,
     UNFINISHED_STATUSES,
@@ -106,7 +108,7 @@ async def open_store(url: str, *, timeout: float = 30.0) -> Store:  # noqa: ASYN
     return await PostgresStore.connect(url, operation_timeout=timeout)
 
 
-def database_kind(url: str) -> str:
+def database_kind(url: str) -> Literal["sqlite", "postgresql"]:
     """``sqlite`` or ``postgresql``: the store AGENT_DATABASE_URL names; raises
     `StorageConfigError` for a URL no store takes (checked before any worker starts)."""
     scheme, separator, _ = url.partition("://")

@@ -27,7 +27,7 @@ from app.webhooks.signing import parse_secret, sign
 from app.webhooks.targets import WebhookTargets
 from tests.fakes.tls_proxy import server_context
 from tests.fakes.webhook_receiver import WebhookReceiver
-from tests.support.storage import OpenStore, open_backend_fixture, store_fixture
+from tests.support.storage import OpenStore, open_backend_fixture, running_run, store_fixture
 from tests.support.waiting import wait_for, wait_until
 
 __all__ = ["open_backend_fixture", "store_fixture"]
@@ -75,16 +75,7 @@ async def finished_run(store: Store, url: str, *, fence: int = 1) -> WebhookMess
     run_id = f"run_{secrets.token_hex(8)}"
     session_id = f"s-{run_id}"
     await store.get_or_create_session(session_id, "alice")
-    await store.create_run(
-        RunRecord(
-            run_id=run_id,
-            session_id=session_id,
-            principal="alice",
-            agent="default",
-            input="hello",
-            status="running",
-        )
-    )
+    await store.create_run(running_run(run_id, session_id))
     message = end_message(
         url,
         run_id=run_id,
